@@ -1,0 +1,50 @@
+# Common loops. Everything runs inside .venv, created on first use from pyproject.toml.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
+export DAGSTER_HOME ?= $(CURDIR)/data/dagster_home
+START ?= 2024-01-01
+DAYS ?= 7
+END ?= $(shell $(PYTHON) -c "import datetime as d;print(d.date.fromisoformat('$(START)')+d.timedelta(days=$(DAYS)-1))")
+
+.PHONY: demo test dev lint format bench clean install install-dev
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e .
+	touch $(STAMP)
+
+$(DEV_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(DEV_STAMP)
+
+install: $(STAMP)
+install-dev: $(DEV_STAMP)
+
+demo: $(STAMP)
+	$(BIN)/gpu-pipeline generate --start $(START) --days $(DAYS)
+	$(BIN)/gpu-pipeline materialize --start $(START) --end $(END) --summary
+
+test: $(DEV_STAMP)
+	$(BIN)/python -m pytest
+
+dev: $(STAMP)
+	$(BIN)/gpu-pipeline init-instance
+	$(BIN)/dagster dev -w workspace.yaml
+
+lint: $(DEV_STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(DEV_STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench: $(DEV_STAMP)
+	$(BIN)/python benchmarks/run.py
+
+clean:
+	rm -rf data/raw data/lake data/warehouse.duckdb data/reports

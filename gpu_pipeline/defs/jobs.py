@@ -1,0 +1,13 @@
+"""The daily job over every partitioned asset, and its schedule (yesterday's UTC day)."""
+
+import dagster as dg
+
+from gpu_pipeline.defs.partitions import daily_partitions
+
+daily_pipeline = dg.define_asset_job(
+    "daily_pipeline", selection=dg.AssetSelection.all(), partitions_def=daily_partitions
+)
+
+daily_schedule = dg.build_schedule_from_partitioned_job(
+    daily_pipeline, hour_of_day=2, minute_of_hour=0, name="daily_pipeline_schedule"
+)

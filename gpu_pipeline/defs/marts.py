@@ -1,0 +1,63 @@
+"""Marts: hourly fleet metrics, persistent bottlenecks, priced waste."""
+
+import dagster as dg
+
+from gpu_pipeline.defs.metadata import spec_metadata, table_metadata
+from gpu_pipeline.defs.partitions import daily_partitions
+from gpu_pipeline.defs.resources import LakeResource
+from gpu_pipeline.lib import marts
+from gpu_pipeline.lib.rules import DEFAULT
+
+# D's persistence reads the GPU-days D-6..D; days before the first partition simply don't exist
+SEVEN_DAY_WINDOW = dg.TimeWindowPartitionMapping(
+    start_offset=-(DEFAULT.window_days - 1),
+    end_offset=0,
+    allow_nonexistent_upstream_partitions=True,
+)
+
+
+def _day(context: dg.AssetExecutionContext):
+    return context.partition_time_window.start.date()
+
+
+@dg.asset(
+    partitions_def=daily_partitions,
+    group_name="marts",
+    deps=["gpu_minutes"],
+    metadata=spec_metadata("hourly_fleet_metrics"),
+)
+def hourly_fleet_metrics(context: dg.AssetExecutionContext, lake: LakeResource):
+    """Hour x cluster x GPU model: GPUs, GPU-minutes, average util/PIF/RFU/gap/TFLOPS and phase shares."""
+    the_lake, day = lake.lake(), _day(context)
+    df = marts.hourly_fleet_metrics(the_lake.scan_days("gpu_minutes", [day])).collect()
+    path = the_lake.write("hourly_fleet_metrics", day, df)
+    return dg.MaterializeResult(metadata=table_metadata(df, path))
+
+
+@dg.asset(
+    partitions_def=daily_partitions,
+    group_name="marts",
+    deps=[dg.AssetDep("gpu_daily", partition_mapping=SEVEN_DAY_WINDOW)],
+    metadata=spec_metadata("persistent_bottlenecks"),
+)
+def persistent_bottlenecks(context: dg.AssetExecutionContext, lake: LakeResource):
+    """GPUs bottlenecked on at least 3 of the last 7 days (D-6..D)."""
+    the_lake, day = lake.lake(), _day(context)
+    daily = the_lake.scan_days("gpu_daily", marts.window(day))
+    df = marts.persistent_bottlenecks(daily, day).collect()
+    path = the_lake.write("persistent_bottlenecks", day, df)
+    return dg.MaterializeResult(metadata=table_metadata(df, path))
+
+
+@dg.asset(
+    partitions_def=daily_partitions,
+    group_name="marts",
+    deps=["gpu_minutes"],
+    metadata=spec_metadata("priced_waste"),
+)
+def priced_waste(context: dg.AssetExecutionContext, lake: LakeResource):
+    """Day x cluster x namespace x GPU model: cost split into productive, idle, stall and headroom waste."""
+    the_lake, day = lake.lake(), _day(context)
+    df = marts.priced_waste(the_lake.scan_days("gpu_minutes", [day])).collect()
+    path = the_lake.write("priced_waste", day, df)
+    return dg.MaterializeResult(metadata=table_metadata(df, path))

@@ -1,0 +1,40 @@
+"""Materialization metadata shared by all assets: column schema, row count, preview, path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+
+from gpu_pipeline.lib.schemas import TABLES
+
+
+def column_schema(table: str) -> dg.TableSchema:
+    return dg.TableSchema(columns=[dg.TableColumn(c, str(t)) for c, t in TABLES[table].items()])
+
+
+def spec_metadata(table: str) -> dict:
+    """Static metadata so the UI's Columns tab is filled before the first run."""
+    return {"dagster/column_schema": column_schema(table)}
+
+
+def markdown_preview(df: pl.DataFrame, rows: int = 5, max_cols: int = 12) -> str:
+    head = df.head(rows).select(df.columns[:max_cols])
+
+    def fmt(v: object) -> str:
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        return "" if v is None else str(v).replace("|", "\\|")[:60]
+
+    lines = ["| " + " | ".join(head.columns) + " |", "|" + "---|" * len(head.columns)]
+    lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in head.iter_rows()]
+    return "\n".join(lines)
+
+
+def table_metadata(df: pl.DataFrame, path: Path) -> dict:
+    return {
+        "dagster/row_count": dg.MetadataValue.int(df.height),
+        "dagster/uri": dg.MetadataValue.path(str(path)),
+        "preview": dg.MetadataValue.md(markdown_preview(df)),
+    }

@@ -1,0 +1,7 @@
+"""The one partitioning of the project: UTC days from GPU_PIPELINE_START_DATE."""
+
+import dagster as dg
+
+from gpu_pipeline.settings import start_date
+
+daily_partitions = dg.DailyPartitionsDefinition(start_date=start_date(), timezone="UTC")

@@ -1,0 +1,46 @@
+"""Staging layer: per-minute metrics and per GPU-day counts."""
+
+import dagster as dg
+
+from gpu_pipeline.defs.metadata import spec_metadata, table_metadata
+from gpu_pipeline.defs.partitions import daily_partitions
+from gpu_pipeline.defs.resources import LakeResource, ReferenceResource
+from gpu_pipeline.lib.metrics import gpu_daily as gpu_daily_fn
+from gpu_pipeline.lib.metrics import gpu_minutes as gpu_minutes_fn
+from gpu_pipeline.lib.schemas import validate
+
+
+@dg.asset(
+    partitions_def=daily_partitions,
+    group_name="staging",
+    deps=["gpu_samples"],
+    metadata=spec_metadata("gpu_minutes"),
+)
+def gpu_minutes(
+    context: dg.AssetExecutionContext, lake: LakeResource, reference: ReferenceResource
+):
+    """GPU x minute: utilization, power, PIF, realized TFLOPS, RFU, efficiency gap, phase, class, price."""
+    day = context.partition_time_window.start.date()
+    the_lake = lake.lake()
+    samples = the_lake.scan_days("gpu_samples", [day])
+    df = validate(
+        "gpu_minutes",
+        gpu_minutes_fn(samples, reference.load_catalog(), reference.load_prices()).collect(),
+    )
+    path = the_lake.write("gpu_minutes", day, df)
+    return dg.MaterializeResult(metadata=table_metadata(df, path))
+
+
+@dg.asset(
+    partitions_def=daily_partitions,
+    group_name="staging",
+    deps=["gpu_minutes"],
+    metadata=spec_metadata("gpu_daily"),
+)
+def gpu_daily(context: dg.AssetExecutionContext, lake: LakeResource):
+    """GPU-day minute counts by phase and efficiency class, and whether the day was bottlenecked."""
+    day = context.partition_time_window.start.date()
+    the_lake = lake.lake()
+    df = gpu_daily_fn(the_lake.scan_days("gpu_minutes", [day])).collect()
+    path = the_lake.write("gpu_daily", day, df)
+    return dg.MaterializeResult(metadata=table_metadata(df, path))

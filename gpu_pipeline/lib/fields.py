@@ -1,0 +1,121 @@
+"""The telemetry fields gpu_pipeline understands: canonical column, source names, units, valid range.
+
+One table drives the exposition parser (which names map to which column), the row-level range
+checks (which values are impossible and go to quarantine) and the pandera model of `gpu_samples`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# DCGM "blank" sentinels: values at or just below the top of the int32/int64 ranges and the 2^47
+# family of the fp64 blanks. They mean "no value" and become nulls.
+INT32_BLANK_FROM = 2147483632.0  # 0x7ffffff0 .. 0x7fffffff
+INT32_BLANK_TO = 2147483647.0
+FP64_BLANK_FROM = 140737488355328.0  # 2^47 .. 2^47 + 16
+FP64_BLANK_TO = 140737488355344.0
+INT64_BLANK_FROM = 9223372036854775792.0  # 0x7ffffffffffffff0 .. 2^63
+
+
+@dataclass(frozen=True)
+class Field:
+    column: str
+    names: tuple[str, ...]  # exposition metric names, lower-cased (DCGM_FI_*, old dcgm_*)
+    unit: str
+    lo: float | None = None  # inclusive valid range after unit normalization
+    hi: float | None = None
+    scale: float = 1.0  # multiply the raw value by this to reach `unit`
+
+
+def _dcgm(*suffixes: str) -> tuple[str, ...]:
+    out: list[str] = []
+    for s in suffixes:
+        out += [f"dcgm_fi_{s}", f"dcgm_{s.removeprefix('dev_').removeprefix('prof_')}"]
+    return tuple(dict.fromkeys(n.lower() for n in out))
+
+
+FIELDS: tuple[Field, ...] = (
+    Field("gpu_util_pct", _dcgm("dev_gpu_util"), "%", 0, 100),
+    Field("mem_copy_util_pct", _dcgm("dev_mem_copy_util"), "%", 0, 100),
+    Field("enc_util_pct", _dcgm("dev_enc_util"), "%", 0, 100),
+    Field("dec_util_pct", _dcgm("dev_dec_util"), "%", 0, 100),
+    Field("power_w", _dcgm("dev_power_usage"), "W", 0, 5000),
+    Field("power_limit_w", _dcgm("dev_power_mgmt_limit", "dev_enforced_power_limit"), "W", 0, 5000),
+    Field("energy_mj", _dcgm("dev_total_energy_consumption"), "mJ", 0, None),
+    Field("gpu_temp_c", _dcgm("dev_gpu_temp"), "C", -50, 150),
+    Field("mem_temp_c", _dcgm("dev_memory_temp"), "C", -50, 150),
+    Field("sm_clock_mhz", _dcgm("dev_sm_clock"), "MHz", 0, 10000),
+    Field("mem_clock_mhz", _dcgm("dev_mem_clock"), "MHz", 0, 50000),
+    Field("fb_used_mib", _dcgm("dev_fb_used"), "MiB", 0, None),
+    Field("fb_free_mib", _dcgm("dev_fb_free"), "MiB", 0, None),
+    Field("fb_reserved_mib", _dcgm("dev_fb_reserved"), "MiB", 0, None),
+    Field("pcie_replay_count", _dcgm("dev_pcie_replay_counter"), "count", 0, None),
+    Field("xid_errors", _dcgm("dev_xid_errors"), "code", 0, None),
+    Field("ecc_sbe_volatile", _dcgm("dev_ecc_sbe_vol_total"), "count", 0, None),
+    Field("ecc_dbe_volatile", _dcgm("dev_ecc_dbe_vol_total"), "count", 0, None),
+    Field("remapped_rows_correctable", _dcgm("dev_correctable_remapped_rows"), "count", 0, None),
+    Field(
+        "remapped_rows_uncorrectable", _dcgm("dev_uncorrectable_remapped_rows"), "count", 0, None
+    ),
+    Field("row_remap_failure", _dcgm("dev_row_remap_failure"), "flag", 0, 1),
+    Field("power_violation_us", _dcgm("dev_power_violation"), "us", 0, None),
+    Field("thermal_violation_us", _dcgm("dev_thermal_violation"), "us", 0, None),
+    Field(
+        "clock_event_reasons",
+        _dcgm("dev_clock_throttle_reasons", "dev_clocks_event_reasons"),
+        "bitmask",
+        0,
+        None,
+    ),
+    Field("vgpu_license_status", _dcgm("dev_vgpu_license_status"), "code", 0, None),
+    Field("nvlink_bandwidth_total", _dcgm("dev_nvlink_bandwidth_total"), "count", 0, None),
+    # DCGM profiling ratios (0..1); a little slack above 1 is measurement noise, far above is bad data
+    Field("prof_gr_engine_active", _dcgm("prof_gr_engine_active"), "ratio", 0, 1.05),
+    Field("prof_sm_active", _dcgm("prof_sm_active"), "ratio", 0, 1.05),
+    Field("prof_sm_occupancy", _dcgm("prof_sm_occupancy"), "ratio", 0, 1.05),
+    Field("prof_pipe_tensor_active", _dcgm("prof_pipe_tensor_active"), "ratio", 0, 1.05),
+    Field("prof_pipe_fp64_active", _dcgm("prof_pipe_fp64_active"), "ratio", 0, 1.05),
+    Field("prof_pipe_fp32_active", _dcgm("prof_pipe_fp32_active"), "ratio", 0, 1.05),
+    Field("prof_pipe_fp16_active", _dcgm("prof_pipe_fp16_active"), "ratio", 0, 1.05),
+    Field("prof_dram_active", _dcgm("prof_dram_active"), "ratio", 0, 1.05),
+    Field("pcie_tx_bytes_per_s", _dcgm("prof_pcie_tx_bytes"), "B/s", 0, None),
+    Field("pcie_rx_bytes_per_s", _dcgm("prof_pcie_rx_bytes"), "B/s", 0, None),
+    Field("nvlink_tx_bytes_per_s", _dcgm("prof_nvlink_tx_bytes"), "B/s", 0, None),
+    Field("nvlink_rx_bytes_per_s", _dcgm("prof_nvlink_rx_bytes"), "B/s", 0, None),
+)
+
+FIELD_COLUMNS: tuple[str, ...] = tuple(f.column for f in FIELDS)
+BY_COLUMN: dict[str, Field] = {f.column: f for f in FIELDS}
+METRIC_TO_COLUMN: dict[str, str] = {n: f.column for f in FIELDS for n in f.names}
+
+# Identity and attribution columns of a sample, in contract order.
+ID_COLUMNS: tuple[str, ...] = (
+    "timestamp",
+    "gpu_uuid",
+    "gpu_instance_id",
+    "gpu_instance_profile",
+    "gpu_index",
+    "hostname",
+    "cluster",
+    "namespace",
+    "pod",
+    "container",
+    "gpu_model",
+    "driver_version",
+)
+
+# Exposition label names (lower-cased) -> attribute column. Earlier names win when several appear:
+# `exported_*` comes first because a scrape that did not honour labels moved the workload's there.
+LABEL_ALIASES: dict[str, tuple[str, ...]] = {
+    "gpu_uuid": ("uuid",),
+    "gpu_index": ("gpu", "minor_number"),
+    "gpu_model": ("modelname", "model_name"),
+    "hostname": ("hostname", "host", "node", "kubernetes_node"),
+    "cluster": ("cluster", "cluster_name", "kubernetes_cluster"),
+    "namespace": ("exported_namespace", "namespace"),
+    "pod": ("exported_pod", "pod"),
+    "container": ("exported_container", "container"),
+    "gpu_instance_id": ("gpu_i_id",),
+    "gpu_instance_profile": ("gpu_i_profile",),
+    "driver_version": ("dcgm_fi_driver_version", "driver_version"),
+}

@@ -1,0 +1,247 @@
+"""Deterministic synthetic fleet in the seed project's shape, written as dcgm-exporter scrapes.
+
+Default: 50 GPUs, 3 clusters, 7 days, one scrape a minute, the seed workload mix (efficient
+training 30 %, data-starved 20 %, network bottleneck 15 %, moderate 20 %, idle 10 %, bursty
+inference 5 %). One file per host per day, `<out>/<cluster>/<host>_<YYYY-MM-DD>.prom`, each a
+concatenation of scrapes with HELP/TYPE and per-sample millisecond timestamps.
+"""
+
+from __future__ import annotations
+
+import gzip
+import random
+import uuid
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+# (workload, share, namespace); shares from the seed project
+WORKLOADS: tuple[tuple[str, float, str], ...] = (
+    ("efficient_training", 0.30, "llm-pretrain"),
+    ("data_starved", 0.20, "vision-train"),
+    ("network_bottleneck", 0.15, "dist-finetune"),
+    ("moderate", 0.20, "research"),
+    ("idle", 0.10, "notebooks"),
+    ("bursty_inference", 0.05, "inference"),
+)
+# (cluster, modelName as dcgm-exporter reports it, max power W, GPUs per host)
+CLUSTERS: tuple[tuple[str, str, float, int], ...] = (
+    ("us-east-train", "NVIDIA A100-SXM4-40GB", 400.0, 8),
+    ("us-west-train", "NVIDIA H100 80GB HBM3", 700.0, 8),
+    ("eu-central-infer", "NVIDIA A10G", 300.0, 4),
+)
+# (DCGM field, HELP text, type, value format decimals)
+METRICS: tuple[tuple[str, str, int], ...] = (
+    ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", 0),
+    ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", 3),
+    ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", 0),
+    ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", 0),
+    ("DCGM_FI_PROF_SM_ACTIVE", "The ratio of cycles an SM has at least 1 warp assigned.", 6),
+    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "Ratio of cycles the tensor (HMMA) pipe is active.", 6),
+    ("DCGM_FI_PROF_DRAM_ACTIVE", "Ratio of cycles the device memory interface is active.", 6),
+)
+
+
+@dataclass(frozen=True)
+class Gpu:
+    cluster: str
+    hostname: str
+    index: int
+    uuid: str
+    model: str
+    max_power_w: float
+    workload: str
+    namespace: str
+    pod: str
+
+
+def _apportion(n: int, shares: list[float]) -> list[int]:
+    """Largest-remainder split of n by shares (exact total, deterministic)."""
+    raw = [s * n for s in shares]
+    counts = [int(r) for r in raw]
+    for i in sorted(range(len(raw)), key=lambda i: (-(raw[i] - counts[i]), i))[: n - sum(counts)]:
+        counts[i] += 1
+    return counts
+
+
+def build_fleet(gpus: int = 50, clusters: int = 3, seed: int = 42) -> list[Gpu]:
+    if gpus < 1 or not 1 <= clusters <= len(CLUSTERS):
+        raise ValueError(f"need gpus >= 1 and 1 <= clusters <= {len(CLUSTERS)}")
+    rnd = random.Random(seed)
+    per_cluster = _apportion(gpus, [1 / clusters] * clusters)
+    workloads = [
+        w
+        for (w, _, _), k in zip(
+            WORKLOADS, _apportion(gpus, [s for _, s, _ in WORKLOADS]), strict=True
+        )
+        for _ in range(k)
+    ]
+    rnd.shuffle(workloads)
+    ns = {w: n for w, _, n in WORKLOADS}
+    fleet: list[Gpu] = []
+    for (cname, model, tdp, per_host), count in zip(CLUSTERS[:clusters], per_cluster, strict=False):
+        for i in range(count):
+            host = f"{cname}-node-{i // per_host:02d}"
+            w = workloads[len(fleet)]
+            pod_tag = uuid.UUID(int=rnd.getrandbits(128)).hex[:5]
+            fleet.append(
+                Gpu(
+                    cname,
+                    host,
+                    i % per_host,
+                    f"GPU-{uuid.UUID(int=rnd.getrandbits(128))}",
+                    model,
+                    tdp,
+                    w,
+                    ns[w],
+                    f"{ns[w]}-{host.rsplit('-', 1)[-1]}-{pod_tag}",
+                )
+            )
+    return fleet
+
+
+def _signals(w: str, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Minute series of utilization (%), PIF and profiling ratios for one GPU-day of workload w."""
+
+    def nrm(mu: float, sd: float) -> np.ndarray:
+        return rng.normal(mu, sd, n)
+
+    if w == "efficient_training":
+        util, pif, sm, tensor, dram = (
+            nrm(95, 3),
+            nrm(0.78, 0.06),
+            nrm(0.85, 0.05),
+            nrm(0.55, 0.08),
+            nrm(0.40, 0.06),
+        )
+    elif w == "data_starved":
+        util, pif, sm, tensor, dram = (
+            nrm(86, 6),
+            nrm(0.27, 0.05),
+            nrm(0.22, 0.05),
+            nrm(0.08, 0.03),
+            nrm(0.12, 0.04),
+        )
+    elif w == "network_bottleneck":
+        util, pif, sm, tensor, dram = (
+            nrm(82, 6),
+            nrm(0.47, 0.05),
+            nrm(0.33, 0.06),
+            nrm(0.18, 0.05),
+            nrm(0.20, 0.05),
+        )
+    elif w == "moderate":
+        util, pif, sm, tensor, dram = (
+            nrm(50, 12),
+            nrm(0.45, 0.08),
+            nrm(0.45, 0.08),
+            nrm(0.25, 0.06),
+            nrm(0.30, 0.06),
+        )
+    elif w == "idle":
+        util, pif = np.abs(nrm(0, 2)), nrm(0.12, 0.015)
+        sm, tensor, dram = np.abs(nrm(0, 0.01)), np.zeros(n), np.abs(nrm(0, 0.01))
+    else:  # bursty inference: a third of the minutes serve traffic
+        busy = rng.random(n) < 0.33
+        util = np.where(busy, nrm(78, 12), np.abs(nrm(4, 2)))
+        pif = np.where(busy, nrm(0.55, 0.08), nrm(0.15, 0.02))
+        sm = np.where(busy, nrm(0.6, 0.1), np.abs(nrm(0.03, 0.01)))
+        tensor, dram = sm * 0.5, sm * 0.4
+    clip01 = lambda a: np.clip(a, 0.0, 1.0)  # noqa: E731
+    return {
+        "util": np.clip(np.rint(util), 0, 100),
+        "pif": np.clip(pif, 0.03, 1.0),
+        "sm": clip01(sm),
+        "tensor": clip01(tensor),
+        "dram": clip01(dram),
+    }
+
+
+def _host_day_text(gpus: list[Gpu], day: date, seed: int) -> str:
+    n = 24 * 60
+    t0 = int(datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp() * 1000)
+    rng = np.random.default_rng([seed, day.toordinal(), zlib.crc32(gpus[0].hostname.encode())])
+    # scrapes land a little after each minute starts, as a real scrape loop does
+    ts = t0 + np.arange(n, dtype=np.int64) * 60_000 + rng.integers(0, 3000, n)
+    frames = []
+    for g in gpus:
+        s = _signals(g.workload, n, rng)
+        power = s["pif"] * g.max_power_w
+        temp = np.rint(30 + 50 * s["pif"] + rng.normal(0, 1.5, n))
+        fb = np.rint(np.where(s["util"] > 10, 0.6, 0.02) * 40960 + rng.normal(0, 200, n)).clip(0)
+        labels = (
+            f'{{gpu="{g.index}",UUID="{g.uuid}",pci_bus_id="00000000:{0x10 + g.index:02X}:00.0",'
+            f'device="nvidia{g.index}",modelName="{g.model}",Hostname="{g.hostname}",'
+            f'DCGM_FI_DRIVER_VERSION="535.129.03",container="main",namespace="{g.namespace}",pod="{g.pod}"}}'
+        )
+        values = [s["util"], power, temp, fb, s["sm"], s["tensor"], s["dram"]]
+        for k, ((name, _, dec), v) in enumerate(zip(METRICS, values, strict=True)):
+            frames.append(
+                pl.DataFrame(
+                    {
+                        "ts": ts,
+                        "k": np.full(n, k, np.int8),
+                        "g": np.full(n, g.index + 1, np.int16),
+                        "v": np.round(v, dec),
+                    }
+                )
+                .with_columns(
+                    pl.concat_str(
+                        pl.lit(name + labels + " "),
+                        pl.col("v").cast(pl.Int64).cast(pl.String)
+                        if dec == 0
+                        else pl.col("v").cast(pl.String),
+                        pl.lit(" "),
+                        pl.col("ts").cast(pl.String),
+                    ).alias("line")
+                )
+                .select("ts", "k", "g", "line")
+            )
+    headers = (
+        pl.DataFrame(
+            {
+                "k": np.arange(len(METRICS), dtype=np.int8),
+                "line": [f"# HELP {m} {h}\n# TYPE {m} gauge" for m, h, _ in METRICS],
+            }
+        )
+        .join(pl.DataFrame({"ts": ts}), how="cross")
+        .with_columns(pl.lit(0, pl.Int16).alias("g"))
+    )
+    out = pl.concat([headers.select("ts", "k", "g", "line"), *frames]).sort("ts", "k", "g")
+    return "\n".join(out.get_column("line").to_list()) + "\n"
+
+
+def generate(
+    out_dir: str | Path,
+    start: date,
+    days: int = 7,
+    gpus: int = 50,
+    clusters: int = 3,
+    seed: int = 42,
+    fmt: str = "prom",
+    progress: Callable[[str], None] | None = None,
+) -> list[Path]:
+    """Write the fleet's scrape archive; returns the files written (same inputs, same bytes)."""
+    if fmt not in ("prom", "prom.gz"):
+        raise ValueError(f"unknown format {fmt!r}: use prom or prom.gz")
+    fleet = build_fleet(gpus, clusters, seed)
+    hosts: dict[tuple[str, str], list[Gpu]] = {}
+    for g in fleet:
+        hosts.setdefault((g.cluster, g.hostname), []).append(g)
+    written = []
+    for d in range(days):
+        day = start + timedelta(days=d)
+        for (cluster, host), members in sorted(hosts.items()):
+            path = Path(out_dir) / cluster / f"{host}_{day.isoformat()}.{fmt}"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            data = _host_day_text(members, day, seed).encode()
+            path.write_bytes(gzip.compress(data, 1, mtime=0) if fmt.endswith(".gz") else data)
+            written.append(path)
+        if progress:
+            progress(f"generated {day.isoformat()}: {len(hosts)} hosts, {len(fleet)} GPUs")
+    return written

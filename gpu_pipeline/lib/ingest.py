@@ -1,0 +1,347 @@
+"""Landing files -> `gpu_samples`, `quarantine`, `ingest_log` for one UTC day.
+
+Each landing file is parsed once into a cache keyed by its content (sha256) and name, so a day's
+run reads only that day's rows of each file. A day is then assembled: duplicates (same GPU,
+instance, field and timestamp; first file in path order wins) are counted, the long samples are
+pivoted to one row per GPU per timestamp, and every line of every file is accounted for.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import re
+import shutil
+import uuid
+import zlib
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from pathlib import Path
+
+import polars as pl
+
+from gpu_pipeline.lib.exposition import parse_exposition
+from gpu_pipeline.lib.fields import FIELD_COLUMNS
+from gpu_pipeline.lib.samples import (
+    ATTR_COLUMNS,
+    LONG_SCHEMA,
+    QUARANTINE_LINE_SCHEMA,
+    ParsedLines,
+    conform,
+)
+from gpu_pipeline.lib.schemas import GPU_SAMPLES_SCHEMA, INGEST_LOG_SCHEMA, QUARANTINE_SCHEMA
+
+# bump when parsing changes what a file yields, so cached parses are redone
+PARSER_VERSION = "p1"
+DEFAULT_CLUSTER = "default"
+KEY = ("gpu_uuid", "gpu_instance_id", "timestamp")
+
+
+@dataclass(frozen=True)
+class LandingFile:
+    path: Path
+    source_file: str  # path relative to the landing root, POSIX style
+    sha256: str
+    size: int
+    mtime: float
+
+    @property
+    def dir_cluster(self) -> str | None:
+        """The first folder below the landing root names the cluster when labels don't."""
+        parts = self.source_file.split("/")
+        return parts[0] if len(parts) > 1 else None
+
+
+@dataclass
+class ParsedFile:
+    file: LandingFile
+    format: str
+    lines_total: int
+    lines_skipped: int
+    home_day: date  # where lines with no time of their own are accounted
+    days: list[date]
+    samples: pl.LazyFrame
+    quarantine: pl.LazyFrame
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def list_landing(raw_root: str | os.PathLike) -> list[LandingFile]:
+    """Every regular, non-hidden file below the landing root, in path order."""
+    root = Path(raw_root)
+    if not root.is_dir():
+        return []
+    out = []
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root)
+        if not p.is_file() or any(part.startswith(".") for part in rel.parts):
+            continue
+        st = p.stat()
+        out.append(LandingFile(p, rel.as_posix(), _sha256(p), st.st_size, st.st_mtime))
+    return out
+
+
+_ISO_TIME = re.compile(r"(\d{4})-?(\d{2})-?(\d{2})[T_ ](\d{2})[-:]?(\d{2})[-:]?(\d{2})(?:[.,]\d+)?")
+_EPOCH = re.compile(r"(?<!\d)(1\d{9}(?:\d{3})?)(?!\d)")
+_ISO_DAY = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
+
+
+def time_from_name(name: str) -> datetime | None:
+    """A sample time written in a file name: ISO-8601 date-time (UTC) or epoch s/ms."""
+    base = Path(name).name
+    if m := _ISO_TIME.search(base):
+        try:
+            return datetime(*map(int, m.groups()), tzinfo=UTC)
+        except ValueError:
+            pass
+    if m := _EPOCH.search(base):
+        v = int(m.group(1))
+        return datetime.fromtimestamp(v / 1000 if v > 1e11 else v, tz=UTC)
+    return None
+
+
+def day_from_name(name: str) -> date | None:
+    if m := _ISO_DAY.search(Path(name).name):
+        try:
+            return date(*map(int, m.groups()))
+        except ValueError:
+            return None
+    return None
+
+
+def _read_text(lf: LandingFile) -> tuple[str | None, str | None]:
+    """(text, None) or (None, why the file cannot be read as text)."""
+    data = lf.path.read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as e:
+            return None, f"corrupt or truncated gzip: {e}"
+    if b"\x00" in data[:65536]:
+        return None, "binary content (NUL bytes): not a telemetry export"
+    try:
+        return data.decode("utf-8"), None
+    except UnicodeDecodeError as e:
+        return None, f"not UTF-8 text ({e.reason} at byte {e.start}): not a telemetry export"
+
+
+def detect_format(text: str) -> str | None:
+    """The parser for this text, judged by content; None when no parser fits."""
+    head = [ln.strip() for ln in text[:65536].splitlines() if ln.strip()][:50]
+    if not head:
+        return "empty"
+    metric_like = re.compile(r"^(# (HELP|TYPE) )?[a-zA-Z_:][a-zA-Z0-9_:]*(\{|\s)")
+    hits = sum(1 for ln in head if metric_like.match(ln))
+    if hits >= max(1, len(head) // 2) and any(("DCGM" in ln.upper()) for ln in head):
+        return "dcgm_exposition"
+    return None
+
+
+def _whole_file(lf: LandingFile, reason: str, raw: str) -> ParsedLines:
+    q = pl.DataFrame(
+        {"line": [None], "timestamp": [None], "reason": [reason], "raw": [raw[:2000]]},
+        schema=QUARANTINE_LINE_SCHEMA,
+    )
+    return ParsedLines(pl.DataFrame(schema=LONG_SCHEMA), q, lines_total=1, lines_skipped=0)
+
+
+def parse_landing_file(lf: LandingFile) -> tuple[str, ParsedLines]:
+    """Read, detect and parse one landing file; a file no parser fits is quarantined whole."""
+    text, why = _read_text(lf)
+    if text is None:
+        head = lf.path.read_bytes()[:200]
+        return "unreadable", _whole_file(lf, why or "unreadable", repr(head))
+    fmt = detect_format(text)
+    if fmt == "empty":
+        n = len(text.splitlines())
+        return fmt, ParsedLines(
+            pl.DataFrame(schema=LONG_SCHEMA), pl.DataFrame(schema=QUARANTINE_LINE_SCHEMA), n, n
+        )
+    if fmt == "dcgm_exposition":
+        parsed = parse_exposition(text, file_time=time_from_name(lf.source_file))
+        return fmt, ParsedLines(
+            conform(parsed.samples, LONG_SCHEMA),
+            conform(parsed.quarantine, QUARANTINE_LINE_SCHEMA),
+            parsed.lines_total,
+            parsed.lines_skipped,
+        )
+    return "unknown", _whole_file(
+        lf, "unrecognized format: not dcgm-exporter exposition; file quarantined whole", text[:2000]
+    )
+
+
+def _cache_key(lf: LandingFile) -> str:
+    # the name matters too: it may carry the sample time
+    return hashlib.sha256(
+        f"{PARSER_VERSION}\0{lf.sha256}\0{Path(lf.source_file).name}".encode()
+    ).hexdigest()[:32]
+
+
+def load_or_parse(lf: LandingFile, cache_root: str | os.PathLike) -> ParsedFile:
+    """The parse of `lf`, from the cache when this content was parsed before."""
+    cdir = Path(cache_root) / _cache_key(lf)
+    meta_path = cdir / "meta.json"
+    if not meta_path.is_file():
+        fmt, parsed = parse_landing_file(lf)
+        days = sorted(set(parsed.samples.get_column("timestamp").dt.date().drop_nulls().to_list()))
+        home = (
+            (days[0] if days else None)
+            or day_from_name(lf.source_file)
+            or datetime.fromtimestamp(lf.mtime, UTC).date()
+        )
+        tmp = Path(cache_root) / f".tmp-{uuid.uuid4().hex}"
+        tmp.mkdir(parents=True)
+        parsed.samples.sort("timestamp", "line").write_parquet(
+            tmp / "samples.parquet", row_group_size=65536
+        )
+        parsed.quarantine.write_parquet(tmp / "quarantine.parquet")
+        meta = {
+            "format": fmt,
+            "lines_total": parsed.lines_total,
+            "lines_skipped": parsed.lines_skipped,
+            "home_day": home.isoformat(),
+            "days": [d.isoformat() for d in days],
+        }
+        (tmp / "meta.json").write_text(json.dumps(meta))
+        try:
+            tmp.rename(cdir)
+        except OSError:  # another run cached the same file meanwhile: same content, keep theirs
+            shutil.rmtree(tmp, ignore_errors=True)
+    meta = json.loads(meta_path.read_text())
+    return ParsedFile(
+        file=lf,
+        format=meta["format"],
+        lines_total=meta["lines_total"],
+        lines_skipped=meta["lines_skipped"],
+        home_day=date.fromisoformat(meta["home_day"]),
+        days=[date.fromisoformat(d) for d in meta["days"]],
+        samples=pl.scan_parquet(cdir / "samples.parquet"),
+        quarantine=pl.scan_parquet(cdir / "quarantine.parquet"),
+    )
+
+
+@dataclass
+class DayIngest:
+    gpu_samples: pl.DataFrame
+    quarantine: pl.DataFrame
+    ingest_log: pl.DataFrame
+
+
+def _in_day(day: date) -> pl.Expr:
+    return pl.col("timestamp").dt.date() == day
+
+
+def assemble_day(files: list[ParsedFile], day: date) -> DayIngest:
+    """Dedupe, pivot and account one UTC day of the parsed landing files."""
+    longs, quars, metas = [], [], []
+    for order, pf in enumerate(files):
+        src = pf.file.source_file
+        dir_cluster = pf.file.dir_cluster or DEFAULT_CLUSTER
+        if day in pf.days:
+            longs.append(
+                pf.samples.filter(_in_day(day)).with_columns(
+                    pl.lit(src).alias("source_file"),
+                    pl.lit(order).alias("file_order"),
+                    pl.col("cluster").fill_null(dir_cluster),
+                )
+            )
+        q = pf.quarantine.filter(
+            _in_day(day) | (pl.col("timestamp").is_null() & pl.lit(pf.home_day == day))
+        ).with_columns(pl.lit(src).alias("source_file"))
+        quars.append(q)
+        metas.append(
+            {
+                "source_file": src,
+                "file_order": order,
+                "format": pf.format,
+                "sha256": pf.file.sha256,
+                "file_bytes": pf.file.size,
+                "file_lines": pf.lines_total,
+                "lines_skipped": pf.lines_skipped if pf.home_day == day else 0,
+                "home": pf.home_day == day,
+            }
+        )
+
+    long = (
+        pl.concat(longs).collect()
+        if longs
+        else conform(
+            pl.DataFrame(), {**LONG_SCHEMA, "source_file": pl.String, "file_order": pl.Int32}
+        )
+    )
+    long = long.sort("file_order", "line").with_columns(
+        (
+            ~pl.struct("gpu_uuid", "gpu_instance_id", "column", "timestamp").is_first_distinct()
+        ).alias("dup")
+    )
+    quarantine = (
+        pl.concat(quars).collect().sort("source_file", "line", nulls_last=False)
+        if quars
+        else conform(pl.DataFrame(), {**QUARANTINE_LINE_SCHEMA, "source_file": pl.String})
+    )
+
+    accepted = long.filter(~pl.col("dup"))
+    wide = accepted.pivot(
+        on="column",
+        on_columns=list(FIELD_COLUMNS),
+        index=list(KEY),
+        values="value",
+        aggregate_function="first",
+    )
+    attrs = [c for c in ATTR_COLUMNS if c not in KEY]
+    ids = accepted.group_by(list(KEY)).agg(
+        *[pl.col(c).drop_nulls().first() for c in attrs], pl.col("source_file").first()
+    )
+    gpu_samples = (
+        ids.join(wide, on=list(KEY), how="left", nulls_equal=True)
+        .with_columns(pl.lit(day).alias("date"))
+        .sort("timestamp", "gpu_uuid", "gpu_instance_id", nulls_last=False)
+    )
+    gpu_samples = conform(gpu_samples, GPU_SAMPLES_SCHEMA)
+
+    counts = long.group_by("source_file").agg(
+        (~pl.col("dup")).sum().alias("rows_accepted"),
+        pl.col("dup").sum().alias("rows_duplicate"),
+        pl.col("timestamp").min().alias("first_sample"),
+        pl.col("timestamp").max().alias("last_sample"),
+    )
+    qcounts = quarantine.group_by("source_file").agg(pl.len().alias("rows_quarantined"))
+    log = (
+        pl.DataFrame(metas, schema_overrides={"file_order": pl.Int32})
+        .join(counts, on="source_file", how="left")
+        .join(qcounts, on="source_file", how="left")
+        .with_columns(
+            pl.col("rows_accepted", "rows_duplicate", "rows_quarantined")
+            .fill_null(0)
+            .cast(pl.Int64)
+        )
+        .filter(
+            pl.col("home")
+            | (pl.col("rows_accepted") + pl.col("rows_duplicate") + pl.col("rows_quarantined") > 0)
+        )
+        .with_columns(
+            (pl.col("rows_accepted") + pl.col("rows_duplicate") + pl.col("rows_quarantined")).alias(
+                "rows_read"
+            ),
+            pl.lit(day).alias("date"),
+        )
+        .sort("file_order")
+    )
+    return DayIngest(
+        gpu_samples=gpu_samples,
+        quarantine=conform(quarantine.with_columns(pl.lit(day).alias("date")), QUARANTINE_SCHEMA),
+        ingest_log=conform(log, INGEST_LOG_SCHEMA),
+    )
+
+
+def ingest_day(raw_root: str | os.PathLike, cache_root: str | os.PathLike, day: date) -> DayIngest:
+    files = [load_or_parse(lf, cache_root) for lf in list_landing(raw_root)]
+    return assemble_day(files, day)

@@ -1,0 +1,152 @@
+"""gpu_minutes / gpu_daily -> the daily marts. Pure and lazy; definitions from SPEC.md."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+
+import polars as pl
+
+from gpu_pipeline.lib.rules import DEFAULT, PHASES, Thresholds
+from gpu_pipeline.lib.samples import conform_lazy
+from gpu_pipeline.lib.schemas import (
+    HOURLY_FLEET_METRICS_SCHEMA,
+    PERSISTENT_BOTTLENECKS_SCHEMA,
+    PRICED_WASTE_SCHEMA,
+)
+
+HOURS_PER_MONTH = 24 * 30
+HOURS_PER_YEAR = 24 * 365
+
+
+def _gpu_id() -> pl.Expr:
+    return pl.struct("gpu_uuid", "gpu_instance_id")
+
+
+def _phase_share(p: str) -> pl.Expr:
+    # share of minutes with a phase; minutes without a utilization reading have none
+    return 100.0 * (pl.col("phase") == p).sum() / pl.col("phase").is_not_null().sum()
+
+
+def hourly_fleet_metrics(minutes: pl.LazyFrame) -> pl.LazyFrame:
+    """Hour x cluster x gpu_model: fleet averages and phase shares (summing to 100)."""
+    h = (
+        minutes.with_columns(pl.col("minute").dt.truncate("1h").alias("hour"))
+        .group_by("date", "hour", "cluster", "gpu_model")
+        .agg(
+            _gpu_id().n_unique().alias("gpus"),
+            pl.len().alias("gpu_minutes"),
+            pl.col("gpu_util_pct").mean().alias("avg_gpu_util_pct"),
+            pl.col("pif").mean().alias("avg_pif"),
+            pl.col("rfu_pct").mean().alias("avg_rfu_pct"),
+            pl.col("efficiency_gap_pct").mean().alias("avg_efficiency_gap_pct"),
+            pl.col("realized_tflops").mean().alias("avg_realized_tflops"),
+            *[_phase_share(p).alias(f"pct_{p}") for p in PHASES],
+        )
+    )
+    return conform_lazy(h, HOURLY_FLEET_METRICS_SCHEMA).sort(
+        "hour", "cluster", "gpu_model", nulls_last=False
+    )
+
+
+def window(day: date, t: Thresholds = DEFAULT) -> list[date]:
+    """The days D-6..D whose GPU-days decide persistence on D."""
+    return [day - timedelta(days=i) for i in range(t.window_days - 1, -1, -1)]
+
+
+def persistent_bottlenecks(daily: pl.LazyFrame, day: date, t: Thresholds = DEFAULT) -> pl.LazyFrame:
+    """GPUs bottlenecked on >= 3 of the days D-6..D; `daily` may hold any days, D's window is used.
+
+    Days before the data starts are simply absent: `window_days` counts the days of the window for
+    which the GPU has data.
+    """
+    w = window(day, t)
+    p = (
+        daily.filter(pl.col("date").is_between(w[0], w[-1]))
+        .sort("date")
+        .group_by("gpu_uuid", "gpu_instance_id")
+        .agg(
+            *[
+                pl.col(c).drop_nulls().last()
+                for c in ("hostname", "cluster", "namespace", "gpu_model")
+            ],
+            pl.col("date").n_unique().alias("window_days"),
+            pl.col("bottlenecked_day").sum().alias("days_bottlenecked"),
+            pl.col("active_minutes").sum().alias("active_minutes"),
+            pl.col("bottlenecked_minutes").sum().alias("bottlenecked_minutes"),
+        )
+        .filter(pl.col("days_bottlenecked") >= t.persistent_min_days)
+        .with_columns(
+            (pl.col("bottlenecked_minutes") / pl.col("active_minutes")).alias("bottleneck_share"),
+            pl.lit(day).alias("date"),
+        )
+    )
+    return conform_lazy(p, PERSISTENT_BOTTLENECKS_SCHEMA).sort(
+        "gpu_uuid", "gpu_instance_id", nulls_last=False
+    )
+
+
+def minute_costs(minutes: pl.LazyFrame) -> pl.LazyFrame:
+    """Split each GPU-minute's price into productive / idle / stall / headroom, nothing twice.
+
+    idle minute -> all idle; otherwise productive = rfu, stall = max(0, util - rfu), headroom = the
+    rest. A non-idle minute lacking utilization or power can't be split: `unmeasured`.
+    """
+    cost = pl.col("price_usd_per_hour") / 60.0
+    idle = pl.col("phase") == "idle"
+    measured = pl.col("gpu_util_pct").is_not_null() & pl.col("rfu_pct").is_not_null()
+    rfu = pl.col("rfu_pct") / 100.0
+    stall = pl.max_horizontal(pl.col("gpu_util_pct") - pl.col("rfu_pct"), pl.lit(0.0)) / 100.0
+    split = ~idle.fill_null(False) & measured
+    return minutes.with_columns(
+        cost.alias("cost_usd"),
+        pl.when(split).then(cost * rfu).otherwise(0.0).alias("productive_usd"),
+        pl.when(idle.fill_null(False)).then(cost).otherwise(0.0).alias("idle_waste_usd"),
+        pl.when(split).then(cost * stall).otherwise(0.0).alias("stall_waste_usd"),
+        pl.when(split).then(cost * (1.0 - rfu - stall)).otherwise(0.0).alias("headroom_waste_usd"),
+        pl.when(~idle.fill_null(False) & ~measured)
+        .then(cost)
+        .otherwise(0.0)
+        .alias("unmeasured_usd"),
+    )
+
+
+def priced_waste(minutes: pl.LazyFrame) -> pl.LazyFrame:
+    """Day x cluster x namespace x gpu_model: cost and its waste components, with run rates."""
+    money = (
+        "cost_usd",
+        "productive_usd",
+        "idle_waste_usd",
+        "stall_waste_usd",
+        "headroom_waste_usd",
+        "unmeasured_usd",
+    )
+    w = (
+        minute_costs(minutes)
+        .group_by("date", "cluster", "namespace", "gpu_model")
+        .agg(
+            _gpu_id().n_unique().alias("gpus"),
+            (pl.len() / 60.0).alias("gpu_hours"),
+            pl.col("price_usd_per_hour").max(),
+            # a group without a price has no cost: null, not zero
+            *[
+                pl.when(pl.col("cost_usd").is_not_null().any()).then(pl.col(c).sum()).alias(c)
+                for c in money
+            ],
+        )
+        .with_columns(
+            (
+                pl.col("idle_waste_usd") + pl.col("stall_waste_usd") + pl.col("headroom_waste_usd")
+            ).alias("total_waste_usd")
+        )
+        .with_columns(
+            (pl.col("total_waste_usd") / pl.col("cost_usd")).alias("waste_frac"),
+            (pl.col("total_waste_usd") / pl.col("gpu_hours")).alias("hourly_waste_usd"),
+        )
+        .with_columns(
+            (pl.col("hourly_waste_usd") * HOURS_PER_MONTH).round(2).alias("monthly_waste_usd"),
+            (pl.col("hourly_waste_usd") * HOURS_PER_YEAR).round(2).alias("yearly_waste_usd"),
+        )
+    )
+    return conform_lazy(w, PRICED_WASTE_SCHEMA).sort(
+        "cluster", "namespace", "gpu_model", nulls_last=False
+    )

@@ -1,0 +1,178 @@
+"""gpu_samples -> gpu_minutes (PIF, RFU, gap, phase, class, price) -> gpu_daily. Pure and lazy."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from gpu_pipeline.lib.reference import model_key
+from gpu_pipeline.lib.rules import DEFAULT, EFFICIENCY_CLASSES, PHASES, Thresholds
+from gpu_pipeline.lib.samples import conform_lazy
+from gpu_pipeline.lib.schemas import GPU_DAILY_SCHEMA, GPU_MINUTES_SCHEMA
+
+GPU_KEY = ("gpu_uuid", "gpu_instance_id")
+_MEAN_FIELDS = (
+    "gpu_util_pct",
+    "power_w",
+    "fb_used_mib",
+    "prof_sm_active",
+    "prof_sm_occupancy",
+    "prof_pipe_tensor_active",
+    "prof_dram_active",
+    "pcie_rx_bytes_per_s",
+    "nvlink_rx_bytes_per_s",
+)
+
+
+def phase_expr(util: pl.Expr, t: Thresholds = DEFAULT) -> pl.Expr:
+    return (
+        pl.when(util.is_null())
+        .then(None)
+        .when(util < t.idle_below)
+        .then(pl.lit(PHASES[0]))
+        .when(util < t.productive_from)
+        .then(pl.lit(PHASES[1]))
+        .when(util < t.compute_bound_from)
+        .then(pl.lit(PHASES[2]))
+        .otherwise(pl.lit(PHASES[3]))
+    )
+
+
+def efficiency_class_expr(util: pl.Expr, pif: pl.Expr, t: Thresholds = DEFAULT) -> pl.Expr:
+    """idle; bottlenecked (busy, low power); efficient (busy, high power); inefficient; moderate.
+
+    A busy minute without a power reading cannot be told bottlenecked from efficient: null.
+    """
+    busy = util >= t.productive_from
+    return (
+        pl.when(util.is_null())
+        .then(None)
+        .when(util < t.idle_below)
+        .then(pl.lit("idle"))
+        .when(busy & pif.is_null())
+        .then(None)
+        .when(busy & (pif < t.bottleneck_pif_below))
+        .then(pl.lit("bottlenecked"))
+        .when(busy & (pif >= t.efficient_pif_from))
+        .then(pl.lit("efficient"))
+        .when(util < t.inefficient_below)
+        .then(pl.lit("inefficient"))
+        .otherwise(pl.lit("moderate"))
+    )
+
+
+def gpu_minutes(
+    samples: pl.LazyFrame,
+    catalog: pl.DataFrame,
+    prices: pl.DataFrame,
+    t: Thresholds = DEFAULT,
+) -> pl.LazyFrame:
+    """One row per GPU (and MIG instance) per minute with the SPEC metric stack."""
+    per_minute = (
+        samples.with_columns(pl.col("timestamp").dt.truncate("1m").alias("minute"))
+        .sort("timestamp")
+        .group_by(*GPU_KEY, "minute")
+        .agg(
+            pl.col("date").first(),
+            *[
+                pl.col(c).drop_nulls().last()
+                for c in ("hostname", "cluster", "namespace", "pod", "gpu_model")
+            ],
+            pl.len().alias("samples"),
+            *[pl.col(c).mean() for c in _MEAN_FIELDS],
+            pl.col("gpu_temp_c").max(),
+            pl.col("power_limit_w").max().alias("_limit"),
+        )
+    )
+    cat = catalog.lazy().select(
+        "model_key",
+        pl.col("max_power_w").alias("_cat_power"),
+        pl.col("achievable_fp16_tflops").alias("achievable_tflops"),
+    )
+    price = prices.lazy().select(
+        "model_key", pl.col("on_demand_usd_per_hour").alias("price_usd_per_hour")
+    )
+    # the GPU's highest power limit seen on the day is the fallback basis when the model is unknown
+    day_limit = pl.col("_limit").max().over(*GPU_KEY)
+    m = (
+        per_minute.with_columns(model_key(pl.col("gpu_model")).alias("model_key"))
+        .join(cat, on="model_key", how="left")
+        .join(price, on="model_key", how="left")
+        .with_columns(
+            pl.coalesce(pl.col("_cat_power"), day_limit).alias("max_power_w"),
+            pl.when(pl.col("_cat_power").is_not_null())
+            .then(pl.lit("catalog"))
+            .when(day_limit.is_not_null())
+            .then(pl.lit("power_limit"))
+            .alias("max_power_basis"),
+        )
+        .with_columns((pl.col("power_w") / pl.col("max_power_w")).clip(0.0, 1.0).alias("pif"))
+        .with_columns(
+            (pl.col("achievable_tflops") * pl.col("pif")).alias("realized_tflops"),
+            (pl.col("pif") * 100.0).alias("rfu_pct"),
+        )
+        .with_columns(
+            (pl.col("gpu_util_pct") - pl.col("rfu_pct")).alias("efficiency_gap_pct"),
+            phase_expr(pl.col("gpu_util_pct"), t).alias("phase"),
+            efficiency_class_expr(pl.col("gpu_util_pct"), pl.col("pif"), t).alias(
+                "efficiency_class"
+            ),
+            pl.concat_str(
+                pl.when(pl.col("gpu_model").is_null()).then(pl.lit("no model name")),
+                pl.when(
+                    pl.col("gpu_model").is_not_null() & pl.col("achievable_tflops").is_null()
+                ).then(
+                    pl.format("model '{}' not in GPU catalog: TFLOPS unknown", pl.col("gpu_model"))
+                ),
+                pl.when(pl.col("max_power_w").is_null()).then(
+                    pl.lit("no max power (catalog or power limit)")
+                ),
+                pl.when(pl.col("power_w").is_null()).then(pl.lit("no power reading")),
+                pl.when(pl.col("gpu_util_pct").is_null()).then(pl.lit("no utilization reading")),
+                pl.when(pl.col("price_usd_per_hour").is_null()).then(pl.lit("no price for model")),
+                separator="; ",
+                ignore_nulls=True,
+            ).alias("note"),
+        )
+        .with_columns(
+            pl.when(pl.col("note") == "").then(None).otherwise(pl.col("note")).alias("note")
+        )
+    )
+    return conform_lazy(m, GPU_MINUTES_SCHEMA).sort(
+        "minute", "gpu_uuid", "gpu_instance_id", nulls_last=False
+    )
+
+
+def gpu_daily(minutes: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
+    """Per GPU-day minute counts by phase and class, and whether the day was bottlenecked."""
+    active = pl.col("gpu_util_pct") >= t.idle_below
+    d = (
+        minutes.sort("minute")
+        .group_by("date", *GPU_KEY)
+        .agg(
+            *[
+                pl.col(c).drop_nulls().last()
+                for c in ("hostname", "cluster", "namespace", "gpu_model")
+            ],
+            pl.len().alias("minutes"),
+            active.sum().alias("active_minutes"),
+            (pl.col("efficiency_class") == "bottlenecked").sum().alias("bottlenecked_minutes"),
+            *[(pl.col("phase") == p).sum().alias(f"{p}_minutes") for p in PHASES],
+            *[
+                (pl.col("efficiency_class") == c).sum().alias(f"class_{c}_minutes")
+                for c in EFFICIENCY_CLASSES
+            ],
+            pl.col("gpu_util_pct").mean().alias("avg_gpu_util_pct"),
+            pl.col("pif").mean().alias("avg_pif"),
+            pl.col("rfu_pct").mean().alias("avg_rfu_pct"),
+        )
+        .with_columns(
+            (
+                (pl.col("active_minutes") >= t.day_min_active_minutes)
+                & (
+                    pl.col("bottlenecked_minutes")
+                    >= t.day_min_bottleneck_share * pl.col("active_minutes")
+                )
+            ).alias("bottlenecked_day")
+        )
+    )
+    return conform_lazy(d, GPU_DAILY_SCHEMA).sort("gpu_uuid", "gpu_instance_id", nulls_last=False)

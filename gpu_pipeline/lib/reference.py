@@ -1,0 +1,82 @@
+"""GPU catalog and price book: CSV files shipped in `gpu_pipeline/reference/`, loaded here only.
+
+Model names in the data (`modelName`, nvidia-smi `name`) are matched through `model_key`, which
+ignores vendor prefixes, case and `-`/`_`/space differences ("NVIDIA A100-SXM4-40GB" ==
+"A100-SXM4-40GB" == "a100 sxm4 40gb").
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import polars as pl
+
+REFERENCE_DIR = Path(__file__).resolve().parents[1] / "reference"
+DEFAULT_CATALOG = REFERENCE_DIR / "gpu_catalog.csv"
+DEFAULT_PRICES = REFERENCE_DIR / "prices.csv"
+
+CATALOG_SCHEMA = {
+    "gpu_model": pl.String,
+    "max_power_w": pl.Float64,
+    "idle_power_w": pl.Float64,
+    "theoretical_fp16_tflops": pl.Float64,
+    "achievable_fp16_tflops": pl.Float64,
+    "source": pl.String,
+}
+PRICES_SCHEMA = {
+    "gpu_model": pl.String,
+    "on_demand_usd_per_hour": pl.Float64,
+    "spot_usd_per_hour": pl.Float64,
+}
+
+
+class ReferenceError(ValueError):
+    """A catalog or price file that cannot be used as it is."""
+
+
+def model_key(expr: pl.Expr) -> pl.Expr:
+    """Normalized model name used to join data to the catalog and price book."""
+    return (
+        expr.str.to_uppercase()
+        .str.replace_all(r"[-_\s]+", " ")
+        .str.strip_chars()
+        .str.replace(r"^(NVIDIA |TESLA |GEFORCE |QUADRO )+", "")
+    )
+
+
+def _read(path: Path, schema: dict[str, pl.DataType], what: str) -> pl.DataFrame:
+    if not Path(path).is_file():
+        raise ReferenceError(f"{what} file not found: {path}")
+    df = pl.read_csv(path, schema_overrides=schema, comment_prefix="#")
+    missing = [c for c in schema if c not in df.columns and c != "source"]
+    if missing:
+        raise ReferenceError(f"{what} {path} lacks column(s) {missing}; expected {list(schema)}")
+    df = df.with_columns(pl.col("gpu_model").str.strip_chars())
+    dup = df.group_by(model_key(pl.col("gpu_model")).alias("k")).len().filter(pl.col("len") > 1)
+    if dup.height:
+        raise ReferenceError(f"{what} {path} lists a model twice: {dup['k'].to_list()}")
+    return df.with_columns(model_key(pl.col("gpu_model")).alias("model_key"))
+
+
+def load_catalog(extra: str | os.PathLike | None = None) -> pl.DataFrame:
+    """The shipped catalog, extended (and overridden per model) by `extra` or GPU_PIPELINE_CATALOG."""
+    base = _read(DEFAULT_CATALOG, CATALOG_SCHEMA, "GPU catalog")
+    extra = extra or os.environ.get("GPU_PIPELINE_CATALOG")
+    if extra:
+        more = _read(Path(extra), CATALOG_SCHEMA, "GPU catalog")
+        if "source" not in more.columns:
+            more = more.with_columns(pl.lit(str(extra)).alias("source"))
+        base = pl.concat(
+            [
+                base.join(more.select("model_key"), on="model_key", how="anti"),
+                more.select(base.columns),
+            ]
+        )
+    return base.sort("gpu_model")
+
+
+def load_prices(path: str | os.PathLike | None = None) -> pl.DataFrame:
+    """The price book: `path`, else GPU_PIPELINE_PRICES, else the shipped defaults."""
+    path = path or os.environ.get("GPU_PIPELINE_PRICES") or DEFAULT_PRICES
+    return _read(Path(path), PRICES_SCHEMA, "price book").sort("gpu_model")

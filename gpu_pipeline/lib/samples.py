@@ -1,0 +1,74 @@
+"""The long sample form every parser produces, and the normalization of identity attributes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from gpu_pipeline.lib.fields import ID_COLUMNS
+
+# identity/attribution columns a parser attaches to each sample (all but timestamp)
+ATTR_COLUMNS: tuple[str, ...] = tuple(c for c in ID_COLUMNS if c != "timestamp")
+INT_ATTRS = ("gpu_instance_id", "gpu_index")
+
+LONG_SCHEMA: dict[str, pl.DataType] = {
+    "line": pl.Int64,
+    "timestamp": pl.Datetime("ms", "UTC"),
+    "column": pl.String,
+    "value": pl.Float64,
+    **{c: (pl.Int32 if c in INT_ATTRS else pl.String) for c in ATTR_COLUMNS},
+}
+QUARANTINE_LINE_SCHEMA: dict[str, pl.DataType] = {
+    "line": pl.Int64,
+    "timestamp": pl.Datetime("ms", "UTC"),
+    "reason": pl.String,
+    "raw": pl.String,
+}
+
+
+@dataclass
+class ParsedLines:
+    """What one parser made of one file: accepted long samples and rejected lines."""
+
+    samples: pl.DataFrame  # LONG_SCHEMA
+    quarantine: pl.DataFrame  # QUARANTINE_LINE_SCHEMA
+    lines_total: int
+    lines_skipped: int  # comments, HELP/TYPE, blank lines: read, not records
+
+
+def normalize_uuid(expr: pl.Expr) -> pl.Expr:
+    """`GPU-` prefix followed by the lower-cased UUID, whatever form the source used."""
+    core = expr.str.strip_chars().str.to_lowercase().str.replace(r"^gpu-", "")
+    return (
+        pl.when(core.is_null() | (core == ""))
+        .then(None)
+        .otherwise(pl.concat_str(pl.lit("GPU-"), core))
+    )
+
+
+def normalize_attributes(df: pl.DataFrame) -> pl.DataFrame:
+    """Cast and normalize attribute columns (UUID form, integer ids, trimmed names)."""
+    exprs = []
+    for c in ATTR_COLUMNS:
+        col = pl.col(c).str.strip_chars()
+        if c == "gpu_uuid":
+            exprs.append(normalize_uuid(pl.col(c)).alias(c))
+        elif c in INT_ATTRS:
+            exprs.append(col.cast(pl.Int32, strict=False).alias(c))
+        else:
+            exprs.append(pl.when(col == "").then(None).otherwise(col).alias(c))
+    return df.with_columns(exprs)
+
+
+def conform(df: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """Select `schema`'s columns in order and types, adding missing ones as nulls."""
+    return conform_lazy(df.lazy(), schema).collect()
+
+
+def conform_lazy(lf: pl.LazyFrame, schema: dict[str, pl.DataType]) -> pl.LazyFrame:
+    """Lazy `conform`: `schema`'s columns in order and types; missing ones as nulls."""
+    have = lf.collect_schema().names()
+    return lf.select(
+        [(pl.col(c) if c in have else pl.lit(None)).cast(t).alias(c) for c, t in schema.items()]
+    )

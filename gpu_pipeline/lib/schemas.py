@@ -1,0 +1,262 @@
+"""Column contracts of every table (SPEC.md names), and the pandera models that enforce them.
+
+The dicts are the single source for writers (`conform`), the Dagster column schema and DuckDB;
+the pandera models add value checks and grain uniqueness on collected frames.
+"""
+
+from __future__ import annotations
+
+import pandera.polars as pa
+import polars as pl
+
+from gpu_pipeline.lib.fields import FIELD_COLUMNS, FIELDS
+from gpu_pipeline.lib.rules import EFFICIENCY_CLASSES, PHASES
+
+TS = pl.Datetime("ms", "UTC")
+
+GPU_SAMPLES_SCHEMA: dict[str, pl.DataType] = {
+    "date": pl.Date,
+    "timestamp": TS,
+    "gpu_uuid": pl.String,
+    "gpu_instance_id": pl.Int32,
+    "gpu_instance_profile": pl.String,
+    "gpu_index": pl.Int32,
+    "hostname": pl.String,
+    "cluster": pl.String,
+    "namespace": pl.String,
+    "pod": pl.String,
+    "container": pl.String,
+    "gpu_model": pl.String,
+    "driver_version": pl.String,
+    **{c: pl.Float64 for c in FIELD_COLUMNS},
+    "source_file": pl.String,
+}
+
+QUARANTINE_SCHEMA: dict[str, pl.DataType] = {
+    "date": pl.Date,
+    "source_file": pl.String,
+    "line": pl.Int64,
+    "timestamp": TS,
+    "reason": pl.String,
+    "raw": pl.String,
+}
+
+INGEST_LOG_SCHEMA: dict[str, pl.DataType] = {
+    "date": pl.Date,
+    "source_file": pl.String,
+    "format": pl.String,
+    "sha256": pl.String,
+    "rows_read": pl.Int64,
+    "rows_accepted": pl.Int64,
+    "rows_quarantined": pl.Int64,
+    "rows_duplicate": pl.Int64,
+    "lines_skipped": pl.Int64,
+    "file_lines": pl.Int64,
+    "file_bytes": pl.Int64,
+    "first_sample": TS,
+    "last_sample": TS,
+}
+
+GPU_MINUTES_SCHEMA: dict[str, pl.DataType] = {
+    "date": pl.Date,
+    "minute": TS,
+    "gpu_uuid": pl.String,
+    "gpu_instance_id": pl.Int32,
+    "hostname": pl.String,
+    "cluster": pl.String,
+    "namespace": pl.String,
+    "pod": pl.String,
+    "gpu_model": pl.String,
+    "samples": pl.UInt32,
+    "gpu_util_pct": pl.Float64,
+    "power_w": pl.Float64,
+    "max_power_w": pl.Float64,
+    "max_power_basis": pl.String,
+    "pif": pl.Float64,
+    "achievable_tflops": pl.Float64,
+    "realized_tflops": pl.Float64,
+    "rfu_pct": pl.Float64,
+    "efficiency_gap_pct": pl.Float64,
+    "phase": pl.String,
+    "efficiency_class": pl.String,
+    "price_usd_per_hour": pl.Float64,
+    "gpu_temp_c": pl.Float64,
+    "fb_used_mib": pl.Float64,
+    "prof_sm_active": pl.Float64,
+    "prof_sm_occupancy": pl.Float64,
+    "prof_pipe_tensor_active": pl.Float64,
+    "prof_dram_active": pl.Float64,
+    "pcie_rx_bytes_per_s": pl.Float64,
+    "nvlink_rx_bytes_per_s": pl.Float64,
+    "note": pl.String,
+}
+
+GPU_DAILY_SCHEMA: dict[str, pl.DataType] = {
+    "date": pl.Date,
+    "gpu_uuid": pl.String,
+    "gpu_instance_id": pl.Int32,
+    "hostname": pl.String,
+    "cluster": pl.String,
+    "namespace": pl.String,
+    "gpu_model": pl.String,
+    "minutes": pl.UInt32,
+    "active_minutes": pl.UInt32,
+    "bottlenecked_minutes": pl.UInt32,
+    **{f"{p}_minutes": pl.UInt32 for p in PHASES},
+    **{f"class_{c}_minutes": pl.UInt32 for c in EFFICIENCY_CLASSES},
+    "avg_gpu_util_pct": pl.Float64,
+    "avg_pif": pl.Float64,
+    "avg_rfu_pct": pl.Float64,
+    "bottlenecked_day": pl.Boolean,
+}
+
+HOURLY_FLEET_METRICS_SCHEMA: dict[str, pl.DataType] = {
+    "date": pl.Date,
+    "hour": TS,
+    "cluster": pl.String,
+    "gpu_model": pl.String,
+    "gpus": pl.UInt32,
+    "gpu_minutes": pl.UInt32,
+    "avg_gpu_util_pct": pl.Float64,
+    "avg_pif": pl.Float64,
+    "avg_rfu_pct": pl.Float64,
+    "avg_efficiency_gap_pct": pl.Float64,
+    "avg_realized_tflops": pl.Float64,
+    "pct_idle": pl.Float64,
+    "pct_underutilized": pl.Float64,
+    "pct_productive": pl.Float64,
+    "pct_compute_bound": pl.Float64,
+}
+
+PERSISTENT_BOTTLENECKS_SCHEMA: dict[str, pl.DataType] = {
+    "date": pl.Date,
+    "gpu_uuid": pl.String,
+    "gpu_instance_id": pl.Int32,
+    "hostname": pl.String,
+    "cluster": pl.String,
+    "namespace": pl.String,
+    "gpu_model": pl.String,
+    "window_days": pl.UInt32,
+    "days_bottlenecked": pl.UInt32,
+    "active_minutes": pl.UInt32,
+    "bottlenecked_minutes": pl.UInt32,
+    "bottleneck_share": pl.Float64,
+}
+
+PRICED_WASTE_SCHEMA: dict[str, pl.DataType] = {
+    "date": pl.Date,
+    "cluster": pl.String,
+    "namespace": pl.String,
+    "gpu_model": pl.String,
+    "gpus": pl.UInt32,
+    "gpu_hours": pl.Float64,
+    "price_usd_per_hour": pl.Float64,
+    "cost_usd": pl.Float64,
+    "productive_usd": pl.Float64,
+    "idle_waste_usd": pl.Float64,
+    "stall_waste_usd": pl.Float64,
+    "headroom_waste_usd": pl.Float64,
+    "unmeasured_usd": pl.Float64,
+    "total_waste_usd": pl.Float64,
+    "waste_frac": pl.Float64,
+    "hourly_waste_usd": pl.Float64,
+    "monthly_waste_usd": pl.Float64,
+    "yearly_waste_usd": pl.Float64,
+}
+
+TABLES: dict[str, dict[str, pl.DataType]] = {
+    "gpu_samples": GPU_SAMPLES_SCHEMA,
+    "quarantine": QUARANTINE_SCHEMA,
+    "ingest_log": INGEST_LOG_SCHEMA,
+    "gpu_minutes": GPU_MINUTES_SCHEMA,
+    "gpu_daily": GPU_DAILY_SCHEMA,
+    "hourly_fleet_metrics": HOURLY_FLEET_METRICS_SCHEMA,
+    "persistent_bottlenecks": PERSISTENT_BOTTLENECKS_SCHEMA,
+    "priced_waste": PRICED_WASTE_SCHEMA,
+}
+
+
+def _model(
+    schema: dict[str, pl.DataType],
+    checks: dict[str, list[pa.Check]],
+    required: set[str],
+    unique: list[str] | None,
+) -> pa.DataFrameSchema:
+    cols = {
+        c: pa.Column(t, checks=checks.get(c, []), nullable=c not in required, coerce=False)
+        for c, t in schema.items()
+    }
+    return pa.DataFrameSchema(cols, strict=True, ordered=True, unique=unique)
+
+
+def _range(lo: float | None, hi: float | None) -> list[pa.Check]:
+    if lo is not None and hi is not None:
+        return [pa.Check.in_range(lo, hi)]
+    if lo is not None:
+        return [pa.Check.ge(lo)]
+    return [pa.Check.le(hi)] if hi is not None else []
+
+
+GPU_SAMPLES_MODEL = _model(
+    GPU_SAMPLES_SCHEMA,
+    {
+        "gpu_uuid": [pa.Check.str_matches(r"^GPU-[0-9a-z\-]+$")],
+        **{f.column: _range(f.lo, f.hi) for f in FIELDS},
+    },
+    required={"date", "timestamp", "gpu_uuid", "cluster", "source_file"},
+    unique=["gpu_uuid", "gpu_instance_id", "timestamp"],
+)
+QUARANTINE_MODEL = _model(QUARANTINE_SCHEMA, {}, {"date", "source_file", "reason"}, None)
+INGEST_LOG_MODEL = _model(
+    INGEST_LOG_SCHEMA,
+    {
+        c: [pa.Check.ge(0)]
+        for c in ("rows_read", "rows_accepted", "rows_quarantined", "rows_duplicate")
+    },
+    {"date", "source_file", "format", "sha256", "rows_read"},
+    ["source_file"],
+)
+GPU_MINUTES_MODEL = _model(
+    GPU_MINUTES_SCHEMA,
+    {
+        "pif": [pa.Check.in_range(0, 1)],
+        "rfu_pct": [pa.Check.in_range(0, 100)],
+        "gpu_util_pct": [pa.Check.in_range(0, 100)],
+        "phase": [pa.Check.isin(PHASES)],
+        "efficiency_class": [pa.Check.isin(EFFICIENCY_CLASSES)],
+    },
+    {"date", "minute", "gpu_uuid", "cluster"},
+    ["gpu_uuid", "gpu_instance_id", "minute"],
+)
+
+MODELS: dict[str, pa.DataFrameSchema] = {
+    "gpu_samples": GPU_SAMPLES_MODEL,
+    "quarantine": QUARANTINE_MODEL,
+    "ingest_log": INGEST_LOG_MODEL,
+    "gpu_minutes": GPU_MINUTES_MODEL,
+}
+
+
+class ContractError(ValueError):
+    """A frame that breaks its table's contract; carries pandera's failure cases."""
+
+    def __init__(self, table: str, failure_cases: pl.DataFrame):
+        self.table = table
+        self.failure_cases = failure_cases
+        super().__init__(
+            f"{table}: {failure_cases.height} contract failure(s):\n{failure_cases.head(10)}"
+        )
+
+
+def validate(table: str, df: pl.DataFrame) -> pl.DataFrame:
+    """Validate a collected frame against its pandera model; raise ContractError with all failures."""
+    model = MODELS.get(table)
+    if model is None:
+        return df
+    try:
+        return model.validate(df, lazy=True)
+    except pa.errors.SchemaErrors as e:
+        fc = e.failure_cases
+        raise ContractError(
+            table, fc if isinstance(fc, pl.DataFrame) else pl.DataFrame(fc)
+        ) from None

@@ -1,0 +1,101 @@
+"""The fleet summary `make demo` prints: read from the marts, for a range of days."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+
+import polars as pl
+
+from gpu_pipeline.lib.lake import Lake
+from gpu_pipeline.lib.rules import PHASES
+
+
+def _days(start: date, end: date) -> list[date]:
+    return [start + timedelta(days=i) for i in range((end - start).days + 1)]
+
+
+def fleet_summary(lake: Lake, start: date, end: date) -> dict:
+    days = _days(start, end)
+    m = lake.scan_days("gpu_minutes", days)
+    head = (
+        m.select(
+            pl.col("gpu_uuid").n_unique().alias("gpus"),
+            (pl.len() / 60.0).alias("gpu_hours"),
+            pl.col("gpu_util_pct").mean().alias("util"),
+            pl.col("rfu_pct").mean().alias("rfu"),
+            pl.col("efficiency_gap_pct").mean().alias("gap"),
+            *[
+                (100.0 * (pl.col("phase") == p).sum() / pl.col("phase").count()).alias(p)
+                for p in PHASES
+            ],
+            (
+                100.0
+                * (pl.col("efficiency_class") == "bottlenecked").sum()
+                / (pl.col("gpu_util_pct") >= 10).sum()
+            ).alias("bottlenecked_active_pct"),
+        )
+        .collect()
+        .row(0, named=True)
+    )
+    waste = (
+        lake.scan_days("priced_waste", days)
+        .group_by("namespace", "gpu_model")
+        .agg(pl.col("gpu_hours", "cost_usd", "total_waste_usd").sum())
+        .with_columns(
+            (pl.col("total_waste_usd") / pl.col("gpu_hours") * 720).alias("monthly_waste_per_gpu")
+        )
+        .sort("total_waste_usd", descending=True, nulls_last=True)
+        .head(5)
+        .collect()
+    )
+    totals = (
+        lake.scan_days("priced_waste", days)
+        .select(pl.col("cost_usd", "total_waste_usd").sum())
+        .collect()
+    )
+    persistent = (
+        lake.scan_days("persistent_bottlenecks", days)
+        .group_by("gpu_uuid", "hostname", "namespace", "gpu_model")
+        .agg(pl.len().alias("days_flagged"), pl.col("bottleneck_share").mean())
+        .sort("days_flagged", "bottleneck_share", descending=True)
+        .collect()
+    )
+    return {
+        "head": head,
+        "waste": waste,
+        "totals": totals.row(0, named=True),
+        "persistent": persistent,
+    }
+
+
+def format_summary(s: dict, start: date, end: date) -> str:
+    h = s["head"]
+    if not h["gpus"]:
+        return f"No GPU-minutes in the lake for {start}..{end}."
+    out = [
+        f"Fleet summary {start} .. {end}",
+        f"  GPUs: {h['gpus']}    GPU-hours: {h['gpu_hours']:,.1f}",
+        f"  avg utilization {h['util']:.1f} %  vs  avg RFU {h['rfu']:.1f} %  ->  gap {h['gap']:.1f} points",
+        "  phase shares: " + ", ".join(f"{p} {h[p]:.1f} %" for p in PHASES),
+        f"  bottlenecked share of active minutes: {h['bottlenecked_active_pct']:.1f} %",
+        f"  cost ${s['totals']['cost_usd'] or 0:,.2f}, of which waste ${s['totals']['total_waste_usd'] or 0:,.2f}",
+        "",
+        "  Most wasteful namespace / model (USD over the period):",
+    ]
+    for r in s["waste"].iter_rows(named=True):
+        out.append(
+            f"    {str(r['namespace']):<16} {str(r['gpu_model']):<24} waste ${r['total_waste_usd'] or 0:>10,.2f}"
+            f" of ${r['cost_usd'] or 0:>10,.2f}   (${r['monthly_waste_per_gpu'] or 0:,.0f}/GPU-month)"
+        )
+    p = s["persistent"]
+    out += ["", f"  Persistent bottlenecks: {p.height} GPU(s)"]
+    for r in p.head(10).iter_rows(named=True):
+        out.append(
+            f"    {r['gpu_uuid']}  {r['hostname']:<24} {str(r['namespace']):<16} flagged {r['days_flagged']} day(s),"
+            f" {100 * r['bottleneck_share']:.0f} % of active minutes bottlenecked"
+        )
+    if p.height > 10:
+        out.append(
+            f"    … and {p.height - 10} more (gpu-pipeline sql -f sql/queries/persistent_offenders.sql)"
+        )
+    return "\n".join(out)

@@ -1,0 +1,37 @@
+"""Where things live: defaults from SPEC.md, overridable by environment variables."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DEFAULT_START_DATE = "2024-01-01"
+
+
+def raw_root() -> str:
+    return os.environ.get("GPU_PIPELINE_RAW", "data/raw")
+
+
+def lake_root() -> str:
+    return os.environ.get("GPU_PIPELINE_LAKE", "data/lake")
+
+
+def prices_path() -> str:
+    return os.environ.get("GPU_PIPELINE_PRICES", "")
+
+
+def catalog_path() -> str:
+    return os.environ.get("GPU_PIPELINE_CATALOG", "")
+
+
+def start_date() -> str:
+    return os.environ.get("GPU_PIPELINE_START_DATE", DEFAULT_START_DATE)
+
+
+def warehouse_path(lake: str | None = None) -> Path:
+    """The views-only DuckDB file sits beside the lake: data/lake -> data/warehouse.duckdb."""
+    return Path(lake or lake_root()).resolve().parent / "warehouse.duckdb"
+
+
+def dagster_home() -> Path:
+    return Path(os.environ.get("DAGSTER_HOME") or "data/dagster_home").resolve()
