@@ -1,5 +1,7 @@
 """Marts: hourly fleet metrics, persistent bottlenecks, priced waste."""
 
+import warnings
+
 import dagster as dg
 
 from gpu_pipeline.defs.metadata import spec_metadata, table_metadata
@@ -8,12 +10,15 @@ from gpu_pipeline.defs.resources import LakeResource
 from gpu_pipeline.lib import marts
 from gpu_pipeline.lib.rules import DEFAULT
 
-# D's persistence reads the GPU-days D-6..D; days before the first partition simply don't exist
-SEVEN_DAY_WINDOW = dg.TimeWindowPartitionMapping(
-    start_offset=-(DEFAULT.window_days - 1),
-    end_offset=0,
-    allow_nonexistent_upstream_partitions=True,
-)
+# D's persistence reads the GPU-days D-6..D; days before the first partition simply don't exist.
+# (allow_nonexistent_upstream_partitions is marked beta in Dagster 1.13; it is what first days need.)
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", dg.BetaWarning)
+    SEVEN_DAY_WINDOW = dg.TimeWindowPartitionMapping(
+        start_offset=-(DEFAULT.window_days - 1),
+        end_offset=0,
+        allow_nonexistent_upstream_partitions=True,
+    )
 
 
 def _day(context: dg.AssetExecutionContext):

@@ -138,7 +138,9 @@ def parse_exposition(text: str, file_time: datetime | None = None) -> ParsedLine
         | (rng_hi.is_not_null() & (pl.col("value") > rng_hi))
     )
     reason = (
-        pl.when(pl.col("metric").is_null())
+        pl.when(
+            pl.col("metric").is_null() | (pl.col("value_s").is_null() & pl.col("labels").is_null())
+        )
         .then(pl.lit("malformed exposition line: expected `name{labels} value [timestamp]`"))
         .when(pl.col("value_s").is_null())
         .then(pl.format("value is not a number: '{}'", pl.col("rest").str.slice(0, 80)))

@@ -27,25 +27,29 @@ class Field:
     scale: float = 1.0  # multiply the raw value by this to reach `unit`
 
 
-def _dcgm(*suffixes: str) -> tuple[str, ...]:
+def _dcgm(*suffixes: str, old: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """DCGM_FI_<suffix> names, plus dcgm-exporter 1.x `dcgm_*` names (derived, and `old` extras)."""
     out: list[str] = []
     for s in suffixes:
         out += [f"dcgm_fi_{s}", f"dcgm_{s.removeprefix('dev_').removeprefix('prof_')}"]
+    out += [f"dcgm_{o}" for o in old]
     return tuple(dict.fromkeys(n.lower() for n in out))
 
 
 FIELDS: tuple[Field, ...] = (
-    Field("gpu_util_pct", _dcgm("dev_gpu_util"), "%", 0, 100),
-    Field("mem_copy_util_pct", _dcgm("dev_mem_copy_util"), "%", 0, 100),
-    Field("enc_util_pct", _dcgm("dev_enc_util"), "%", 0, 100),
-    Field("dec_util_pct", _dcgm("dev_dec_util"), "%", 0, 100),
+    Field("gpu_util_pct", _dcgm("dev_gpu_util", old=("gpu_utilization",)), "%", 0, 100),
+    Field(
+        "mem_copy_util_pct", _dcgm("dev_mem_copy_util", old=("mem_copy_utilization",)), "%", 0, 100
+    ),
+    Field("enc_util_pct", _dcgm("dev_enc_util", old=("enc_utilization",)), "%", 0, 100),
+    Field("dec_util_pct", _dcgm("dev_dec_util", old=("dec_utilization",)), "%", 0, 100),
     Field("power_w", _dcgm("dev_power_usage"), "W", 0, 5000),
     Field("power_limit_w", _dcgm("dev_power_mgmt_limit", "dev_enforced_power_limit"), "W", 0, 5000),
     Field("energy_mj", _dcgm("dev_total_energy_consumption"), "mJ", 0, None),
     Field("gpu_temp_c", _dcgm("dev_gpu_temp"), "C", -50, 150),
     Field("mem_temp_c", _dcgm("dev_memory_temp"), "C", -50, 150),
     Field("sm_clock_mhz", _dcgm("dev_sm_clock"), "MHz", 0, 10000),
-    Field("mem_clock_mhz", _dcgm("dev_mem_clock"), "MHz", 0, 50000),
+    Field("mem_clock_mhz", _dcgm("dev_mem_clock", old=("memory_clock",)), "MHz", 0, 50000),
     Field("fb_used_mib", _dcgm("dev_fb_used"), "MiB", 0, None),
     Field("fb_free_mib", _dcgm("dev_fb_free"), "MiB", 0, None),
     Field("fb_reserved_mib", _dcgm("dev_fb_reserved"), "MiB", 0, None),

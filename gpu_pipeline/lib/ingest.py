@@ -37,6 +37,16 @@ from gpu_pipeline.lib.schemas import GPU_SAMPLES_SCHEMA, INGEST_LOG_SCHEMA, QUAR
 PARSER_VERSION = "p1"
 DEFAULT_CLUSTER = "default"
 KEY = ("gpu_uuid", "gpu_instance_id", "timestamp")
+META_SCHEMA = {
+    "source_file": pl.String,
+    "file_order": pl.Int32,
+    "format": pl.String,
+    "sha256": pl.String,
+    "file_bytes": pl.Int64,
+    "file_lines": pl.Int64,
+    "lines_skipped": pl.Int64,
+    "home": pl.Boolean,
+}
 
 
 @dataclass(frozen=True)
@@ -273,9 +283,7 @@ def assemble_day(files: list[ParsedFile], day: date) -> DayIngest:
     long = (
         pl.concat(longs).collect()
         if longs
-        else conform(
-            pl.DataFrame(), {**LONG_SCHEMA, "source_file": pl.String, "file_order": pl.Int32}
-        )
+        else pl.DataFrame(schema={**LONG_SCHEMA, "source_file": pl.String, "file_order": pl.Int32})
     )
     long = long.sort("file_order", "line").with_columns(
         (
@@ -285,7 +293,7 @@ def assemble_day(files: list[ParsedFile], day: date) -> DayIngest:
     quarantine = (
         pl.concat(quars).collect().sort("source_file", "line", nulls_last=False)
         if quars
-        else conform(pl.DataFrame(), {**QUARANTINE_LINE_SCHEMA, "source_file": pl.String})
+        else pl.DataFrame(schema={**QUARANTINE_LINE_SCHEMA, "source_file": pl.String})
     )
 
     accepted = long.filter(~pl.col("dup"))
@@ -315,7 +323,7 @@ def assemble_day(files: list[ParsedFile], day: date) -> DayIngest:
     )
     qcounts = quarantine.group_by("source_file").agg(pl.len().alias("rows_quarantined"))
     log = (
-        pl.DataFrame(metas, schema_overrides={"file_order": pl.Int32})
+        pl.DataFrame(metas, schema=META_SCHEMA)
         .join(counts, on="source_file", how="left")
         .join(qcounts, on="source_file", how="left")
         .with_columns(

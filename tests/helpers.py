@@ -1,0 +1,65 @@
+"""Test helpers: write planted dcgm-exporter exposition and build tiny frames by hand."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+import polars as pl
+
+from gpu_pipeline.lib.samples import conform
+from gpu_pipeline.lib.schemas import GPU_MINUTES_SCHEMA
+
+MODELS = {"A100": "NVIDIA A100-SXM4-40GB", "H100": "NVIDIA H100 80GB HBM3", "A10G": "NVIDIA A10G"}
+
+
+def ms(day: date, minute: int, second: int = 5) -> int:
+    t = datetime(day.year, day.month, day.day, tzinfo=UTC) + timedelta(
+        minutes=minute, seconds=second
+    )
+    return int(t.timestamp() * 1000)
+
+
+def expo_lines(
+    uuid: str,
+    model: str,
+    host: str,
+    namespace: str | None,
+    day: date,
+    minutes: range | list[int],
+    util: float,
+    power: float,
+    gpu: int = 0,
+) -> list[str]:
+    """One GPU_UTIL and one POWER_USAGE sample per minute (dcgm-exporter label set)."""
+    pod = f',namespace="{namespace}",pod="{namespace}-pod-{gpu}"' if namespace else ""
+    labels = f'{{gpu="{gpu}",UUID="{uuid}",device="nvidia{gpu}",modelName="{model}",Hostname="{host}"{pod}}}'
+    out = []
+    for m in minutes:
+        t = ms(day, m)
+        out.append(f"DCGM_FI_DEV_GPU_UTIL{labels} {util:g} {t}")
+        out.append(f"DCGM_FI_DEV_POWER_USAGE{labels} {power:.3f} {t}")
+    return out
+
+
+def write_file(path: Path, lines: list[str], header: bool = True) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    head = [
+        "# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).",
+        "# TYPE DCGM_FI_DEV_GPU_UTIL gauge",
+    ]
+    path.write_text("\n".join((head if header else []) + lines) + "\n")
+    return path
+
+
+def minutes_frame(rows: list[dict]) -> pl.DataFrame:
+    """A gpu_minutes frame from partial rows (missing columns null, defaults for keys)."""
+    base = {
+        "date": date(2024, 1, 1),
+        "minute": datetime(2024, 1, 1, tzinfo=UTC),
+        "gpu_uuid": "GPU-a",
+        "cluster": "c1",
+        "namespace": "ns",
+        "gpu_model": "A100-SXM4-40GB",
+    }
+    return conform(pl.DataFrame([{**base, **r} for r in rows]), GPU_MINUTES_SCHEMA)

@@ -1,0 +1,153 @@
+"""The exposition parser on hand-written snippets: every quirk, every reason."""
+
+from datetime import UTC, datetime
+
+import polars as pl
+import pytest
+
+from gpu_pipeline.lib.exposition import parse_exposition
+
+U = 'UUID="GPU-ABCDEF01-0000-1111-2222-333344445555"'
+L = f'{{gpu="0",{U},modelName="NVIDIA A100-SXM4-40GB",Hostname="node-1"}}'
+FILE_TIME = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def values(p, column):
+    return p.samples.filter(pl.col("column") == column)["value"].to_list()
+
+
+def test_help_type_present_and_absent_give_same_samples():
+    body = [
+        f"DCGM_FI_DEV_GPU_UTIL{L} 87 1709294400000",
+        f"DCGM_FI_DEV_POWER_USAGE{L} 250.5 1709294400000",
+    ]
+    with_meta = (
+        "\n".join(
+            [
+                "# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).",
+                "# TYPE DCGM_FI_DEV_GPU_UTIL gauge",
+                "",
+                *body,
+            ]
+        )
+        + "\n"
+    )
+    bare = "\n".join(body) + "\n"
+    a, b = parse_exposition(with_meta), parse_exposition(bare)
+    assert a.samples.drop("line").equals(b.samples.drop("line"))
+    assert a.lines_total == 5 and a.lines_skipped == 3 and b.lines_skipped == 0
+    r = a.samples.sort("column").row(0, named=True)
+    assert r["column"] == "gpu_util_pct" and r["value"] == 87.0
+    assert r["gpu_uuid"] == "GPU-abcdef01-0000-1111-2222-333344445555"
+    assert (
+        r["gpu_model"] == "NVIDIA A100-SXM4-40GB"
+        and r["hostname"] == "node-1"
+        and r["gpu_index"] == 0
+    )
+    assert r["timestamp"] == datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def test_escaped_quotes_braces_and_commas_in_label_values():
+    line = (
+        'DCGM_FI_DEV_GPU_UTIL{gpu="1",UUID="gpu-xyz",pod="we\\"ird}, pod",namespace="a\\\\b",'
+        'hostname="h"} 42 1709294400000'
+    )
+    p = parse_exposition(line)
+    r = p.samples.row(0, named=True)
+    assert p.quarantine.height == 0
+    assert r["pod"] == 'we"ird}, pod' and r["namespace"] == "a\\b" and r["hostname"] == "h"
+    assert r["gpu_uuid"] == "GPU-xyz"
+
+
+def test_without_timestamp_uses_file_time_else_quarantines():
+    text = f"DCGM_FI_DEV_GPU_UTIL{L} 10\n"
+    assert parse_exposition(text, file_time=FILE_TIME).samples["timestamp"].to_list() == [FILE_TIME]
+    q = parse_exposition(text).quarantine
+    assert q.height == 1 and q["reason"].item().startswith("no timestamp")
+
+
+def test_openmetrics_float_seconds_timestamp():
+    p = parse_exposition(f"DCGM_FI_DEV_GPU_UTIL{L} 10 1709294400.250\n")
+    assert p.samples["timestamp"].item() == datetime(2024, 3, 1, 12, 0, 0, 250000, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    "sentinel", ["2147483647", "2147483632", "140737488355328", "9223372036854775807", "NaN"]
+)
+def test_blank_sentinels_become_null(sentinel):
+    p = parse_exposition(f"DCGM_FI_DEV_POWER_USAGE{L} {sentinel} 1709294400000\n")
+    assert p.quarantine.height == 0
+    assert values(p, "power_w") == [None]
+
+
+def test_large_legitimate_counter_is_not_a_sentinel():
+    p = parse_exposition(f"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{L} 5551899580 1709294400000\n")
+    assert values(p, "energy_mj") == [5551899580.0]
+
+
+def test_garbage_and_bad_values_quarantined_with_reasons():
+    text = "\r\n".join(
+        [
+            f"DCGM_FI_DEV_GPU_UTIL{L} 50 1709294400000",
+            "this is not exposition",
+            f"DCGM_FI_DEV_VGPU_PER_PROCESS_UTILIZATION{L} ERROR - FAILED TO CONVERT TO STRING",
+            f"DCGM_FI_DEV_GPU_UTIL{L} abc 1709294400000",
+            f"DCGM_FI_DEV_GPU_UTIL{L} 4294967295 1709294400000",
+            f"DCGM_FI_DEV_POWER_USAGE{L} -5 1709294400000",
+            f"DCGM_FI_PROF_SM_ACTIVE{L} 7.5 1709294400000",
+            f"go_gc_duration_seconds{L} 0.1 1709294400000",
+            'DCGM_FI_DEV_GPU_UTIL{gpu="0"} 50 1709294400000',
+            f"DCGM_FI_DEV_GPU_UTIL{L} 50 notatime",
+            f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",{U} 50 1709294400000',
+        ]
+    )  # CRLF endings and no final newline
+    p = parse_exposition(text)
+    assert p.lines_total == 11 and p.samples.height == 1
+    reasons = dict(
+        zip(p.quarantine["line"].to_list(), p.quarantine["reason"].to_list(), strict=True)
+    )
+    assert set(reasons) == set(range(2, 12))
+    assert reasons[2].startswith("malformed exposition line")
+    assert reasons[3] == "value is not a number: 'ERROR - FAILED TO CONVERT TO STRING'"
+    assert reasons[4] == "value is not a number: 'abc'"
+    assert reasons[5].startswith("impossible value 4294967295 for gpu_util_pct")
+    assert reasons[6].startswith("impossible value -5 for power_w")
+    assert reasons[7].startswith("impossible value 7.5 for prof_sm_active")
+    assert reasons[8].startswith("unknown metric 'go_gc_duration_seconds'")
+    assert reasons[9] == "no GPU UUID label (UUID/uuid)"
+    assert reasons[10].startswith("timestamp is not a number")
+    assert reasons[11].startswith("malformed exposition line")
+    # the raw text is kept verbatim (without the CR)
+    assert p.quarantine.filter(pl.col("line") == 2)["raw"].item() == "this is not exposition"
+
+
+def test_old_metric_names_and_lowercase_labels():
+    text = (
+        'dcgm_gpu_utilization{gpu="0",uuid="GPU-1",hostname="h",exported_namespace="team",namespace="monitoring"}'
+        " 33 1709294400000\n"
+        'dcgm_power_usage{gpu="0",uuid="GPU-1",hostname="h"} 120 1709294400000\n'
+    )
+    p = parse_exposition(text)
+    assert p.quarantine.height == 0
+    assert values(p, "gpu_util_pct") == [33.0]
+    assert p.samples["namespace"].to_list() == ["team", None]
+    assert values(p, "power_w") == [120.0]
+
+
+def test_exported_namespace_wins_over_scrape_namespace():
+    text = (
+        'DCGM_FI_DEV_GPU_UTIL{UUID="GPU-1",namespace="gpu-operator",exported_namespace="team-a",'
+        'pod="dcgm-exporter-x",exported_pod="train-0"} 90 1709294400000\n'
+    )
+    r = parse_exposition(text).samples.row(0, named=True)
+    assert r["namespace"] == "team-a" and r["pod"] == "train-0"
+
+
+def test_mig_instance_labels():
+    text = (
+        'DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="0",UUID="GPU-1",GPU_I_PROFILE="2g.20gb",GPU_I_ID="3",'
+        'Hostname="h"} 0.5 1709294400000\n'
+    )
+    r = parse_exposition(text).samples.row(0, named=True)
+    assert r["gpu_instance_id"] == 3 and r["gpu_instance_profile"] == "2g.20gb"
+    assert r["column"] == "prof_gr_engine_active" and r["value"] == 0.5

@@ -1,0 +1,163 @@
+"""Landing files -> one day's gpu_samples / quarantine / ingest_log, with every line accounted for."""
+
+import gzip
+import os
+from datetime import date
+
+import polars as pl
+from helpers import MODELS, expo_lines, write_file
+
+from gpu_pipeline.lib.ingest import assemble_day, list_landing, load_or_parse
+from gpu_pipeline.lib.schemas import validate
+
+D1, D2 = date(2024, 1, 1), date(2024, 1, 2)
+
+
+def ingest(raw, cache, day):
+    parsed = [load_or_parse(f, cache) for f in list_landing(raw)]
+    out = assemble_day(parsed, day)
+    validate("gpu_samples", out.gpu_samples)
+    validate("ingest_log", out.ingest_log)
+    validate("quarantine", out.quarantine)
+    return out
+
+
+def conserve(log: pl.DataFrame) -> bool:
+    return (
+        log["rows_read"] == log["rows_accepted"] + log["rows_quarantined"] + log["rows_duplicate"]
+    ).all()
+
+
+def test_wide_rows_one_per_gpu_and_timestamp(tmp_path):
+    lines = expo_lines("GPU-A", MODELS["A100"], "n1", "ns", D1, range(3), 80, 100.0)
+    lines += expo_lines("GPU-B", MODELS["A100"], "n1", None, D1, range(3), 5, 60.0, gpu=1)
+    write_file(tmp_path / "raw" / "c1" / "n1.prom", lines)
+    out = ingest(tmp_path / "raw", tmp_path / "cache", D1)
+    s = out.gpu_samples
+    assert s.height == 6
+    assert s.filter(pl.col("gpu_uuid") == "GPU-a")["gpu_util_pct"].to_list() == [80.0] * 3
+    assert s.filter(pl.col("gpu_uuid") == "GPU-b")["power_w"].to_list() == [60.0] * 3
+    assert set(s["cluster"]) == {"c1"} and set(s["source_file"]) == {"c1/n1.prom"}
+    assert s.filter(pl.col("gpu_uuid") == "GPU-a")["namespace"].to_list() == ["ns"] * 3
+    log = out.ingest_log.row(0, named=True)
+    assert (log["rows_read"], log["rows_accepted"], log["lines_skipped"], log["file_lines"]) == (
+        12,
+        12,
+        2,
+        14,
+    )
+    assert log["format"] == "dcgm_exposition" and len(log["sha256"]) == 64
+
+
+def test_overlapping_scrapes_and_same_file_twice_are_counted_duplicates(tmp_path):
+    a = expo_lines("GPU-A", MODELS["A100"], "n1", "ns", D1, range(0, 10), 80, 100.0)
+    b = expo_lines("GPU-A", MODELS["A100"], "n1", "ns", D1, range(5, 15), 80, 100.0)
+    write_file(tmp_path / "raw" / "a.prom", a)
+    write_file(tmp_path / "raw" / "b.prom", b)
+    write_file(tmp_path / "raw" / "c_copy_of_a.prom", a)
+    out = ingest(tmp_path / "raw", tmp_path / "cache", D1)
+    assert out.gpu_samples.height == 15  # minutes 0..14, once each
+    log = {r["source_file"]: r for r in out.ingest_log.iter_rows(named=True)}
+    assert (log["a.prom"]["rows_accepted"], log["a.prom"]["rows_duplicate"]) == (20, 0)
+    assert (log["b.prom"]["rows_accepted"], log["b.prom"]["rows_duplicate"]) == (10, 10)
+    assert (
+        log["c_copy_of_a.prom"]["rows_accepted"],
+        log["c_copy_of_a.prom"]["rows_duplicate"],
+    ) == (0, 20)
+    assert log["a.prom"]["sha256"] == log["c_copy_of_a.prom"]["sha256"]
+    assert conserve(out.ingest_log)
+
+
+def test_file_spanning_midnight_lands_in_both_days_and_every_line_is_accounted(tmp_path):
+    lines = expo_lines("GPU-A", MODELS["H100"], "n1", "ns", D1, range(1430, 1440), 95, 600.0)
+    lines += expo_lines("GPU-A", MODELS["H100"], "n1", "ns", D2, range(0, 5), 95, 600.0)
+    lines += ["garbage line without a time"]
+    write_file(tmp_path / "raw" / "n1.prom", lines)
+    d1 = ingest(tmp_path / "raw", tmp_path / "cache", D1)
+    d2 = ingest(tmp_path / "raw", tmp_path / "cache", D2)
+    assert d1.gpu_samples.height == 10 and d2.gpu_samples.height == 5
+    # untimed lines (comments, garbage) belong to the file's first day
+    assert d1.quarantine.height == 1 and d2.quarantine.height == 0
+    logs = pl.concat([d1.ingest_log, d2.ingest_log])
+    assert conserve(logs)
+    assert logs["rows_read"].sum() + logs["lines_skipped"].sum() == logs["file_lines"][0] == 33
+
+
+def test_binary_and_unknown_files_quarantined_whole(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "junk_2024-01-01.bin").write_bytes(bytes(range(256)) * 4)
+    (raw / "report_2024-01-01.xml").write_text(
+        "<?xml version='1.0'?>\n<nvidia_smi_log></nvidia_smi_log>\n"
+    )
+    (raw / "broken_2024-01-01.prom.gz").write_bytes(
+        gzip.compress(b"DCGM_FI_DEV_GPU_UTIL 1\n" * 100)[:40]
+    )
+    write_file(
+        raw / "good.prom", expo_lines("GPU-A", MODELS["A10G"], "n", "ns", D1, range(2), 50, 150.0)
+    )
+    out = ingest(raw, tmp_path / "cache", D1)
+    q = {r["source_file"]: r for r in out.quarantine.iter_rows(named=True)}
+    assert q["junk_2024-01-01.bin"]["reason"].startswith("binary content")
+    assert q["report_2024-01-01.xml"]["reason"].startswith("unrecognized format")
+    assert q["broken_2024-01-01.prom.gz"]["reason"].startswith("corrupt or truncated gzip")
+    assert all(r["line"] is None for r in q.values())
+    log = {r["source_file"]: r for r in out.ingest_log.iter_rows(named=True)}
+    assert (
+        log["junk_2024-01-01.bin"]["rows_read"],
+        log["junk_2024-01-01.bin"]["rows_quarantined"],
+    ) == (1, 1)
+    assert log["junk_2024-01-01.bin"]["format"] == "unreadable"
+    assert out.gpu_samples.height == 2 and conserve(out.ingest_log)
+
+
+def test_gzip_file_parses_like_plain(tmp_path):
+    lines = expo_lines("GPU-A", MODELS["A100"], "n1", "ns", D1, range(4), 80, 100.0)
+    write_file(tmp_path / "plain" / "x.prom", lines)
+    (tmp_path / "gz").mkdir()
+    (tmp_path / "gz" / "x.prom.gz").write_bytes(
+        gzip.compress((tmp_path / "plain" / "x.prom").read_bytes())
+    )
+    a = ingest(tmp_path / "plain", tmp_path / "c1", D1).gpu_samples.drop("source_file")
+    b = ingest(tmp_path / "gz", tmp_path / "c2", D1).gpu_samples.drop("source_file")
+    assert a.equals(b)
+
+
+def test_cluster_label_wins_over_folder_and_root_files_get_default(tmp_path):
+    labelled = [
+        ln.replace('Hostname="n1"', 'Hostname="n1",cluster="prod-a"')
+        for ln in expo_lines("GPU-A", MODELS["A100"], "n1", "ns", D1, range(1), 80, 100.0)
+    ]
+    write_file(tmp_path / "raw" / "folder-c" / "a.prom", labelled)
+    write_file(
+        tmp_path / "raw" / "folder-c" / "b.prom",
+        expo_lines("GPU-B", MODELS["A100"], "n2", "ns", D1, [0], 1, 1.0),
+    )
+    write_file(
+        tmp_path / "raw" / "c.prom",
+        expo_lines("GPU-C", MODELS["A100"], "n3", "ns", D1, [0], 1, 1.0),
+    )
+    s = ingest(tmp_path / "raw", tmp_path / "cache", D1).gpu_samples
+    clusters = dict(zip(s["gpu_uuid"], s["cluster"], strict=True))
+    assert clusters == {"GPU-a": "prod-a", "GPU-b": "folder-c", "GPU-c": "default"}
+
+
+def test_reingesting_unchanged_files_uses_cache_and_changes_nothing(tmp_path):
+    write_file(
+        tmp_path / "raw" / "a.prom",
+        expo_lines("GPU-A", MODELS["A100"], "n1", "ns", D1, range(5), 80, 100.0),
+    )
+    first = ingest(tmp_path / "raw", tmp_path / "cache", D1)
+    cached = sorted(os.listdir(tmp_path / "cache"))
+    second = ingest(tmp_path / "raw", tmp_path / "cache", D1)
+    assert sorted(os.listdir(tmp_path / "cache")) == cached and len(cached) == 1
+    assert first.gpu_samples.equals(second.gpu_samples)
+    assert first.ingest_log.equals(second.ingest_log)
+
+
+def test_hidden_files_and_empty_landing_zone(tmp_path):
+    (tmp_path / "raw").mkdir()
+    write_file(tmp_path / "raw" / ".partial.prom", ["not read"])
+    out = ingest(tmp_path / "raw", tmp_path / "cache", D1)
+    assert out.gpu_samples.height == 0 and out.ingest_log.height == 0 and out.quarantine.height == 0
+    assert ingest(tmp_path / "nope", tmp_path / "cache", D1).gpu_samples.height == 0

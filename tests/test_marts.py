@@ -1,0 +1,197 @@
+"""Marts against hand-computed values: phase shares, the 3-of-7-days rule, the cost split."""
+
+from datetime import UTC, date, datetime, timedelta
+
+import polars as pl
+import pytest
+from helpers import minutes_frame
+
+from gpu_pipeline.lib.marts import (
+    hourly_fleet_metrics,
+    minute_costs,
+    persistent_bottlenecks,
+    priced_waste,
+)
+from gpu_pipeline.lib.samples import conform
+from gpu_pipeline.lib.schemas import GPU_DAILY_SCHEMA
+
+T0 = datetime(2024, 1, 1, tzinfo=UTC)
+
+
+def test_hourly_phase_shares_and_averages():
+    rows = [
+        {
+            "minute": T0 + timedelta(minutes=i),
+            "gpu_uuid": g,
+            "gpu_util_pct": u,
+            "pif": p,
+            "rfu_pct": None if p is None else 100 * p,
+            "efficiency_gap_pct": None if p is None else u - 100 * p,
+            "realized_tflops": None if p is None else 102 * p,
+            "phase": ph,
+        }
+        for i, (g, u, p, ph) in enumerate(
+            [
+                ("GPU-a", 5, 0.1, "idle"),
+                ("GPU-a", 50, 0.3, "underutilized"),
+                ("GPU-b", 80, 0.5, "productive"),
+                ("GPU-b", 95, 0.9, "compute_bound"),
+                ("GPU-b", None, None, None),
+            ]
+        )
+    ]
+    rows.append(
+        {
+            "minute": T0 + timedelta(hours=1),
+            "gpu_uuid": "GPU-a",
+            "gpu_util_pct": 0.0,
+            "pif": 0.1,
+            "rfu_pct": 10.0,
+            "phase": "idle",
+        }
+    )
+    h = hourly_fleet_metrics(minutes_frame(rows).lazy()).collect()
+    assert h.height == 2
+    first = h.row(0, named=True)
+    assert first["gpus"] == 2 and first["gpu_minutes"] == 5
+    assert first["avg_gpu_util_pct"] == pytest.approx(57.5)
+    assert first["avg_pif"] == pytest.approx(0.45)
+    assert first["avg_realized_tflops"] == pytest.approx(102 * 0.45)
+    # the minute without a reading has no phase; the four others split 25 % each
+    assert [
+        first[f"pct_{p}"] for p in ("idle", "underutilized", "productive", "compute_bound")
+    ] == [25.0] * 4
+    shares = h.select(pl.sum_horizontal(pl.col("^pct_.*$"))).to_series()
+    assert shares.to_list() == pytest.approx([100.0, 100.0])
+
+
+def _daily(days_flags: dict[str, list[tuple[date, bool]]]) -> pl.LazyFrame:
+    rows = [
+        {
+            "date": d,
+            "gpu_uuid": g,
+            "hostname": "h",
+            "namespace": "ns",
+            "gpu_model": "m",
+            "minutes": 100,
+            "active_minutes": 100,
+            "bottlenecked_minutes": 80 if flag else 10,
+            "bottlenecked_day": flag,
+        }
+        for g, days in days_flags.items()
+        for d, flag in days
+    ]
+    return conform(pl.DataFrame(rows), GPU_DAILY_SCHEMA).lazy()
+
+
+D = date(2024, 1, 10)
+
+
+def day(n: int) -> date:
+    return D - timedelta(days=n)
+
+
+def test_persistent_three_of_seven():
+    daily = _daily(
+        {
+            "GPU-three": [(day(6), True), (day(3), True), (day(0), True), (day(1), False)],
+            "GPU-two": [(day(5), True), (day(0), True), (day(2), False)],
+            # the bottlenecked day D-7 lies outside the window
+            "GPU-old": [(day(7), True), (day(4), True), (day(0), True)],
+            "GPU-none-today": [(day(6), True), (day(5), True), (day(4), True)],
+        }
+    )
+    p = persistent_bottlenecks(daily, D).collect()
+    assert sorted(p["gpu_uuid"].to_list()) == ["GPU-none-today", "GPU-three"]
+    r = p.filter(pl.col("gpu_uuid") == "GPU-three").row(0, named=True)
+    assert r["days_bottlenecked"] == 3
+    assert r["window_days"] == 4
+    assert r["active_minutes"] == 400 and r["bottlenecked_minutes"] == 250
+    assert r["bottleneck_share"] == pytest.approx(250 / 400)
+    assert r["date"] == D
+
+
+def test_persistent_first_days_of_data():
+    start = date(2024, 1, 1)
+    daily = _daily(
+        {
+            "GPU-x": [
+                (start, True),
+                (start + timedelta(days=1), True),
+                (start + timedelta(days=2), True),
+            ]
+        }
+    )
+    assert persistent_bottlenecks(daily, start).collect().height == 0
+    assert persistent_bottlenecks(daily, start + timedelta(days=1)).collect().height == 0
+    third = persistent_bottlenecks(daily, start + timedelta(days=2)).collect()
+    assert third["gpu_uuid"].to_list() == ["GPU-x"] and third["window_days"].item() == 3
+
+
+def _priced_rows():
+    # price 2.50 $/h -> 1/24 $ per minute
+    return [
+        {"minute": T0, "gpu_util_pct": 5.0, "rfu_pct": 12.0, "pif": 0.12, "phase": "idle"},
+        {
+            "minute": T0 + timedelta(minutes=1),
+            "gpu_util_pct": 80.0,
+            "rfu_pct": 30.0,
+            "pif": 0.3,
+            "phase": "productive",
+        },
+        {
+            "minute": T0 + timedelta(minutes=2),
+            "gpu_util_pct": 40.0,
+            "rfu_pct": 60.0,
+            "pif": 0.6,
+            "phase": "underutilized",
+        },
+        {
+            "minute": T0 + timedelta(minutes=3),
+            "gpu_util_pct": 95.0,
+            "rfu_pct": None,
+            "pif": None,
+            "phase": "compute_bound",
+        },
+    ]
+
+
+def test_minute_cost_split_hand_computed():
+    m = minutes_frame([{**r, "price_usd_per_hour": 2.5} for r in _priced_rows()])
+    c = minute_costs(m.lazy()).collect()
+    per_min = 2.5 / 60
+    assert c["cost_usd"].to_list() == pytest.approx([per_min] * 4)
+    assert c["idle_waste_usd"].to_list() == pytest.approx([per_min, 0, 0, 0])
+    assert c["productive_usd"].to_list() == pytest.approx([0, 0.3 * per_min, 0.6 * per_min, 0])
+    assert c["stall_waste_usd"].to_list() == pytest.approx([0, 0.5 * per_min, 0, 0])
+    assert c["headroom_waste_usd"].to_list() == pytest.approx([0, 0.2 * per_min, 0.4 * per_min, 0])
+    assert c["unmeasured_usd"].to_list() == pytest.approx([0, 0, 0, per_min])
+
+
+def test_priced_waste_sums_to_the_cent_and_run_rates():
+    rows = [{**r, "price_usd_per_hour": 2.5} for r in _priced_rows()[:3]] * 20
+    rows = [{**r, "minute": T0 + timedelta(minutes=i)} for i, r in enumerate(rows)]
+    w = priced_waste(minutes_frame(rows).lazy()).collect().row(0, named=True)
+    per_min = 2.5 / 60
+    assert w["gpu_hours"] == pytest.approx(1.0)
+    assert w["cost_usd"] == pytest.approx(2.5)
+    assert w["idle_waste_usd"] == pytest.approx(20 * per_min)
+    assert w["stall_waste_usd"] == pytest.approx(20 * 0.5 * per_min)
+    assert w["headroom_waste_usd"] == pytest.approx(20 * 0.6 * per_min)
+    assert w["productive_usd"] == pytest.approx(20 * 0.9 * per_min)
+    parts = (
+        w["productive_usd"] + w["idle_waste_usd"] + w["stall_waste_usd"] + w["headroom_waste_usd"]
+    )
+    assert round(parts, 2) == round(w["cost_usd"], 2)
+    assert w["total_waste_usd"] == pytest.approx(20 * 2.1 * per_min)
+    hourly = w["total_waste_usd"] / w["gpu_hours"]
+    assert w["hourly_waste_usd"] == pytest.approx(hourly)
+    assert w["monthly_waste_usd"] == round(hourly * 720, 2)
+    assert w["yearly_waste_usd"] == round(hourly * 8760, 2)
+    assert w["waste_frac"] == pytest.approx(2.1 / 3)
+
+
+def test_priced_waste_without_price_is_null_not_zero():
+    w = priced_waste(minutes_frame(_priced_rows()).lazy()).collect().row(0, named=True)
+    assert w["gpu_hours"] == pytest.approx(4 / 60)
+    assert w["cost_usd"] is None and w["total_waste_usd"] is None

@@ -1,0 +1,190 @@
+"""The Dagster graph end to end on a planted fleet: materialize into a temp lake, check the marts."""
+
+import hashlib
+from datetime import UTC, date, datetime, timedelta
+
+import dagster as dg
+import polars as pl
+import pytest
+from helpers import MODELS, expo_lines, write_file
+
+from gpu_pipeline.definitions import defs
+from gpu_pipeline.defs import marts, raw, staging
+from gpu_pipeline.defs.partitions import daily_partitions
+from gpu_pipeline.defs.resources import LakeResource, LandingResource, ReferenceResource
+from gpu_pipeline.lib.lake import Lake
+from gpu_pipeline.lib.schemas import TABLES
+
+START = date(2024, 1, 1)
+ASSETS = dg.load_assets_from_modules([raw, staging, marts])
+
+
+def test_definitions_load():
+    job = defs.resolve_job_def("daily_pipeline")
+    assert job.partitions_def == daily_partitions
+    keys = {k.to_user_string() for k in defs.resolve_all_asset_keys()}
+    assert keys == set(TABLES)
+    spec = defs.resolve_assets_def("gpu_minutes").specs_by_key[dg.AssetKey("gpu_minutes")]
+    cols = [c.name for c in spec.metadata["dagster/column_schema"].columns]
+    assert cols[:3] == ["date", "minute", "gpu_uuid"] and "rfu_pct" in cols
+    graph = defs.resolve_asset_graph()
+    groups = {k.to_user_string(): graph.get(k).group_name for k in graph.get_all_asset_keys()}
+    assert (
+        groups["gpu_samples"] == "raw"
+        and groups["gpu_minutes"] == "staging"
+        and groups["priced_waste"] == "marts"
+    )
+
+
+def test_schedule_runs_yesterdays_partition():
+    schedule = defs.resolve_schedule_def("daily_pipeline_schedule")
+    ctx = dg.build_schedule_context(scheduled_execution_time=datetime(2024, 3, 5, 2, 0, tzinfo=UTC))
+    reqs = list(schedule.evaluate_tick(ctx).run_requests or [])
+    assert [r.partition_key for r in reqs] == ["2024-03-04"]
+
+
+def plant(raw_dir, days: int):
+    """Three A100 GPUs with known behaviour, 120 minutes a day from 10:00.
+
+    GPU-S: util 85, 100 W (pif 0.25) every day -> bottlenecked every day.
+    GPU-N: bottlenecked on days 0 and 2 only, efficient otherwise.
+    GPU-E: util 95, 320 W (pif 0.8): efficient. A fourth GPU idles on day 0 only.
+    """
+    for i in range(days):
+        d = START + timedelta(days=i)
+        m = range(600, 720)
+        lines = expo_lines("GPU-S", MODELS["A100"], "n1", "starved", d, m, 85, 100.0, gpu=0)
+        n_power = 100.0 if i in (0, 2) else 320.0
+        lines += expo_lines("GPU-N", MODELS["A100"], "n1", "net", d, m, 80, n_power, gpu=1)
+        lines += expo_lines("GPU-E", MODELS["A100"], "n1", "good", d, m, 95, 320.0, gpu=2)
+        if i == 0:
+            lines += expo_lines("GPU-I", MODELS["A100"], "n1", "idle", d, m, 3, 60.0, gpu=3)
+        write_file(raw_dir / "cluster-a" / f"n1_{d.isoformat()}.prom", lines)
+
+
+def run_days(tmp_path, days: list[date], instance=None):
+    res = {
+        "lake": LakeResource(root=str(tmp_path / "lake")),
+        "landing": LandingResource(root=str(tmp_path / "raw")),
+        "reference": ReferenceResource(),
+    }
+    instance = instance or dg.DagsterInstance.ephemeral()
+    for d in days:
+        result = dg.materialize(
+            ASSETS, partition_key=d.isoformat(), resources=res, instance=instance
+        )
+        assert result.success
+    return Lake(tmp_path / "lake")
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("planted")
+    plant(tmp / "raw", 4)
+    lake = run_days(tmp, [START + timedelta(days=i) for i in range(4)])
+    return tmp, lake
+
+
+def test_every_table_written_for_every_day(planted):
+    _, lake = planted
+    for t in TABLES:
+        assert lake.days(t) == [START + timedelta(days=i) for i in range(4)], t
+
+
+def test_gpu_minutes_counts_and_pif(planted):
+    _, lake = planted
+    m = lake.read("gpu_minutes", START)
+    assert m.height == 4 * 120
+    per_gpu = (
+        m.group_by("gpu_uuid")
+        .agg(
+            pl.len(),
+            (pl.col("efficiency_class") == "bottlenecked").sum().alias("b"),
+            pl.col("pif").mean(),
+        )
+        .sort("gpu_uuid")
+    )
+    assert per_gpu.rows() == [
+        ("GPU-e", 120, 0, pytest.approx(0.8)),
+        ("GPU-i", 120, 0, pytest.approx(0.15)),
+        ("GPU-n", 120, 120, pytest.approx(0.25)),
+        ("GPU-s", 120, 120, pytest.approx(0.25)),
+    ]
+    assert set(m["cluster"]) == {"cluster-a"}
+    phases = m.group_by("phase").len().sort("phase").rows()
+    assert phases == [("compute_bound", 120), ("idle", 120), ("productive", 240)]
+
+
+def test_persistent_bottlenecks_three_of_seven(planted):
+    _, lake = planted
+    flagged = {
+        d: lake.read("persistent_bottlenecks", d)["gpu_uuid"].to_list()
+        for d in lake.days("gpu_daily")
+    }
+    # GPU-S from its third day; GPU-N has only two bottlenecked days in any window
+    assert flagged == {
+        START: [],
+        START + timedelta(days=1): [],
+        START + timedelta(days=2): ["GPU-s"],
+        START + timedelta(days=3): ["GPU-s"],
+    }
+    row = lake.read("persistent_bottlenecks", START + timedelta(days=3)).row(0, named=True)
+    assert (
+        row["window_days"],
+        row["days_bottlenecked"],
+        row["active_minutes"],
+        row["bottlenecked_minutes"],
+    ) == (4, 4, 480, 480)
+    assert row["namespace"] == "starved" and row["bottleneck_share"] == 1.0
+
+
+def test_priced_waste_matches_hand_computation(planted):
+    _, lake = planted
+    w = {r["namespace"]: r for r in lake.read("priced_waste", START).iter_rows(named=True)}
+    per_min = 2.5 / 60  # A100-SXM4-40GB default price
+    assert w["idle"]["idle_waste_usd"] == pytest.approx(120 * per_min)
+    s = w["starved"]  # util 85, rfu 25
+    assert s["productive_usd"] == pytest.approx(120 * per_min * 0.25)
+    assert s["stall_waste_usd"] == pytest.approx(120 * per_min * 0.60)
+    assert s["headroom_waste_usd"] == pytest.approx(120 * per_min * 0.15)
+    assert s["cost_usd"] == pytest.approx(5.0)
+    for r in w.values():
+        parts = (
+            r["productive_usd"]
+            + r["idle_waste_usd"]
+            + r["stall_waste_usd"]
+            + r["headroom_waste_usd"]
+        )
+        assert abs(parts - r["cost_usd"]) < 0.005
+        assert r["monthly_waste_usd"] == round(r["hourly_waste_usd"] * 720, 2)
+
+
+def test_hourly_metrics_for_planted_hours(planted):
+    _, lake = planted
+    h = lake.read("hourly_fleet_metrics", START)
+    assert h["hour"].to_list() == [
+        datetime(2024, 1, 1, 10, tzinfo=UTC),
+        datetime(2024, 1, 1, 11, tzinfo=UTC),
+    ]
+    r = h.row(0, named=True)
+    assert r["gpus"] == 4 and r["gpu_minutes"] == 240
+    assert r["pct_idle"] == 25.0 and r["pct_productive"] == 50.0 and r["pct_compute_bound"] == 25.0
+
+
+def test_rematerializing_gives_identical_bytes(planted, tmp_path):
+    tmp, lake = planted
+    before = {
+        t: hashlib.sha256(lake.partition_file(t, START).read_bytes()).hexdigest() for t in TABLES
+    }
+    run_days(tmp, [START])
+    after = {
+        t: hashlib.sha256(lake.partition_file(t, START).read_bytes()).hexdigest() for t in TABLES
+    }
+    assert before == after
+
+
+def test_first_partition_with_empty_landing_zone(tmp_path):
+    (tmp_path / "raw").mkdir()
+    lake = run_days(tmp_path, [START])
+    assert lake.read("persistent_bottlenecks", START).height == 0
+    assert lake.read("gpu_minutes", START).columns == list(TABLES["gpu_minutes"])
