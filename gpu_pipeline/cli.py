@@ -186,8 +186,7 @@ def cmd_sql(a: argparse.Namespace) -> int:
         import polars as pl
 
         df: pl.DataFrame = rel.pl()
-        sys.stdout.write(df.write_csv() if a.format == "csv" else df.write_json())
-        sys.stdout.write("\n")
+        sys.stdout.write(df.write_csv() if a.format == "csv" else df.write_json() + "\n")
     return 0
 
 

@@ -9,6 +9,7 @@ from gpu_pipeline.defs.partitions import daily_partitions
 from gpu_pipeline.defs.resources import LakeResource
 from gpu_pipeline.lib import marts
 from gpu_pipeline.lib.rules import DEFAULT
+from gpu_pipeline.lib.samples import collect_stable
 
 # D's persistence reads the GPU-days D-6..D; days before the first partition simply don't exist.
 # (allow_nonexistent_upstream_partitions is marked beta in Dagster 1.13; it is what first days need.)
@@ -34,7 +35,7 @@ def _day(context: dg.AssetExecutionContext):
 def hourly_fleet_metrics(context: dg.AssetExecutionContext, lake: LakeResource):
     """Hour x cluster x GPU model: GPUs, GPU-minutes, average util/PIF/RFU/gap/TFLOPS and phase shares."""
     the_lake, day = lake.lake(), _day(context)
-    df = marts.hourly_fleet_metrics(the_lake.scan_days("gpu_minutes", [day])).collect()
+    df = collect_stable(marts.hourly_fleet_metrics(the_lake.scan_days("gpu_minutes", [day])))
     path = the_lake.write("hourly_fleet_metrics", day, df)
     return dg.MaterializeResult(metadata=table_metadata(df, path))
 
@@ -49,7 +50,7 @@ def persistent_bottlenecks(context: dg.AssetExecutionContext, lake: LakeResource
     """GPUs bottlenecked on at least 3 of the last 7 days (D-6..D)."""
     the_lake, day = lake.lake(), _day(context)
     daily = the_lake.scan_days("gpu_daily", marts.window(day))
-    df = marts.persistent_bottlenecks(daily, day).collect()
+    df = collect_stable(marts.persistent_bottlenecks(daily, day))
     path = the_lake.write("persistent_bottlenecks", day, df)
     return dg.MaterializeResult(metadata=table_metadata(df, path))
 
@@ -63,6 +64,6 @@ def persistent_bottlenecks(context: dg.AssetExecutionContext, lake: LakeResource
 def priced_waste(context: dg.AssetExecutionContext, lake: LakeResource):
     """Day x cluster x namespace x GPU model: cost split into productive, idle, stall and headroom waste."""
     the_lake, day = lake.lake(), _day(context)
-    df = marts.priced_waste(the_lake.scan_days("gpu_minutes", [day])).collect()
+    df = collect_stable(marts.priced_waste(the_lake.scan_days("gpu_minutes", [day])))
     path = the_lake.write("priced_waste", day, df)
     return dg.MaterializeResult(metadata=table_metadata(df, path))

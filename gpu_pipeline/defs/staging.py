@@ -7,6 +7,7 @@ from gpu_pipeline.defs.partitions import daily_partitions
 from gpu_pipeline.defs.resources import LakeResource, ReferenceResource
 from gpu_pipeline.lib.metrics import gpu_daily as gpu_daily_fn
 from gpu_pipeline.lib.metrics import gpu_minutes as gpu_minutes_fn
+from gpu_pipeline.lib.samples import collect_stable
 from gpu_pipeline.lib.schemas import validate
 
 
@@ -25,7 +26,7 @@ def gpu_minutes(
     samples = the_lake.scan_days("gpu_samples", [day])
     df = validate(
         "gpu_minutes",
-        gpu_minutes_fn(samples, reference.load_catalog(), reference.load_prices()).collect(),
+        collect_stable(gpu_minutes_fn(samples, reference.load_catalog(), reference.load_prices())),
     )
     path = the_lake.write("gpu_minutes", day, df)
     return dg.MaterializeResult(metadata=table_metadata(df, path))
@@ -41,6 +42,6 @@ def gpu_daily(context: dg.AssetExecutionContext, lake: LakeResource):
     """GPU-day minute counts by phase and efficiency class, and whether the day was bottlenecked."""
     day = context.partition_time_window.start.date()
     the_lake = lake.lake()
-    df = gpu_daily_fn(the_lake.scan_days("gpu_minutes", [day])).collect()
+    df = collect_stable(gpu_daily_fn(the_lake.scan_days("gpu_minutes", [day])))
     path = the_lake.write("gpu_daily", day, df)
     return dg.MaterializeResult(metadata=table_metadata(df, path))

@@ -29,6 +29,7 @@ from gpu_pipeline.lib.samples import (
     LONG_SCHEMA,
     QUARANTINE_LINE_SCHEMA,
     ParsedLines,
+    collect_stable,
     conform,
 )
 from gpu_pipeline.lib.schemas import GPU_SAMPLES_SCHEMA, INGEST_LOG_SCHEMA, QUARANTINE_SCHEMA
@@ -281,7 +282,7 @@ def assemble_day(files: list[ParsedFile], day: date) -> DayIngest:
         )
 
     long = (
-        pl.concat(longs).collect()
+        collect_stable(pl.concat(longs))
         if longs
         else pl.DataFrame(schema={**LONG_SCHEMA, "source_file": pl.String, "file_order": pl.Int32})
     )
@@ -291,7 +292,7 @@ def assemble_day(files: list[ParsedFile], day: date) -> DayIngest:
         ).alias("dup")
     )
     quarantine = (
-        pl.concat(quars).collect().sort("source_file", "line", nulls_last=False)
+        collect_stable(pl.concat(quars)).sort("source_file", "line", nulls_last=False)
         if quars
         else pl.DataFrame(schema={**QUARANTINE_LINE_SCHEMA, "source_file": pl.String})
     )

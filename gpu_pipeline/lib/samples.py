@@ -72,3 +72,13 @@ def conform_lazy(lf: pl.LazyFrame, schema: dict[str, pl.DataType]) -> pl.LazyFra
     return lf.select(
         [(pl.col(c) if c in have else pl.lit(None)).cast(t).alias(c) for c, t in schema.items()]
     )
+
+
+def collect_stable(lf: pl.LazyFrame) -> pl.DataFrame:
+    """Collect with a fixed summation order, so re-runs write the same bytes.
+
+    Polars 2's default streaming engine merges partial float sums in whatever order its threads
+    finish, which changes means in the last bit from run to run; the in-memory engine sums each
+    group in row order.
+    """
+    return lf.collect(engine="in-memory")

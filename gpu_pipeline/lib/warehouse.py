@@ -94,10 +94,9 @@ def run_query(con: duckdb.DuckDBPyConnection, sql: str) -> duckdb.DuckDBPyRelati
         kind = s.type.name if hasattr(s.type, "name") else str(s.type)
         if kind.upper() not in READ_STATEMENTS:
             raise SqlError(f"only read queries are allowed here, not {kind}")
-    rel = None
     try:
-        for s in stmts:
-            rel = con.sql(s.query)
+        for s in stmts[:-1]:
+            con.execute(s.query)
+        return con.sql(stmts[-1].query)
     except duckdb.Error as e:
         raise SqlError(str(e).splitlines()[0]) from None
-    return rel

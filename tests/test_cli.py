@@ -1,0 +1,129 @@
+"""The CLI as a user runs it: generate, materialize on a persistent instance, query with SQL."""
+
+import json
+import os
+import subprocess
+import sys
+
+import dagster as dg
+import pytest
+
+
+def cli(*args, env, check=True):
+    p = subprocess.run(
+        [sys.executable, "-m", "gpu_pipeline.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if check:
+        assert p.returncode == 0, p.stdout + p.stderr
+    return p
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cli")
+    env = {**os.environ, "DAGSTER_HOME": str(tmp / "dh")}
+    for k in ("GPU_PIPELINE_RAW", "GPU_PIPELINE_LAKE", "GPU_PIPELINE_PRICES"):
+        env.pop(k, None)
+    prices = tmp / "prices.csv"
+    prices.write_text(
+        "gpu_model,on_demand_usd_per_hour,spot_usd_per_hour\nA100-SXM4-40GB,3.00,1.00\n"
+    )
+    cli(
+        "generate",
+        "--start",
+        "2024-01-01",
+        "--days",
+        "2",
+        "--gpus",
+        "4",
+        "--clusters",
+        "1",
+        "--out",
+        str(tmp / "raw"),
+        env=env,
+    )
+    out = cli(
+        "materialize",
+        "--start",
+        "2024-01-01",
+        "--end",
+        "2024-01-02",
+        "--raw",
+        str(tmp / "raw"),
+        "--lake",
+        str(tmp / "lake"),
+        "--prices",
+        str(prices),
+        "--summary",
+        env=env,
+    )
+    return tmp, env, out.stdout
+
+
+def test_materialize_reports_progress_and_summary(run):
+    _, _, stdout = run
+    assert "[1/2] 2024-01-01  ok" in stdout and "[2/2] 2024-01-02  ok" in stdout
+    assert "GPUs: 4" in stdout and "GPU-hours: 192.0" in stdout
+    assert "Most wasteful namespace / model" in stdout
+
+
+def test_runs_are_recorded_in_the_persistent_instance(run):
+    tmp, _, _ = run
+    with dg.DagsterInstance.from_config(str(tmp / "dh")) as instance:
+        runs = instance.get_runs()
+        assert len(runs) == 2 and all(r.job_name == "daily_pipeline" for r in runs)
+        assert sorted(r.tags["dagster/partition"] for r in runs) == ["2024-01-01", "2024-01-02"]
+        assert instance.get_latest_materialization_event(dg.AssetKey("priced_waste")) is not None
+
+
+def test_sql_reads_marts_with_overridden_prices(run):
+    tmp, env, _ = run
+    out = cli(
+        "sql",
+        "--lake",
+        str(tmp / "lake"),
+        "--format",
+        "json",
+        "SELECT count(*) AS n, max(price_usd_per_hour) AS p FROM gpu_minutes",
+        env=env,
+    )
+    assert json.loads(out.stdout) == [{"n": 4 * 1440 * 2, "p": 3.0}]
+    q = cli(
+        "sql",
+        "--lake",
+        str(tmp / "lake"),
+        "--format",
+        "csv",
+        "-f",
+        "sql/queries/fleet_trend.sql",
+        env=env,
+    )
+    assert (
+        q.stdout.splitlines()[0].startswith("date,gpus,gpu_hours")
+        and len(q.stdout.splitlines()) == 3
+    )
+
+
+def test_bad_requests_fail_with_one_clear_line(run):
+    tmp, env, _ = run
+    p = cli("sql", "--lake", str(tmp / "lake"), "DELETE FROM gpu_minutes", env=env, check=False)
+    assert (
+        p.returncode == 2
+        and p.stdout.strip() == "error: only read queries are allowed here, not DELETE"
+    )
+    p = cli("materialize", "--start", "2024-01-05", "--end", "2024-01-01", env=env, check=False)
+    assert p.returncode == 2 and "before --start" in p.stdout and "Traceback" not in p.stderr
+    p = cli(
+        "materialize",
+        "--start",
+        "2024-01-01",
+        "--prices",
+        str(tmp / "nope.csv"),
+        env=env,
+        check=False,
+    )
+    assert p.returncode == 2 and "price book not found" in p.stdout

@@ -1,0 +1,60 @@
+"""The synthetic fleet: deterministic, in the seed's shape, and its workloads show in the metrics."""
+
+from collections import Counter
+from datetime import date
+
+import polars as pl
+
+from gpu_pipeline.lib.generate import build_fleet, generate
+from gpu_pipeline.lib.ingest import assemble_day, list_landing, load_or_parse
+from gpu_pipeline.lib.metrics import gpu_minutes
+from gpu_pipeline.lib.reference import load_catalog, load_prices
+from gpu_pipeline.lib.samples import collect_stable
+
+D = date(2024, 1, 1)
+
+
+def test_default_fleet_shape_and_mix():
+    fleet = build_fleet()
+    assert len(fleet) == 50 and len({g.uuid for g in fleet}) == 50
+    assert len({g.cluster for g in fleet}) == 3
+    mix = Counter(g.workload for g in fleet)
+    assert mix == {
+        "efficient_training": 15,
+        "data_starved": 10,
+        "network_bottleneck": 8,
+        "moderate": 10,
+        "idle": 5,
+        "bursty_inference": 2,
+    }
+
+
+def test_generation_is_deterministic(tmp_path):
+    a = generate(tmp_path / "a", D, days=1, gpus=6, clusters=2, seed=7)
+    b = generate(tmp_path / "b", D, days=1, gpus=6, clusters=2, seed=7)
+    assert [p.relative_to(tmp_path / "a") for p in a] == [p.relative_to(tmp_path / "b") for p in b]
+    assert all(x.read_bytes() == y.read_bytes() for x, y in zip(a, b, strict=True))
+    c = generate(tmp_path / "c", D, days=1, gpus=6, clusters=2, seed=8)
+    assert a[0].read_bytes() != c[0].read_bytes()
+
+
+def test_workloads_show_in_the_metrics(tmp_path):
+    generate(tmp_path / "raw", D, days=1, gpus=20, clusters=2, seed=3)
+    day = assemble_day(
+        [load_or_parse(f, tmp_path / "cache") for f in list_landing(tmp_path / "raw")], D
+    )
+    assert day.quarantine.height == 0
+    assert day.gpu_samples.height == 20 * 1440
+    m = collect_stable(gpu_minutes(day.gpu_samples.lazy(), load_catalog(), load_prices()))
+    by_ns = m.group_by("namespace").agg(
+        pl.col("gpu_util_pct").mean().alias("util"),
+        pl.col("pif").mean().alias("pif"),
+        (pl.col("efficiency_class") == "bottlenecked").mean().alias("bottlenecked"),
+        (pl.col("phase") == "idle").mean().alias("idle"),
+    )
+    r = {row["namespace"]: row for row in by_ns.iter_rows(named=True)}
+    assert (
+        r["vision-train"]["util"] > 75 and r["vision-train"]["bottlenecked"] > 0.9
+    )  # data-starved
+    assert r["llm-pretrain"]["pif"] > 0.7 and r["llm-pretrain"]["bottlenecked"] < 0.01  # efficient
+    assert r["notebooks"]["idle"] > 0.99  # idle
