@@ -81,6 +81,13 @@ def cmd_materialize(a: argparse.Namespace) -> int:
     if a.prices and not Path(a.prices).is_file():
         _say(f"error: price book not found: {a.prices}")
         return 2
+    first = date.fromisoformat(settings.start_date())
+    if a.start < first:
+        # partitions are built from this variable when the definitions load, just below
+        os.environ["GPU_PIPELINE_START_DATE"] = a.start.isoformat()
+        _say(
+            f"note: partitions start at {a.start} for this command (GPU_PIPELINE_START_DATE was {first})"
+        )
     init_instance()
     import dagster as dg
 
@@ -89,12 +96,7 @@ def cmd_materialize(a: argparse.Namespace) -> int:
 
     defs = build_definitions()
     job = defs.resolve_job_def("daily_pipeline")
-    first = date.fromisoformat(settings.start_date())
-    if a.start < first:
-        _say(
-            f"error: {a.start} is before the first partition {first} (set GPU_PIPELINE_START_DATE)"
-        )
-        return 2
+    _warm_parse_cache()
     days = [a.start + timedelta(days=i) for i in range((end - a.start).days + 1)]
     _say(
         f"materializing {len(days)} day(s) {a.start}..{end}: raw={settings.raw_root()} lake={settings.lake_root()}"
@@ -138,6 +140,26 @@ def cmd_materialize(a: argparse.Namespace) -> int:
             "  make dev                      (Dagster UI: runs, partitions, backfills)"
         )
     return 0
+
+
+def _warm_parse_cache() -> None:
+    """Parse new landing files up front, with progress; the runs then read the cache."""
+    from gpu_pipeline.lib.ingest import is_cached, list_landing, load_or_parse
+    from gpu_pipeline.lib.lake import Lake
+
+    cache = Lake(settings.lake_root()).cache_dir
+    todo = [f for f in list_landing(settings.raw_root()) if not is_cached(f, cache)]
+    if not todo:
+        return
+    total = sum(f.size for f in todo)
+    _say(f"parsing {len(todo)} new landing file(s), {total / 2**20:,.0f} MiB")
+    t, done, step = time.perf_counter(), 0, max(1, len(todo) // 10)
+    for i, f in enumerate(todo, 1):
+        load_or_parse(f, cache)
+        done += f.size
+        if i % step == 0 or i == len(todo):
+            rate = done / 2**20 / max(time.perf_counter() - t, 1e-9)
+            _say(f"  parsed {i}/{len(todo)} files ({rate:,.0f} MiB/s)")
 
 
 def _print_summary(start: date, end: date) -> None:

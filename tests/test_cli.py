@@ -127,3 +127,46 @@ def test_bad_requests_fail_with_one_clear_line(run):
         check=False,
     )
     assert p.returncode == 2 and "price book not found" in p.stdout
+
+
+def test_days_before_the_configured_start_are_accepted(tmp_path):
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(tmp_path / "dh"),
+        "GPU_PIPELINE_START_DATE": "2024-01-01",
+    }
+    cli(
+        "generate",
+        "--start",
+        "2023-06-01",
+        "--days",
+        "1",
+        "--gpus",
+        "1",
+        "--clusters",
+        "1",
+        "--out",
+        str(tmp_path / "raw"),
+        env=env,
+    )
+    out = cli(
+        "materialize",
+        "--start",
+        "2023-06-01",
+        "--raw",
+        str(tmp_path / "raw"),
+        "--lake",
+        str(tmp_path / "lake"),
+        env=env,
+    ).stdout
+    assert "note: partitions start at 2023-06-01" in out and "parsing 1 new landing file(s)" in out
+    n = cli(
+        "sql",
+        "--lake",
+        str(tmp_path / "lake"),
+        "--format",
+        "csv",
+        "SELECT count(*) AS n FROM gpu_minutes",
+        env=env,
+    ).stdout
+    assert n.splitlines() == ["n", "1440"]

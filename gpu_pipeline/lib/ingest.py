@@ -196,6 +196,10 @@ def _cache_key(lf: LandingFile) -> str:
     ).hexdigest()[:32]
 
 
+def is_cached(lf: LandingFile, cache_root: str | os.PathLike) -> bool:
+    return (Path(cache_root) / _cache_key(lf) / "meta.json").is_file()
+
+
 def load_or_parse(lf: LandingFile, cache_root: str | os.PathLike) -> ParsedFile:
     """The parse of `lf`, from the cache when this content was parsed before."""
     cdir = Path(cache_root) / _cache_key(lf)
