@@ -4,7 +4,7 @@ import warnings
 
 import dagster as dg
 
-from gpu_pipeline.defs.metadata import spec_metadata, table_metadata
+from gpu_pipeline.defs.metadata import publish, spec_metadata
 from gpu_pipeline.defs.partitions import daily_partitions
 from gpu_pipeline.defs.resources import LakeResource
 from gpu_pipeline.lib import marts
@@ -36,8 +36,7 @@ def hourly_fleet_metrics(context: dg.AssetExecutionContext, lake: LakeResource):
     """Hour x cluster x GPU model: GPUs, GPU-minutes, average util/PIF/RFU/gap/TFLOPS and phase shares."""
     the_lake, day = lake.lake(), _day(context)
     df = collect_stable(marts.hourly_fleet_metrics(the_lake.scan_days("gpu_minutes", [day])))
-    path = the_lake.write("hourly_fleet_metrics", day, df)
-    return dg.MaterializeResult(metadata=table_metadata(df, path))
+    return publish(the_lake, "hourly_fleet_metrics", day, df)
 
 
 @dg.asset(
@@ -51,8 +50,7 @@ def persistent_bottlenecks(context: dg.AssetExecutionContext, lake: LakeResource
     the_lake, day = lake.lake(), _day(context)
     daily = the_lake.scan_days("gpu_daily", marts.window(day))
     df = collect_stable(marts.persistent_bottlenecks(daily, day))
-    path = the_lake.write("persistent_bottlenecks", day, df)
-    return dg.MaterializeResult(metadata=table_metadata(df, path))
+    return publish(the_lake, "persistent_bottlenecks", day, df)
 
 
 @dg.asset(
@@ -65,5 +63,4 @@ def priced_waste(context: dg.AssetExecutionContext, lake: LakeResource):
     """Day x cluster x namespace x GPU model: cost split into productive, idle, stall and headroom waste."""
     the_lake, day = lake.lake(), _day(context)
     df = collect_stable(marts.priced_waste(the_lake.scan_days("gpu_minutes", [day])))
-    path = the_lake.write("priced_waste", day, df)
-    return dg.MaterializeResult(metadata=table_metadata(df, path))
+    return publish(the_lake, "priced_waste", day, df)

@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from gpu_pipeline.defs.metadata import spec_metadata, table_metadata
+from gpu_pipeline.defs.metadata import publish, spec_metadata
 from gpu_pipeline.defs.partitions import daily_partitions
 from gpu_pipeline.defs.resources import LakeResource, LandingResource
 from gpu_pipeline.lib.ingest import assemble_day, list_landing, load_or_parse
@@ -39,5 +39,4 @@ def ingest(context: dg.AssetExecutionContext, landing: LandingResource, lake: La
         f"{frames['quarantine'].height} quarantined"
     )
     for name, df in frames.items():
-        path = the_lake.write(name, day, df)
-        yield dg.MaterializeResult(asset_key=name, metadata=table_metadata(df, path))
+        yield publish(the_lake, name, day, df)

@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from gpu_pipeline.defs.metadata import spec_metadata, table_metadata
+from gpu_pipeline.defs.metadata import publish, spec_metadata
 from gpu_pipeline.defs.partitions import daily_partitions
 from gpu_pipeline.defs.resources import LakeResource, ReferenceResource
 from gpu_pipeline.lib.metrics import gpu_daily as gpu_daily_fn
@@ -28,8 +28,7 @@ def gpu_minutes(
         "gpu_minutes",
         collect_stable(gpu_minutes_fn(samples, reference.load_catalog(), reference.load_prices())),
     )
-    path = the_lake.write("gpu_minutes", day, df)
-    return dg.MaterializeResult(metadata=table_metadata(df, path))
+    return publish(the_lake, "gpu_minutes", day, df)
 
 
 @dg.asset(
@@ -43,5 +42,4 @@ def gpu_daily(context: dg.AssetExecutionContext, lake: LakeResource):
     day = context.partition_time_window.start.date()
     the_lake = lake.lake()
     df = collect_stable(gpu_daily_fn(the_lake.scan_days("gpu_minutes", [day])))
-    path = the_lake.write("gpu_daily", day, df)
-    return dg.MaterializeResult(metadata=table_metadata(df, path))
+    return publish(the_lake, "gpu_daily", day, df)
