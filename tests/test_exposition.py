@@ -5,7 +5,13 @@ from datetime import UTC, datetime
 import polars as pl
 import pytest
 
-from gpu_pipeline.lib.exposition import parse_exposition
+from gpu_pipeline.lib.formats.common import Context
+from gpu_pipeline.lib.formats.exposition import parse
+
+
+def parse_exposition(text, file_time=None):
+    return parse(text, Context("t.prom", file_time))
+
 
 U = 'UUID="GPU-ABCDEF01-0000-1111-2222-333344445555"'
 L = f'{{gpu="0",{U},modelName="NVIDIA A100-SXM4-40GB",Hostname="node-1"}}'

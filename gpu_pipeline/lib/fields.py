@@ -24,7 +24,10 @@ class Field:
     unit: str
     lo: float | None = None  # inclusive valid range after unit normalization
     hi: float | None = None
-    scale: float = 1.0  # multiply the raw value by this to reach `unit`
+    # DCGM 4.7 renamed fields, some in new units: (lower-cased name, factor to reach `unit`)
+    renamed: tuple[tuple[str, float], ...] = ()
+    # a property of the physical GPU that dcgm-exporter repeats on every MIG instance
+    device_level: bool = False
 
 
 def _dcgm(*suffixes: str, old: tuple[str, ...] = ()) -> tuple[str, ...]:
@@ -36,61 +39,270 @@ def _dcgm(*suffixes: str, old: tuple[str, ...] = ()) -> tuple[str, ...]:
     return tuple(dict.fromkeys(n.lower() for n in out))
 
 
+def _new(*pairs: tuple[str, float]) -> tuple[tuple[str, float], ...]:
+    return tuple((f"dcgm_fi_{n}", k) for n, k in pairs)
+
+
+MIB = 1 / 2**20
+F = Field
 FIELDS: tuple[Field, ...] = (
-    Field("gpu_util_pct", _dcgm("dev_gpu_util", old=("gpu_utilization",)), "%", 0, 100),
-    Field(
-        "mem_copy_util_pct", _dcgm("dev_mem_copy_util", old=("mem_copy_utilization",)), "%", 0, 100
+    F(
+        "gpu_util_pct",
+        _dcgm("dev_gpu_util", old=("gpu_utilization",)),
+        "%",
+        0,
+        100,
+        _new(("dev_gpu_util_ratio", 100.0)),
     ),
-    Field("enc_util_pct", _dcgm("dev_enc_util", old=("enc_utilization",)), "%", 0, 100),
-    Field("dec_util_pct", _dcgm("dev_dec_util", old=("dec_utilization",)), "%", 0, 100),
-    Field("power_w", _dcgm("dev_power_usage"), "W", 0, 5000),
-    Field("power_limit_w", _dcgm("dev_power_mgmt_limit", "dev_enforced_power_limit"), "W", 0, 5000),
-    Field("energy_mj", _dcgm("dev_total_energy_consumption"), "mJ", 0, None),
-    Field("gpu_temp_c", _dcgm("dev_gpu_temp"), "C", -50, 150),
-    Field("mem_temp_c", _dcgm("dev_memory_temp"), "C", -50, 150),
-    Field("sm_clock_mhz", _dcgm("dev_sm_clock"), "MHz", 0, 10000),
-    Field("mem_clock_mhz", _dcgm("dev_mem_clock", old=("memory_clock",)), "MHz", 0, 50000),
-    Field("fb_used_mib", _dcgm("dev_fb_used"), "MiB", 0, None),
-    Field("fb_free_mib", _dcgm("dev_fb_free"), "MiB", 0, None),
-    Field("fb_reserved_mib", _dcgm("dev_fb_reserved"), "MiB", 0, None),
-    Field("pcie_replay_count", _dcgm("dev_pcie_replay_counter"), "count", 0, None),
-    Field("xid_errors", _dcgm("dev_xid_errors"), "code", 0, None),
-    Field("ecc_sbe_volatile", _dcgm("dev_ecc_sbe_vol_total"), "count", 0, None),
-    Field("ecc_dbe_volatile", _dcgm("dev_ecc_dbe_vol_total"), "count", 0, None),
-    Field("remapped_rows_correctable", _dcgm("dev_correctable_remapped_rows"), "count", 0, None),
-    Field(
-        "remapped_rows_uncorrectable", _dcgm("dev_uncorrectable_remapped_rows"), "count", 0, None
+    F(
+        "mem_copy_util_pct",
+        _dcgm("dev_mem_copy_util", old=("mem_copy_utilization",)),
+        "%",
+        0,
+        100,
+        _new(("dev_memory_util_ratio", 100.0)),
     ),
-    Field("row_remap_failure", _dcgm("dev_row_remap_failure"), "flag", 0, 1),
-    Field("power_violation_us", _dcgm("dev_power_violation"), "us", 0, None),
-    Field("thermal_violation_us", _dcgm("dev_thermal_violation"), "us", 0, None),
-    Field(
+    F(
+        "enc_util_pct",
+        _dcgm("dev_enc_util", old=("enc_utilization",)),
+        "%",
+        0,
+        100,
+        _new(("dev_enc_util_ratio", 100.0)),
+    ),
+    F(
+        "dec_util_pct",
+        _dcgm("dev_dec_util", old=("dec_utilization",)),
+        "%",
+        0,
+        100,
+        _new(("dev_dec_util_ratio", 100.0)),
+    ),
+    F(
+        "power_w",
+        _dcgm("dev_power_usage"),
+        "W",
+        0,
+        5000,
+        _new(("dev_board_power_watts", 1.0)),
+        True,
+    ),
+    F(
+        "power_limit_w",
+        _dcgm("dev_power_mgmt_limit", "dev_enforced_power_limit"),
+        "W",
+        0,
+        5000,
+        (),
+        True,
+    ),
+    F(
+        "energy_mj",
+        _dcgm("dev_total_energy_consumption"),
+        "mJ",
+        0,
+        None,
+        _new(("dev_gpu_energy_joules_total", 1000.0)),
+        True,
+    ),
+    F(
+        "gpu_temp_c",
+        _dcgm("dev_gpu_temp"),
+        "C",
+        -50,
+        150,
+        _new(("dev_gpu_temp_celsius", 1.0)),
+        True,
+    ),
+    F(
+        "mem_temp_c",
+        _dcgm("dev_memory_temp"),
+        "C",
+        -50,
+        150,
+        _new(("dev_memory_temp_celsius", 1.0)),
+        True,
+    ),
+    F(
+        "sm_clock_mhz",
+        _dcgm("dev_sm_clock"),
+        "MHz",
+        0,
+        10000,
+        _new(("dev_sm_clock_hertz", 1e-6)),
+        True,
+    ),
+    F(
+        "mem_clock_mhz",
+        _dcgm("dev_mem_clock", old=("memory_clock",)),
+        "MHz",
+        0,
+        50000,
+        _new(("dev_memory_clock_hertz", 1e-6)),
+        True,
+    ),
+    F("fb_used_mib", _dcgm("dev_fb_used"), "MiB", 0, None, _new(("dev_fb_used_bytes", MIB))),
+    F("fb_free_mib", _dcgm("dev_fb_free"), "MiB", 0, None, _new(("dev_fb_free_bytes", MIB))),
+    F(
+        "fb_reserved_mib",
+        _dcgm("dev_fb_reserved"),
+        "MiB",
+        0,
+        None,
+        _new(("dev_fb_reserved_bytes", MIB)),
+    ),
+    F(
+        "pcie_replay_count",
+        _dcgm("dev_pcie_replay_counter"),
+        "count",
+        0,
+        None,
+        _new(("dev_pcie_replay_total", 1.0)),
+        True,
+    ),
+    F("xid_errors", _dcgm("dev_xid_errors"), "code", 0, None, _new(("dev_xid_error", 1.0)), True),
+    F("ecc_sbe_volatile", _dcgm("dev_ecc_sbe_vol_total"), "count", 0, None, (), True),
+    F("ecc_dbe_volatile", _dcgm("dev_ecc_dbe_vol_total"), "count", 0, None, (), True),
+    F(
+        "remapped_rows_correctable",
+        _dcgm("dev_correctable_remapped_rows"),
+        "count",
+        0,
+        None,
+        _new(("dev_row_remap_correctable_total", 1.0)),
+        True,
+    ),
+    F(
+        "remapped_rows_uncorrectable",
+        _dcgm("dev_uncorrectable_remapped_rows"),
+        "count",
+        0,
+        None,
+        _new(("dev_row_remap_uncorrectable_total", 1.0)),
+        True,
+    ),
+    F(
+        "row_remap_failure",
+        _dcgm("dev_row_remap_failure"),
+        "flag",
+        0,
+        1,
+        _new(("dev_row_remap_failed", 1.0)),
+        True,
+    ),
+    # DCGM reports constrained time in ns; 4.7 adds base-unit seconds
+    F(
+        "power_violation_ns",
+        _dcgm("dev_power_violation"),
+        "ns",
+        0,
+        None,
+        _new(("dev_gpu_power_throttle_seconds_total", 1e9)),
+        True,
+    ),
+    F(
+        "thermal_violation_ns",
+        _dcgm("dev_thermal_violation"),
+        "ns",
+        0,
+        None,
+        _new(("dev_gpu_thermal_throttle_seconds_total", 1e9)),
+        True,
+    ),
+    F(
         "clock_event_reasons",
         _dcgm("dev_clock_throttle_reasons", "dev_clocks_event_reasons"),
         "bitmask",
         0,
         None,
+        (),
+        True,
     ),
-    Field("vgpu_license_status", _dcgm("dev_vgpu_license_status"), "code", 0, None),
-    Field("nvlink_bandwidth_total", _dcgm("dev_nvlink_bandwidth_total"), "count", 0, None),
+    F("vgpu_license_status", _dcgm("dev_vgpu_license_status"), "code", 0, None),
+    F(
+        "nvlink_bandwidth_total",
+        _dcgm("dev_nvlink_bandwidth_total"),
+        "MB/s",
+        0,
+        None,
+        _new(
+            ("dev_nvlink_throughput_total", 1.0), ("dev_nvlink_throughput_bytes_per_second", 1e-6)
+        ),
+        True,
+    ),
     # DCGM profiling ratios (0..1); a little slack above 1 is measurement noise, far above is bad data
-    Field("prof_gr_engine_active", _dcgm("prof_gr_engine_active"), "ratio", 0, 1.05),
-    Field("prof_sm_active", _dcgm("prof_sm_active"), "ratio", 0, 1.05),
-    Field("prof_sm_occupancy", _dcgm("prof_sm_occupancy"), "ratio", 0, 1.05),
-    Field("prof_pipe_tensor_active", _dcgm("prof_pipe_tensor_active"), "ratio", 0, 1.05),
-    Field("prof_pipe_fp64_active", _dcgm("prof_pipe_fp64_active"), "ratio", 0, 1.05),
-    Field("prof_pipe_fp32_active", _dcgm("prof_pipe_fp32_active"), "ratio", 0, 1.05),
-    Field("prof_pipe_fp16_active", _dcgm("prof_pipe_fp16_active"), "ratio", 0, 1.05),
-    Field("prof_dram_active", _dcgm("prof_dram_active"), "ratio", 0, 1.05),
-    Field("pcie_tx_bytes_per_s", _dcgm("prof_pcie_tx_bytes"), "B/s", 0, None),
-    Field("pcie_rx_bytes_per_s", _dcgm("prof_pcie_rx_bytes"), "B/s", 0, None),
-    Field("nvlink_tx_bytes_per_s", _dcgm("prof_nvlink_tx_bytes"), "B/s", 0, None),
-    Field("nvlink_rx_bytes_per_s", _dcgm("prof_nvlink_rx_bytes"), "B/s", 0, None),
+    F(
+        "prof_gr_engine_active",
+        _dcgm("prof_gr_engine_active"),
+        "ratio",
+        0,
+        1.05,
+        _new(("prof_gr_engine_util_ratio", 1.0)),
+    ),
+    F(
+        "prof_sm_active",
+        _dcgm("prof_sm_active"),
+        "ratio",
+        0,
+        1.05,
+        _new(("prof_sm_util_ratio", 1.0)),
+    ),
+    F(
+        "prof_sm_occupancy",
+        _dcgm("prof_sm_occupancy"),
+        "ratio",
+        0,
+        1.05,
+        _new(("prof_sm_occupancy_ratio", 1.0)),
+    ),
+    F(
+        "prof_pipe_tensor_active",
+        _dcgm("prof_pipe_tensor_active"),
+        "ratio",
+        0,
+        1.05,
+        _new(("prof_tensor_util_ratio", 1.0)),
+    ),
+    F(
+        "prof_pipe_fp64_active",
+        _dcgm("prof_pipe_fp64_active"),
+        "ratio",
+        0,
+        1.05,
+        _new(("prof_fp64_util_ratio", 1.0)),
+    ),
+    F(
+        "prof_pipe_fp32_active",
+        _dcgm("prof_pipe_fp32_active"),
+        "ratio",
+        0,
+        1.05,
+        _new(("prof_fp32_util_ratio", 1.0)),
+    ),
+    F("prof_pipe_fp16_active", _dcgm("prof_pipe_fp16_active"), "ratio", 0, 1.05),
+    F(
+        "prof_dram_active",
+        _dcgm("prof_dram_active"),
+        "ratio",
+        0,
+        1.05,
+        _new(("prof_dram_util_ratio", 1.0)),
+    ),
+    F("pcie_tx_bytes_per_s", _dcgm("prof_pcie_tx_bytes"), "B/s", 0, None),
+    F("pcie_rx_bytes_per_s", _dcgm("prof_pcie_rx_bytes"), "B/s", 0, None),
+    F("nvlink_tx_bytes_per_s", _dcgm("prof_nvlink_tx_bytes"), "B/s", 0, None),
+    F("nvlink_rx_bytes_per_s", _dcgm("prof_nvlink_rx_bytes"), "B/s", 0, None),
 )
 
 FIELD_COLUMNS: tuple[str, ...] = tuple(f.column for f in FIELDS)
 BY_COLUMN: dict[str, Field] = {f.column: f for f in FIELDS}
-METRIC_TO_COLUMN: dict[str, str] = {n: f.column for f in FIELDS for n in f.names}
+METRIC_TO_COLUMN: dict[str, str] = {
+    **{n: f.column for f in FIELDS for n in f.names},
+    **{n: f.column for f in FIELDS for n, _ in f.renamed},
+}
+# factor from a source metric's unit to its column's unit, where it is not 1
+METRIC_SCALE: dict[str, float] = {n: k for f in FIELDS for n, k in f.renamed if k != 1.0}
+DEVICE_LEVEL_COLUMNS: frozenset[str] = frozenset(f.column for f in FIELDS if f.device_level)
 
 # Identity and attribution columns of a sample, in contract order.
 ID_COLUMNS: tuple[str, ...] = (
@@ -121,5 +333,5 @@ LABEL_ALIASES: dict[str, tuple[str, ...]] = {
     "container": ("exported_container", "container"),
     "gpu_instance_id": ("gpu_i_id",),
     "gpu_instance_profile": ("gpu_i_profile",),
-    "driver_version": ("dcgm_fi_driver_version", "driver_version"),
+    "driver_version": ("dcgm_fi_driver_version", "dcgm_fi_system_driver_version", "driver_version"),
 }

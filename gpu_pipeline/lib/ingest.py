@@ -22,8 +22,9 @@ from pathlib import Path
 
 import polars as pl
 
-from gpu_pipeline.lib.exposition import parse_exposition
 from gpu_pipeline.lib.fields import FIELD_COLUMNS
+from gpu_pipeline.lib.formats import FORMATS
+from gpu_pipeline.lib.formats.common import Context
 from gpu_pipeline.lib.samples import (
     ATTR_COLUMNS,
     LONG_SCHEMA,
@@ -35,13 +36,14 @@ from gpu_pipeline.lib.samples import (
 from gpu_pipeline.lib.schemas import GPU_SAMPLES_SCHEMA, INGEST_LOG_SCHEMA, QUARANTINE_SCHEMA
 
 # bump when parsing changes what a file yields, so cached parses are redone
-PARSER_VERSION = "p1"
+PARSER_VERSION = "p2"
 DEFAULT_CLUSTER = "default"
 KEY = ("gpu_uuid", "gpu_instance_id", "timestamp")
 META_SCHEMA = {
     "source_file": pl.String,
     "file_order": pl.Int32,
     "format": pl.String,
+    "time_basis": pl.String,
     "sha256": pl.String,
     "file_bytes": pl.Int64,
     "file_lines": pl.Int64,
@@ -71,6 +73,7 @@ class ParsedFile:
     format: str
     lines_total: int
     lines_skipped: int
+    time_basis: str
     home_day: date  # where lines with no time of their own are accounted
     days: list[date]
     samples: pl.LazyFrame
@@ -144,19 +147,38 @@ def _read_text(lf: LandingFile) -> tuple[str | None, str | None]:
         return None, f"not UTF-8 text ({e.reason} at byte {e.start}): not a telemetry export"
 
 
-def detect_format(text: str) -> str | None:
-    """The parser for this text, judged by content; None when no parser fits."""
-    head = [ln.strip() for ln in text[:65536].splitlines() if ln.strip()][:50]
-    if not head:
+# Exports people have that carry no usable time series: named, so the reason is precise.
+UNSUPPORTED = (
+    (
+        re.compile(r"^\s*<\?xml|<nvidia_smi_log"),
+        "nvidia-smi -q -x XML is a point-in-time report, not a time series; "
+        "export with nvidia-smi --query-gpu=timestamp,uuid,... --format=csv instead",
+    ),
+    (
+        re.compile(r"^\s*=+NVSMI LOG=+", re.M),
+        "nvidia-smi -q text report is not a time series; "
+        "export with nvidia-smi --query-gpu=timestamp,uuid,... --format=csv instead",
+    ),
+    (
+        re.compile(r"^\s*#\s*(gpu|Entity)\s+\S+", re.M),
+        "nvidia-smi dmon / dcgmi dmon output has no timestamps; "
+        "run it with -o DT (nvidia-smi) or export through dcgm-exporter instead",
+    ),
+)
+
+
+def detect_format(text: str, name: str) -> str | None:
+    """The parser for this text, judged by its content; None when no parser fits."""
+    head = text[:65536]
+    if not head.strip():
         return "empty"
-    metric_like = re.compile(r"^(# (HELP|TYPE) )?[a-zA-Z_:][a-zA-Z0-9_:]*(\{|\s)")
-    hits = sum(1 for ln in head if metric_like.match(ln))
-    if hits >= max(1, len(head) // 2) and any(("DCGM" in ln.upper()) for ln in head):
-        return "dcgm_exposition"
+    for fmt, module in FORMATS.items():
+        if module.detect(head, name):
+            return fmt
     return None
 
 
-def _whole_file(lf: LandingFile, reason: str, raw: str) -> ParsedLines:
+def _whole_file(reason: str, raw: str) -> ParsedLines:
     q = pl.DataFrame(
         {"line": [None], "timestamp": [None], "reason": [reason], "raw": [raw[:2000]]},
         schema=QUARANTINE_LINE_SCHEMA,
@@ -168,24 +190,40 @@ def parse_landing_file(lf: LandingFile) -> tuple[str, ParsedLines]:
     """Read, detect and parse one landing file; a file no parser fits is quarantined whole."""
     text, why = _read_text(lf)
     if text is None:
-        head = lf.path.read_bytes()[:200]
-        return "unreadable", _whole_file(lf, why or "unreadable", repr(head))
-    fmt = detect_format(text)
+        return "unreadable", _whole_file(why or "unreadable", repr(lf.path.read_bytes()[:200]))
+    fmt = detect_format(text, lf.source_file)
     if fmt == "empty":
         n = len(text.splitlines())
         return fmt, ParsedLines(
             pl.DataFrame(schema=LONG_SCHEMA), pl.DataFrame(schema=QUARANTINE_LINE_SCHEMA), n, n
         )
-    if fmt == "dcgm_exposition":
-        parsed = parse_exposition(text, file_time=time_from_name(lf.source_file))
-        return fmt, ParsedLines(
-            conform(parsed.samples, LONG_SCHEMA),
-            conform(parsed.quarantine, QUARANTINE_LINE_SCHEMA),
-            parsed.lines_total,
-            parsed.lines_skipped,
+    if fmt is None:
+        reason = next((r for rx, r in UNSUPPORTED if rx.search(text[:65536])), None)
+        return "unknown", _whole_file(
+            reason
+            or "unrecognized format: not dcgm-exporter exposition, Prometheus API JSON, nvidia-smi "
+            "--query-gpu CSV, NVML samples or the seed CSV; file quarantined whole",
+            text,
         )
-    return "unknown", _whole_file(
-        lf, "unrecognized format: not dcgm-exporter exposition; file quarantined whole", text[:2000]
+    named = time_from_name(lf.source_file)
+    ctx = Context(
+        source_file=lf.source_file,
+        # a single scrape saved with no time anywhere: its modification time is the best guess,
+        # and ingest_log.time_basis says so
+        file_time=named or datetime.fromtimestamp(lf.mtime, UTC),
+        file_time_basis="file_name" if named else "file_mtime",
+        csv_timezone=os.environ.get("GPU_PIPELINE_CSV_TIMEZONE", "UTC"),
+    )
+    try:
+        out = FORMATS[fmt].parse(text, ctx)
+    except Exception as e:  # a parser that gives up on a file quarantines it whole, with why
+        return fmt, _whole_file(f"{fmt}: {e}", text)
+    return fmt, ParsedLines(
+        conform(out.samples, LONG_SCHEMA),
+        conform(out.quarantine, QUARANTINE_LINE_SCHEMA),
+        out.lines_total,
+        out.lines_skipped,
+        out.time_basis,
     )
 
 
@@ -222,6 +260,7 @@ def load_or_parse(lf: LandingFile, cache_root: str | os.PathLike) -> ParsedFile:
             "format": fmt,
             "lines_total": parsed.lines_total,
             "lines_skipped": parsed.lines_skipped,
+            "time_basis": parsed.time_basis,
             "home_day": home.isoformat(),
             "days": [d.isoformat() for d in days],
         }
@@ -236,6 +275,7 @@ def load_or_parse(lf: LandingFile, cache_root: str | os.PathLike) -> ParsedFile:
         format=meta["format"],
         lines_total=meta["lines_total"],
         lines_skipped=meta["lines_skipped"],
+        time_basis=meta["time_basis"],
         home_day=date.fromisoformat(meta["home_day"]),
         days=[date.fromisoformat(d) for d in meta["days"]],
         samples=pl.scan_parquet(cdir / "samples.parquet"),
@@ -277,6 +317,7 @@ def assemble_day(files: list[ParsedFile], day: date) -> DayIngest:
                 "source_file": src,
                 "file_order": order,
                 "format": pf.format,
+                "time_basis": pf.time_basis,
                 "sha256": pf.file.sha256,
                 "file_bytes": pf.file.size,
                 "file_lines": pf.lines_total,

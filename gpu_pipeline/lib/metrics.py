@@ -60,6 +60,43 @@ def efficiency_class_expr(util: pl.Expr, pif: pl.Expr, t: Thresholds = DEFAULT) 
     )
 
 
+# MIG: compute slices of a full GPU (A100/H100/H200/B200 class); a profile "2g.20gb" holds 2
+MIG_SLICES = 7
+
+
+def _utilization(per_minute: pl.LazyFrame) -> pl.LazyFrame:
+    """Utilization per minute and where it came from.
+
+    `gpu_util`: DCGM_FI_DEV_GPU_UTIL / nvidia-smi utilization.gpu. Under MIG that field is absent;
+    an instance then uses its graphics-engine activity (`prof_gr_engine_active`), and the physical
+    GPU's row the slice-weighted activity of its instances (`mig_instances`), free slices idle.
+    """
+    slices = pl.col("gpu_instance_profile").str.extract(r"^(\d+)g", 1).cast(pl.Float64)
+    inst = (
+        per_minute.filter(pl.col("gpu_instance_id").is_not_null())
+        .group_by("gpu_uuid", "minute")
+        .agg(
+            (100.0 * (pl.col("_gr") * slices).sum() / MIG_SLICES)
+            .clip(0.0, 100.0)
+            .alias("_mig_util")
+        )
+        .with_columns(pl.lit(None, pl.Int32).alias("gpu_instance_id"))
+    )
+    gr = (100.0 * pl.col("_gr")).clip(0.0, 100.0)
+    return per_minute.join(
+        inst, on=["gpu_uuid", "gpu_instance_id", "minute"], how="left", nulls_equal=True
+    ).with_columns(
+        pl.coalesce("gpu_util_pct", gr, "_mig_util").alias("gpu_util_pct"),
+        pl.when(pl.col("gpu_util_pct").is_not_null())
+        .then(pl.lit("gpu_util"))
+        .when(pl.col("_gr").is_not_null())
+        .then(pl.lit("prof_gr_engine_active"))
+        .when(pl.col("_mig_util").is_not_null())
+        .then(pl.lit("mig_instances"))
+        .alias("util_source"),
+    )
+
+
 def gpu_minutes(
     samples: pl.LazyFrame,
     catalog: pl.DataFrame,
@@ -67,7 +104,7 @@ def gpu_minutes(
     t: Thresholds = DEFAULT,
 ) -> pl.LazyFrame:
     """One row per GPU (and MIG instance) per minute with the SPEC metric stack."""
-    per_minute = (
+    per_minute = _utilization(
         samples.with_columns(pl.col("timestamp").dt.truncate("1m").alias("minute"))
         .sort("timestamp")
         .group_by(*GPU_KEY, "minute")
@@ -75,10 +112,18 @@ def gpu_minutes(
             pl.col("date").first(),
             *[
                 pl.col(c).drop_nulls().last()
-                for c in ("hostname", "cluster", "namespace", "pod", "gpu_model")
+                for c in (
+                    "hostname",
+                    "cluster",
+                    "namespace",
+                    "pod",
+                    "gpu_model",
+                    "gpu_instance_profile",
+                )
             ],
             pl.len().alias("samples"),
             *[pl.col(c).mean() for c in _MEAN_FIELDS],
+            pl.col("prof_gr_engine_active").mean().alias("_gr"),
             pl.col("gpu_temp_c").max(),
             pl.col("power_limit_w").max().alias("_limit"),
         )
@@ -88,16 +133,20 @@ def gpu_minutes(
         pl.col("max_power_w").alias("_cat_power"),
         pl.col("achievable_fp16_tflops").alias("achievable_tflops"),
     )
-    price = prices.lazy().select(
-        "model_key", pl.col("on_demand_usd_per_hour").alias("price_usd_per_hour")
-    )
+    price = prices.lazy().select("model_key", pl.col("on_demand_usd_per_hour").alias("_price"))
     # the GPU's highest power limit seen on the day is the fallback basis when the model is unknown
-    day_limit = pl.col("_limit").max().over(*GPU_KEY)
+    day_limit = pl.col("_limit").max().over("gpu_uuid")
+    mig_instance = pl.col("gpu_instance_id").is_not_null()
     m = (
         per_minute.with_columns(model_key(pl.col("gpu_model")).alias("model_key"))
         .join(cat, on="model_key", how="left")
         .join(price, on="model_key", how="left")
         .with_columns(
+            # a MIG instance's power and price live on its physical GPU's row, counted once
+            pl.when(mig_instance)
+            .then(None)
+            .otherwise(pl.col("_price"))
+            .alias("price_usd_per_hour"),
             pl.coalesce(pl.col("_cat_power"), day_limit).alias("max_power_w"),
             pl.when(pl.col("_cat_power").is_not_null())
             .then(pl.lit("catalog"))
@@ -117,6 +166,9 @@ def gpu_minutes(
                 "efficiency_class"
             ),
             pl.concat_str(
+                pl.when(mig_instance).then(
+                    pl.lit("MIG instance: power and price counted on the physical GPU row")
+                ),
                 pl.when(pl.col("gpu_model").is_null()).then(pl.lit("no model name")),
                 pl.when(
                     pl.col("gpu_model").is_not_null() & pl.col("achievable_tflops").is_null()
@@ -126,9 +178,11 @@ def gpu_minutes(
                 pl.when(pl.col("max_power_w").is_null()).then(
                     pl.lit("no max power (catalog or power limit)")
                 ),
-                pl.when(pl.col("power_w").is_null()).then(pl.lit("no power reading")),
+                pl.when(pl.col("power_w").is_null() & ~mig_instance).then(
+                    pl.lit("no power reading")
+                ),
                 pl.when(pl.col("gpu_util_pct").is_null()).then(pl.lit("no utilization reading")),
-                pl.when(pl.col("price_usd_per_hour").is_null()).then(pl.lit("no price for model")),
+                pl.when(pl.col("_price").is_null()).then(pl.lit("no price for model")),
                 separator="; ",
                 ignore_nulls=True,
             ).alias("note"),

@@ -35,6 +35,9 @@ class ParsedLines:
     quarantine: pl.DataFrame  # QUARANTINE_LINE_SCHEMA
     lines_total: int
     lines_skipped: int  # comments, HELP/TYPE, blank lines: read, not records
+    # where sample times came from: "sample" (their own), else the file's time ("file_name" or
+    # "file_mtime") for all or some samples
+    time_basis: str = "sample"
 
 
 def normalize_uuid(expr: pl.Expr) -> pl.Expr:

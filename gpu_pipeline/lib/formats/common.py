@@ -1,0 +1,231 @@
+"""What every parser shares: label aliases, units, sentinels, range checks, MIG, reasons.
+
+A parser builds a frame with one row per candidate sample:
+  line (Int64)      source line or record number
+  raw (String)      the original text, kept for quarantine
+  ts_ms (Int64)     sample time, epoch ms (null: none found)
+  metric (String)   the source's name for the field (for messages)
+  column (String)   canonical field column (null: not a field we model)
+  scale (Float64)   factor from the source unit to the column's unit
+  value_s (String)  the value as written; value (Float64) parsed, before scaling
+  pre_reason        a format-specific reason to reject (null: none)
+  + the attribute columns of `samples.ATTR_COLUMNS` (raw strings)
+and `finalize` turns it into accepted samples and quarantined records with reasons.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import polars as pl
+
+from gpu_pipeline.lib.fields import (
+    BY_COLUMN,
+    DEVICE_LEVEL_COLUMNS,
+    FP64_BLANK_FROM,
+    FP64_BLANK_TO,
+    INT32_BLANK_FROM,
+    INT32_BLANK_TO,
+    INT64_BLANK_FROM,
+    LABEL_ALIASES,
+    METRIC_SCALE,
+    METRIC_TO_COLUMN,
+)
+from gpu_pipeline.lib.samples import (
+    ATTR_COLUMNS,
+    LONG_SCHEMA,
+    QUARANTINE_LINE_SCHEMA,
+    ParsedLines,
+    conform,
+    normalize_attributes,
+)
+
+# "no value" spellings of nvidia-smi and friends
+NA_VALUES = (
+    "",
+    "N/A",
+    "[N/A]",
+    "NaN",
+    "nan",
+    "-",
+    "[Not Supported]",
+    "Not Supported",
+    "[Insufficient Permissions]",
+    "[Requested functionality has been deprecated]",
+    "[Function Not Found]",
+    "[Unknown Error]",
+    "[GPU is lost]",
+    "[Not Found]",
+)
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a parser may know besides the text: the file's name and the time written in it."""
+
+    source_file: str
+    file_time: datetime | None = None  # from the file name, else its modification time
+    file_time_basis: str = "file_name"
+    csv_timezone: str = "UTC"
+
+
+def is_blank_sentinel(v: pl.Expr) -> pl.Expr:
+    """DCGM blank values (no reading) of the int32, fp64 (2^47) and int64 families, and NaN."""
+    return (
+        v.is_between(INT32_BLANK_FROM, INT32_BLANK_TO)
+        | v.is_between(FP64_BLANK_FROM, FP64_BLANK_TO)
+        | (v >= INT64_BLANK_FROM)
+        | v.is_nan()
+    )
+
+
+def metric_column(metric: pl.Expr) -> pl.Expr:
+    return metric.str.to_lowercase().replace_strict(
+        METRIC_TO_COLUMN, default=None, return_dtype=pl.String
+    )
+
+
+def metric_scale(metric: pl.Expr) -> pl.Expr:
+    return metric.str.to_lowercase().replace_strict(
+        METRIC_SCALE, default=1.0, return_dtype=pl.Float64
+    )
+
+
+def resolve_aliases(pairs: pl.DataFrame, key: str) -> pl.DataFrame:
+    """(key, k, v) label pairs -> one row per key with the attribute columns (first alias wins)."""
+    aliases = [(a, n, p) for a, names in LABEL_ALIASES.items() for p, n in enumerate(names)]
+    alias_df = pl.DataFrame(aliases, schema=["attr", "k", "prio"], orient="row")
+    best = (
+        pairs.with_columns(pl.col("k").str.to_lowercase())
+        .filter(pl.col("v").is_not_null() & (pl.col("v") != ""))
+        .join(alias_df, on="k", how="inner")
+        .sort(key, "attr", "prio")
+        .group_by(key, "attr", maintain_order=True)
+        .agg(pl.col("v").first())
+    )
+    wide = best.pivot(on="attr", index=key, values="v", on_columns=list(LABEL_ALIASES))
+    out = pairs.select(key).unique().join(wide, on=key, how="left")
+    return out.with_columns(
+        [pl.lit(None, pl.String).alias(a) for a in LABEL_ALIASES if a not in out.columns]
+    )
+
+
+def _exporter_self_labels(df: pl.DataFrame) -> pl.DataFrame:
+    """Drop pod/namespace/container labels that name the dcgm-exporter pod itself.
+
+    A Prometheus job that does not honour the exporter's labels stamps its own scrape target
+    (the exporter pod) on every series; that is not the workload using the GPU.
+    """
+    own = pl.col("pod").str.contains("dcgm-exporter").fill_null(False) | pl.col(
+        "container"
+    ).str.contains("dcgm-exporter").fill_null(False)
+    return df.with_columns(
+        [
+            pl.when(own).then(None).otherwise(pl.col(c)).alias(c)
+            for c in ("namespace", "pod", "container")
+        ]
+    )
+
+
+def _mig_device_level(df: pl.DataFrame) -> pl.DataFrame:
+    """Under MIG, device-level fields belong to the physical GPU, not to each instance.
+
+    dcgm-exporter repeats power, temperature, energy, clocks… on every instance; re-keying them to
+    the parent GPU (no instance) makes the repeats exact duplicates, counted once.
+    """
+    dev = (
+        pl.col("column").is_in(list(DEVICE_LEVEL_COLUMNS)) & pl.col("gpu_instance_id").is_not_null()
+    )
+    return df.with_columns(
+        [
+            pl.when(dev).then(None).otherwise(pl.col(c)).alias(c)
+            for c in ("gpu_instance_id", "gpu_instance_profile", "namespace", "pod", "container")
+        ]
+    )
+
+
+def finalize(g: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Candidate rows -> (accepted long samples, quarantined records), every row in exactly one."""
+    g = normalize_attributes(g)
+    g = _exporter_self_labels(g)
+    cols = list(BY_COLUMN)
+    lo = pl.col("column").replace_strict(
+        cols, pl.Series([BY_COLUMN[c].lo for c in cols], dtype=pl.Float64), default=None
+    )
+    hi = pl.col("column").replace_strict(
+        cols, pl.Series([BY_COLUMN[c].hi for c in cols], dtype=pl.Float64), default=None
+    )
+    sentinel = is_blank_sentinel(pl.col("value"))
+    g = g.with_columns((pl.col("value") * pl.col("scale")).alias("scaled"))
+    bad_range = ~sentinel & (
+        pl.col("scaled").is_infinite()
+        | (lo.is_not_null() & (pl.col("scaled") < lo))
+        | (hi.is_not_null() & (pl.col("scaled") > hi))
+    )
+    reason = (
+        pl.when(pl.col("pre_reason").is_not_null())
+        .then(pl.col("pre_reason"))
+        .when(pl.col("value").is_null())
+        .then(pl.format("value is not a number: '{}'", pl.col("value_s").str.slice(0, 80)))
+        .when(pl.col("column").is_null())
+        .then(
+            pl.format(
+                "unknown metric '{}': not a telemetry field gpu_pipeline models", pl.col("metric")
+            )
+        )
+        .when(pl.col("ts_ms").is_null())
+        .then(pl.lit("no timestamp: neither the sample nor the file name carries one"))
+        .when(pl.col("gpu_uuid").is_null())
+        .then(pl.lit("no GPU UUID label (UUID/uuid)"))
+        .when(bad_range)
+        .then(
+            pl.format(
+                "impossible value {} for {} (valid {}..{})",
+                pl.col("value_s"),
+                pl.col("column"),
+                lo.cast(pl.String).fill_null("-inf"),
+                hi.cast(pl.String).fill_null("inf"),
+            )
+        )
+        .otherwise(None)
+    )
+    g = g.with_columns(reason.alias("reason"))
+    ts = pl.from_epoch("ts_ms", time_unit="ms").dt.replace_time_zone("UTC")
+    ok = _mig_device_level(g.filter(pl.col("reason").is_null()))
+    samples = ok.select(
+        "line",
+        ts.alias("timestamp"),
+        "column",
+        pl.when(is_blank_sentinel(pl.col("value")))
+        .then(None)
+        .otherwise(pl.col("scaled"))
+        .alias("value"),
+        *ATTR_COLUMNS,
+    )
+    bad = g.filter(pl.col("reason").is_not_null())
+    quarantine = bad.select("line", ts.alias("timestamp"), "reason", "raw")
+    return conform(samples, LONG_SCHEMA), conform(quarantine, QUARANTINE_LINE_SCHEMA)
+
+
+def candidates(df: pl.DataFrame) -> pl.DataFrame:
+    """Fill the optional candidate columns a parser did not set."""
+    defaults = {
+        "pre_reason": pl.lit(None, pl.String),
+        "scale": pl.lit(1.0),
+        "value_s": pl.col("value").cast(pl.String)
+        if "value" in df.columns
+        else pl.lit(None, pl.String),
+        "metric": pl.col("column") if "column" in df.columns else pl.lit(None, pl.String),
+        **{a: pl.lit(None, pl.String) for a in ATTR_COLUMNS},
+    }
+    return df.with_columns([e.alias(c) for c, e in defaults.items() if c not in df.columns])
+
+
+def parsed(
+    g: pl.DataFrame, lines_total: int, lines_skipped: int, time_basis: str = "sample"
+) -> ParsedLines:
+    samples, quarantine = finalize(candidates(g))
+    # a row rejected as a whole (wide formats) is one quarantine record, not one per field
+    quarantine = quarantine.unique(["line", "reason"], keep="first", maintain_order=True)
+    return ParsedLines(samples, quarantine, lines_total, lines_skipped, time_basis)

@@ -1,0 +1,123 @@
+"""Prometheus HTTP API dumps: `/api/v1/query` (vector) and `/api/v1/query_range` (matrix) JSON.
+
+Values are strings ("NaN" possible); timestamps float seconds. Records are numbered in document
+order (series by series, point by point); that number stands in for a line.
+"""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+
+from gpu_pipeline.lib.formats.common import (
+    Context,
+    metric_column,
+    metric_scale,
+    parsed,
+    resolve_aliases,
+)
+from gpu_pipeline.lib.samples import ParsedLines
+
+
+class WholeFile(ValueError):
+    """The file as a whole cannot be used; the message is the quarantine reason."""
+
+
+def detect(head: str, name: str) -> bool:
+    h = head.lstrip()
+    return h.startswith("{") and ('"resultType"' in head or '"status"' in head)
+
+
+def _points(r: dict, rtype: str) -> list:
+    pts = r.get("values") if rtype == "matrix" else [r.get("value")]
+    return pts if isinstance(pts, list) else [pts]
+
+
+def parse(text: str, ctx: Context) -> ParsedLines:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise WholeFile(f"invalid JSON (truncated?): {e}") from None
+    if not isinstance(doc, dict):
+        raise WholeFile("not a Prometheus API response (top level is not an object)")
+    if doc.get("status") == "error":
+        raise WholeFile(
+            f"Prometheus API error: {doc.get('errorType', '?')}: {doc.get('error', '?')}"
+        )
+    data = doc.get("data") or {}
+    rtype = data.get("resultType")
+    if rtype not in ("matrix", "vector"):
+        raise WholeFile(f"unsupported Prometheus resultType {rtype!r} (need matrix or vector)")
+    results = data.get("result") or []
+
+    series, ts, vals, pre, metric, labels_json = [], [], [], [], [], []
+    pair_s, pair_k, pair_v = [], [], []
+    for i, r in enumerate(results):
+        labels = r.get("metric") if isinstance(r, dict) else None
+        labels = labels if isinstance(labels, dict) else {}
+        labels_json.append(json.dumps(labels, separators=(",", ":")))
+        metric.append(labels.get("__name__"))
+        for k, v in labels.items():
+            pair_s.append(i)
+            pair_k.append(k)
+            pair_v.append(str(v))
+        for p in _points(r, rtype) if isinstance(r, dict) else [None]:
+            series.append(i)
+            if isinstance(p, list) and len(p) == 2:
+                ts.append(p[0] if isinstance(p[0], int | float) else None)
+                vals.append(str(p[1]))
+                pre.append(None if isinstance(p[0], int | float) else "timestamp is not a number")
+            else:
+                ts.append(None)
+                vals.append(json.dumps(p))
+                pre.append('malformed sample: expected [timestamp, "value"]')
+
+    per_series = pl.DataFrame(
+        {"series": range(len(results)), "metric": metric, "labels_json": labels_json},
+        schema={"series": pl.Int64, "metric": pl.String, "labels_json": pl.String},
+    )
+    attrs = resolve_aliases(
+        pl.DataFrame(
+            {"series": pair_s, "k": pair_k, "v": pair_v},
+            schema={"series": pl.Int64, "k": pl.String, "v": pl.String},
+        ),
+        "series",
+    )
+    g = (
+        pl.DataFrame(
+            {"series": series, "ts": ts, "value_s": vals, "pre_reason": pre},
+            schema={
+                "series": pl.Int64,
+                "ts": pl.Float64,
+                "value_s": pl.String,
+                "pre_reason": pl.String,
+            },
+        )
+        .with_row_index("line", offset=1)
+        .with_columns(pl.col("line").cast(pl.Int64))
+        .join(per_series, on="series", how="left")
+        .join(attrs, on="series", how="left")
+        .with_columns(
+            (pl.col("ts") * 1000.0).round(0).cast(pl.Int64).alias("ts_ms"),
+            pl.col("value_s").cast(pl.Float64, strict=False).alias("value"),
+            metric_column(pl.col("metric")).alias("column"),
+            metric_scale(pl.col("metric")).alias("scale"),
+            pl.concat_str(
+                pl.lit('{"metric":'),
+                pl.col("labels_json"),
+                pl.lit(',"value":['),
+                pl.col("ts").cast(pl.String).fill_null("null"),
+                pl.lit(',"'),
+                pl.col("value_s"),
+                pl.lit('"]}'),
+            ).alias("raw"),
+            pl.when(pl.col("pre_reason").is_not_null())
+            .then(pl.col("pre_reason"))
+            .when(pl.col("metric").is_null())
+            .then(pl.lit("series has no __name__ label (an expression result?)"))
+            .alias("pre_reason"),
+        )
+        .with_columns(pl.col("metric").fill_null("?"))
+    )
+    return parsed(g, lines_total=g.height, lines_skipped=0)

@@ -1,0 +1,107 @@
+"""Comma-separated, one row per GPU per time, one column per field: shared by the CSV formats.
+
+Rows are split in Polars (no Python per row); a row with the wrong number of cells is rejected
+whole. Each format says which columns are fields (and their unit factor), how to read the time,
+and which columns carry identity.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import polars as pl
+
+from gpu_pipeline.lib.formats.common import NA_VALUES
+
+# a number, optionally followed by a unit ("433.78 W", "0 %", "132 MiB", "1410 MHz")
+NUMBER_RX = r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(?:[A-Za-z%/]+)?\s*$"
+
+
+def header_name(h: str) -> str:
+    """`power.draw [W]` -> `power.draw`; case and spaces normalized."""
+    return re.sub(r"\s*\[.*?\]\s*$", "", h.strip()).strip().lower()
+
+
+def split_rows(text: str, header_index: int) -> tuple[list[str], pl.DataFrame, int, int]:
+    """(header cells, body rows with `line`, `raw`, `cells`, lines_total, lines_skipped)."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    df = (
+        pl.DataFrame({"raw": lines}, schema={"raw": pl.String})
+        .with_row_index("line", offset=1)
+        .with_columns(pl.col("line").cast(pl.Int64), pl.col("raw").str.strip_suffix("\r"))
+    )
+    header = df["raw"][header_index].split(",")
+    body = df.slice(header_index + 1).filter(pl.col("raw").str.strip_chars() != "")
+    body = body.with_columns(pl.col("raw").str.split(",").alias("cells"))
+    return header, body, df.height, df.height - body.height
+
+
+def cell(i: int) -> pl.Expr:
+    return pl.col("cells").list.get(i, null_on_oob=True).str.strip_chars()
+
+
+def numeric(e: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
+    """(value, value_s): N/A spellings become NaN (a "no value" that is accepted as null)."""
+    na = e.is_in(list(NA_VALUES)) | e.is_null()
+    num = e.str.extract(NUMBER_RX, 1).cast(pl.Float64, strict=False)
+    return pl.when(na).then(float("nan")).otherwise(num), e
+
+
+def to_long(
+    body: pl.DataFrame,
+    n_cells: int,
+    fields: dict[str, tuple[int | list[int], float]],
+    ts_ms: pl.Expr,
+    attrs: dict[str, pl.Expr],
+    row_reason: pl.Expr | None = None,
+    metric_names: dict[str, str] | None = None,
+) -> pl.DataFrame:
+    """Unpivot the field columns: one candidate sample per row and field.
+
+    `fields` maps a canonical column to its cell index (or indexes, first non-empty wins) and unit
+    factor. `row_reason` rejects a whole row (every sample of it) with a reason.
+    """
+    wrong = pl.col("cells").list.len() != n_cells
+    reason = pl.when(wrong).then(
+        pl.format(
+            f"expected {n_cells} comma-separated fields, found {{}}", pl.col("cells").list.len()
+        )
+    )
+    if row_reason is not None:
+        reason = reason.when(row_reason.is_not_null()).then(row_reason)
+    base = body.with_columns(
+        ts_ms.alias("ts_ms"),
+        reason.otherwise(None).alias("pre_reason"),
+        *[e.alias(a) for a, e in attrs.items()],
+    )
+    frames = []
+    for column, (idx, scale) in fields.items():
+        idxs = idx if isinstance(idx, list) else [idx]
+        first = pl.coalesce(
+            [pl.when(~cell(i).is_in(list(NA_VALUES))).then(cell(i)) for i in idxs] + [cell(idxs[0])]
+        )
+        value, value_s = numeric(first)
+        frames.append(
+            base.with_columns(
+                pl.lit(column).alias("column"),
+                pl.lit((metric_names or {}).get(column, column)).alias("metric"),
+                pl.lit(scale).alias("scale"),
+                value.alias("value"),
+                value_s.alias("value_s"),
+            ).drop("cells")
+        )
+    if not frames:
+        return base.drop("cells").with_columns(pl.lit(None, pl.String).alias("column")).head(0)
+    return pl.concat(frames).sort("line", maintain_order=True)
+
+
+def parse_local_time(col: pl.Expr, formats: list[str], tz: str) -> pl.Expr:
+    """Zone-less timestamp text in `tz` -> epoch ms (null when no format fits)."""
+    parsed = pl.coalesce([col.str.to_datetime(f, strict=False, time_unit="ms") for f in formats])
+    return parsed.dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null").dt.epoch("ms")
+
+
+Builder = Callable[[str], pl.DataFrame]
