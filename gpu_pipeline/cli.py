@@ -212,6 +212,19 @@ def cmd_sql(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sample(a: argparse.Namespace) -> int:
+    from gpu_pipeline.lib.nvml import NvmlUnavailable, PynvmlBackend, sample
+
+    out = Path(a.out or Path(settings.raw_root()) / "nvml")
+    try:
+        path = sample(PynvmlBackend(), a.interval, a.duration, out)
+    except (NvmlUnavailable, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    _say(f"wrote {path}")
+    return 0
+
+
 def cmd_init_instance(_: argparse.Namespace) -> int:
     _say(f"DAGSTER_HOME={init_instance()}")
     return 0
@@ -230,7 +243,7 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--gpus", type=int, default=50)
     g.add_argument("--clusters", type=int, default=3)
     g.add_argument("--seed", type=int, default=42)
-    g.add_argument("--format", default="prom", choices=["prom", "prom.gz"])
+    g.add_argument("--format", default="prom", choices=["prom", "prom.gz", "prom-json", "smi-csv"])
     g.add_argument("--out", help="landing folder (default GPU_PIPELINE_RAW or data/raw)")
     g.set_defaults(fn=cmd_generate)
 
@@ -255,6 +268,14 @@ def parser() -> argparse.ArgumentParser:
     su.add_argument("--end", type=_day)
     su.add_argument("--lake")
     su.set_defaults(fn=cmd_summary)
+
+    sa = sub.add_parser("sample", help="sample local GPUs through NVML into the landing zone")
+    sa.add_argument(
+        "--interval", type=float, default=1.0, help="seconds between samples (0.1 = 10 Hz)"
+    )
+    sa.add_argument("--duration", type=float, default=60.0, help="seconds to sample for")
+    sa.add_argument("--out", help="folder (default <landing>/nvml)")
+    sa.set_defaults(fn=cmd_sample)
 
     i = sub.add_parser("init-instance", help="create DAGSTER_HOME with the project's dagster.yaml")
     i.set_defaults(fn=cmd_init_instance)

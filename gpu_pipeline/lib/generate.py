@@ -3,12 +3,14 @@
 Default: 50 GPUs, 3 clusters, 7 days, one scrape a minute, the seed workload mix (efficient
 training 30 %, data-starved 20 %, network bottleneck 15 %, moderate 20 %, idle 10 %, bursty
 inference 5 %). One file per host per day, `<out>/<cluster>/<host>_<YYYY-MM-DD>.prom`, each a
-concatenation of scrapes with HELP/TYPE and per-sample millisecond timestamps.
+concatenation of scrapes with HELP/TYPE and per-sample millisecond timestamps. The same fleet can
+be written as Prometheus `query_range` JSON (`prom-json`) or nvidia-smi CSV (`smi-csv`).
 """
 
 from __future__ import annotations
 
 import gzip
+import json
 import random
 import uuid
 import zlib
@@ -162,46 +164,76 @@ def _signals(w: str, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     }
 
 
-def _host_day_text(gpus: list[Gpu], day: date, seed: int) -> str:
+def _host_day_frame(gpus: list[Gpu], day: date, seed: int) -> pl.DataFrame:
+    """One row per GPU per scrape: ts (epoch ms), g (index into `gpus`), one column per metric."""
     n = 24 * 60
     t0 = int(datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp() * 1000)
     rng = np.random.default_rng([seed, day.toordinal(), zlib.crc32(gpus[0].hostname.encode())])
     # scrapes land a little after each minute starts, as a real scrape loop does
     ts = t0 + np.arange(n, dtype=np.int64) * 60_000 + rng.integers(0, 3000, n)
     frames = []
-    for g in gpus:
+    for k, g in enumerate(gpus):
         s = _signals(g.workload, n, rng)
-        power = s["pif"] * g.max_power_w
         temp = np.rint(30 + 50 * s["pif"] + rng.normal(0, 1.5, n))
         fb = np.rint(np.where(s["util"] > 10, 0.6, 0.02) * 40960 + rng.normal(0, 200, n)).clip(0)
-        labels = (
-            f'{{gpu="{g.index}",UUID="{g.uuid}",pci_bus_id="00000000:{0x10 + g.index:02X}:00.0",'
-            f'device="nvidia{g.index}",modelName="{g.model}",Hostname="{g.hostname}",'
-            f'DCGM_FI_DRIVER_VERSION="535.129.03",container="main",namespace="{g.namespace}",pod="{g.pod}"}}'
-        )
-        values = [s["util"], power, temp, fb, s["sm"], s["tensor"], s["dram"]]
-        for k, ((name, _, dec), v) in enumerate(zip(METRICS, values, strict=True)):
-            frames.append(
-                pl.DataFrame(
-                    {
-                        "ts": ts,
-                        "k": np.full(n, k, np.int8),
-                        "g": np.full(n, g.index + 1, np.int16),
-                        "v": np.round(v, dec),
-                    }
-                )
-                .with_columns(
-                    pl.concat_str(
-                        pl.lit(name + labels + " "),
-                        pl.col("v").cast(pl.Int64).cast(pl.String)
-                        if dec == 0
-                        else pl.col("v").cast(pl.String),
-                        pl.lit(" "),
-                        pl.col("ts").cast(pl.String),
-                    ).alias("line")
-                )
-                .select("ts", "k", "g", "line")
+        values = [s["util"], s["pif"] * g.max_power_w, temp, fb, s["sm"], s["tensor"], s["dram"]]
+        frames.append(
+            pl.DataFrame(
+                {"ts": ts, "g": np.full(n, k, np.int16)}
+                | {
+                    name: np.round(v, dec)
+                    for (name, _, dec), v in zip(METRICS, values, strict=True)
+                }
             )
+        )
+    return pl.concat(frames).sort("ts", "g")
+
+
+def _value_str(name: str, dec: int) -> pl.Expr:
+    return pl.col(name).cast(pl.Int64).cast(pl.String) if dec == 0 else pl.col(name).cast(pl.String)
+
+
+def _labels(g: Gpu) -> dict[str, str]:
+    return {
+        "gpu": str(g.index),
+        "UUID": g.uuid,
+        "pci_bus_id": f"00000000:{0x10 + g.index:02X}:00.0",
+        "device": f"nvidia{g.index}",
+        "modelName": g.model,
+        "Hostname": g.hostname,
+        "DCGM_FI_DRIVER_VERSION": "535.129.03",
+        "container": "main",
+        "namespace": g.namespace,
+        "pod": g.pod,
+    }
+
+
+def _to_exposition(frame: pl.DataFrame, gpus: list[Gpu]) -> str:
+    """Concatenated scrapes: per scrape, each family's HELP/TYPE then one sample per GPU."""
+    labels = pl.DataFrame(
+        {
+            "g": np.arange(len(gpus), dtype=np.int16),
+            "lab": [",".join(f'{k}="{v}"' for k, v in _labels(g).items()) for g in gpus],
+        }
+    )
+    f = frame.join(labels, on="g", how="left")
+    parts = []
+    for k, (name, _, dec) in enumerate(METRICS):
+        parts.append(
+            f.select(
+                "ts",
+                pl.lit(k, pl.Int8).alias("k"),
+                (pl.col("g").cast(pl.Int32) + 1).alias("o"),
+                pl.concat_str(
+                    pl.lit(name + "{"),
+                    "lab",
+                    pl.lit("} "),
+                    _value_str(name, dec),
+                    pl.lit(" "),
+                    pl.col("ts").cast(pl.String),
+                ).alias("line"),
+            )
+        )
     headers = (
         pl.DataFrame(
             {
@@ -209,11 +241,81 @@ def _host_day_text(gpus: list[Gpu], day: date, seed: int) -> str:
                 "line": [f"# HELP {m} {h}\n# TYPE {m} gauge" for m, h, _ in METRICS],
             }
         )
-        .join(pl.DataFrame({"ts": ts}), how="cross")
-        .with_columns(pl.lit(0, pl.Int16).alias("g"))
+        .join(frame.select("ts").unique(), how="cross")
+        .with_columns(pl.lit(0, pl.Int32).alias("o"))
     )
-    out = pl.concat([headers.select("ts", "k", "g", "line"), *frames]).sort("ts", "k", "g")
+    out = pl.concat([headers.select("ts", "k", "o", "line"), *parts]).sort("ts", "k", "o")
     return "\n".join(out.get_column("line").to_list()) + "\n"
+
+
+def _to_prom_json(frame: pl.DataFrame, gpus: list[Gpu]) -> str:
+    """A Prometheus `query_range` (matrix) response holding every metric of every GPU."""
+    result = []
+    for k, g in enumerate(gpus):
+        sub = frame.filter(pl.col("g") == k)
+        ts = (sub["ts"] / 1000.0).to_list()
+        for name, _, dec in METRICS:
+            vals = sub.select(_value_str(name, dec)).to_series().to_list()
+            result.append(
+                {
+                    "metric": {"__name__": name, **_labels(g), "job": "dcgm-exporter"},
+                    "values": [[t, v] for t, v in zip(ts, vals, strict=True)],
+                }
+            )
+    return json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}})
+
+
+SMI_HEADER = (
+    "timestamp, uuid, index, name, utilization.gpu [%], power.draw [W], temperature.gpu, "
+    "memory.used [MiB]"
+)
+
+
+def _to_smi_csv(frame: pl.DataFrame, gpus: list[Gpu]) -> str:
+    """`nvidia-smi --query-gpu=timestamp,uuid,index,name,utilization.gpu,power.draw,… --format=csv`."""
+    meta = pl.DataFrame(
+        {
+            "g": np.arange(len(gpus), dtype=np.int16),
+            "uuid": [g.uuid for g in gpus],
+            "idx": [str(g.index) for g in gpus],
+            "name": [g.model for g in gpus],
+        }
+    )
+    f = frame.join(meta, on="g", how="left").sort("ts", "g")
+    lines = (
+        f.select(
+            pl.concat_str(
+                pl.from_epoch("ts", time_unit="ms").dt.strftime("%Y/%m/%d %H:%M:%S%.3f"),
+                pl.lit(", "),
+                "uuid",
+                pl.lit(", "),
+                "idx",
+                pl.lit(", "),
+                "name",
+                pl.lit(", "),
+                _value_str("DCGM_FI_DEV_GPU_UTIL", 0),
+                pl.lit(" %, "),
+                pl.col("DCGM_FI_DEV_POWER_USAGE").cast(pl.String),
+                pl.lit(" W, "),
+                _value_str("DCGM_FI_DEV_GPU_TEMP", 0),
+                pl.lit(", "),
+                _value_str("DCGM_FI_DEV_FB_USED", 0),
+                pl.lit(" MiB"),
+            )
+        )
+        .to_series()
+        .to_list()
+    )
+    return SMI_HEADER + "\n" + "\n".join(lines) + "\n"
+
+
+# --format -> (file suffix, writer, gzip?)
+WRITERS = {
+    "prom": (".prom", _to_exposition, False),
+    "prom.gz": (".prom.gz", _to_exposition, True),
+    "prom-json": (".json", _to_prom_json, False),
+    "smi-csv": (".csv", _to_smi_csv, False),
+}
 
 
 def generate(
@@ -227,8 +329,9 @@ def generate(
     progress: Callable[[str], None] | None = None,
 ) -> list[Path]:
     """Write the fleet's scrape archive; returns the files written (same inputs, same bytes)."""
-    if fmt not in ("prom", "prom.gz"):
-        raise ValueError(f"unknown format {fmt!r}: use prom or prom.gz")
+    if fmt not in WRITERS:
+        raise ValueError(f"unknown format {fmt!r}: use one of {', '.join(WRITERS)}")
+    suffix, writer, gz = WRITERS[fmt]
     fleet = build_fleet(gpus, clusters, seed)
     hosts: dict[tuple[str, str], list[Gpu]] = {}
     for g in fleet:
@@ -237,10 +340,10 @@ def generate(
     for d in range(days):
         day = start + timedelta(days=d)
         for (cluster, host), members in sorted(hosts.items()):
-            path = Path(out_dir) / cluster / f"{host}_{day.isoformat()}.{fmt}"
+            path = Path(out_dir) / cluster / f"{host}_{day.isoformat()}{suffix}"
             path.parent.mkdir(parents=True, exist_ok=True)
-            data = _host_day_text(members, day, seed).encode()
-            path.write_bytes(gzip.compress(data, 1, mtime=0) if fmt.endswith(".gz") else data)
+            data = writer(_host_day_frame(members, day, seed), members).encode()
+            path.write_bytes(gzip.compress(data, 1, mtime=0) if gz else data)
             written.append(path)
         if progress:
             progress(f"generated {day.isoformat()}: {len(hosts)} hosts, {len(fleet)} GPUs")

@@ -1,0 +1,164 @@
+"""Properties: parsers never crash and never lose a row on mutated input; the exposition parser
+agrees with prometheus_client's on generated valid input."""
+
+import json
+from datetime import UTC, datetime
+
+import polars as pl
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpu_pipeline.lib.formats import exposition, nvidia_smi, prom_json
+from gpu_pipeline.lib.formats.common import Context
+
+CTX = Context("f.prom", datetime(2024, 1, 1, tzinfo=UTC))
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+BASE_EXPO = (
+    "# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).\n# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n"
+    'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-1",pod="p\\"q",Hostname="h"} 87 1704103200000\n'
+    'DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-1",Hostname="h"} 250.5 1704103200000\n'
+    'DCGM_FI_PROF_SM_ACTIVE{gpu="0",UUID="GPU-1",Hostname="h"} 0.5\n'
+    "DCGM_FI_DEV_GPU_TEMP 2147483647 1704103200000\n"
+)
+BASE_SMI = (
+    "timestamp, uuid, utilization.gpu [%], power.draw [W]\n"
+    "2024/01/01 10:00:00.000, GPU-1, 50 %, 100 W\n2024/01/01 10:01:00.000, GPU-1, [N/A], 90.5 W\n"
+)
+BASE_JSON = json.dumps(
+    {
+        "status": "success",
+        "data": {
+            "resultType": "matrix",
+            "result": [
+                {
+                    "metric": {"__name__": "DCGM_FI_DEV_GPU_UTIL", "UUID": "GPU-1"},
+                    "values": [[1704103200, "5"], [1704103260, "NaN"]],
+                }
+            ],
+        },
+    }
+)
+
+
+@st.composite
+def mutated(draw, base: str):
+    text = base
+    for _ in range(draw(st.integers(0, 6))):
+        op = draw(st.sampled_from(["insert", "delete", "replace", "dup_line", "crlf", "truncate"]))
+        i = draw(st.integers(0, len(text)))
+        if op == "insert":
+            text = text[:i] + draw(st.text(min_size=1, max_size=12)) + text[i:]
+        elif op == "delete":
+            text = text[:i] + text[i + draw(st.integers(1, 20)) :]
+        elif op == "replace" and i < len(text):
+            text = (
+                text[:i]
+                + draw(st.sampled_from(['"', "{", "}", ",", " ", "\n", "=", "\\", "x", "9"]))
+                + text[i + 1 :]
+            )
+        elif op == "dup_line":
+            lines = text.split("\n")
+            k = draw(st.integers(0, max(0, len(lines) - 1)))
+            text = "\n".join(lines[: k + 1] + lines[k:])
+        elif op == "crlf":
+            text = text.replace("\n", "\r\n")
+        elif op == "truncate":
+            text = text[:i]
+    return text
+
+
+def accounted(out) -> None:
+    """Every line is skipped, a sample, or quarantined; none is both a sample and quarantined."""
+    s_lines = set(out.samples["line"].to_list())
+    q_lines = set(out.quarantine["line"].drop_nulls().to_list())
+    assert out.lines_total == out.lines_skipped + len(s_lines | q_lines)
+    # a wide CSV row may be partly accepted and partly quarantined (a bad cell), a text line never
+    assert out.samples.height == out.samples.unique(["line", "column"]).height
+
+
+@SETTINGS
+@given(mutated(BASE_EXPO))
+def test_exposition_never_crashes_or_loses_a_line(text):
+    out = exposition.parse(text, CTX)
+    accounted(out)
+    assert not (set(out.samples["line"]) & set(out.quarantine["line"]))
+
+
+@SETTINGS
+@given(mutated(BASE_SMI))
+def test_nvidia_smi_never_crashes_or_loses_a_line(text):
+    if not nvidia_smi.detect(text, "x.csv"):
+        return
+    accounted(nvidia_smi.parse(text, CTX))
+
+
+@SETTINGS
+@given(mutated(BASE_JSON))
+def test_prometheus_json_never_crashes_and_counts_every_record(text):
+    try:
+        out = prom_json.parse(text, CTX)
+    except prom_json.WholeFile:
+        return  # quarantined whole, with the reason
+    assert out.samples.height + out.quarantine.height == out.lines_total
+
+
+LABEL_TEXT = st.text(alphabet=st.sampled_from(list('abc XYZ019_-.,{}=/"\\\n')), max_size=12)
+METRICS = {
+    "DCGM_FI_DEV_GPU_UTIL": (0, 100),
+    "DCGM_FI_DEV_POWER_USAGE": (0, 700),
+    "DCGM_FI_PROF_SM_ACTIVE": (0, 1),
+}
+
+
+def escape(v: str) -> str:
+    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+@st.composite
+def exposition_lines(draw):
+    lines, expected = [], []
+    for _ in range(draw(st.integers(1, 12))):
+        name = draw(st.sampled_from(sorted(METRICS)))
+        lo, hi = METRICS[name]
+        value = draw(st.floats(lo, hi, allow_nan=False))
+        labels = {
+            "UUID": "GPU-" + draw(st.text(alphabet="0123456789abcdef-", min_size=1, max_size=8)),
+            "pod": draw(LABEL_TEXT),
+            "namespace": draw(LABEL_TEXT),
+            "Hostname": draw(LABEL_TEXT),
+        }
+        ts = draw(st.integers(1_600_000_000_000, 1_900_000_000_000))
+        body = ",".join(f'{k}="{escape(v)}"' for k, v in labels.items())
+        lines.append(f"{name}{{{body}}} {value!r} {ts}")
+        expected.append((name, labels, value, ts))
+    return "\n".join(lines) + "\n"
+
+
+@SETTINGS
+@given(exposition_lines())
+def test_exposition_agrees_with_prometheus_client(text):
+    theirs = [s for fam in text_string_to_metric_families(text) for s in fam.samples]
+    ours = exposition.parse(text, CTX)
+    assert ours.quarantine.height == 0
+    s = ours.samples.sort("line")
+    assert s.height == len(theirs)
+    for row, ref in zip(s.iter_rows(named=True), theirs, strict=True):
+        assert row["value"] == ref.value
+        assert row["timestamp"] == datetime.fromtimestamp(round(ref.timestamp * 1000) / 1000, UTC)
+        assert row["pod"] == (ref.labels["pod"].strip() or None)
+        assert row["namespace"] == (ref.labels["namespace"].strip() or None)
+        assert row["hostname"] == (ref.labels["Hostname"].strip() or None)
+        assert row["gpu_uuid"] == "GPU-" + ref.labels["UUID"].lower().removeprefix("gpu-")
+
+
+def test_property_helpers_detect_real_losses():
+    """The accounting check itself can fail: a parse that drops a line is caught."""
+    out = exposition.parse(BASE_EXPO, CTX)
+    out.samples = out.samples.filter(pl.col("line") != 3)
+    try:
+        accounted(out)
+    except AssertionError:
+        return
+    raise AssertionError("accounted() did not notice a lost line")
