@@ -46,6 +46,16 @@ METRICS: tuple[tuple[str, str, int], ...] = (
     ("DCGM_FI_PROF_SM_ACTIVE", "The ratio of cycles an SM has at least 1 warp assigned.", 6),
     ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "Ratio of cycles the tensor (HMMA) pipe is active.", 6),
     ("DCGM_FI_PROF_DRAM_ACTIVE", "Ratio of cycles the device memory interface is active.", 6),
+    (
+        "DCGM_FI_PROF_PCIE_RX_BYTES",
+        "The rate of data received over the PCIe bus, in bytes per second.",
+        0,
+    ),
+    (
+        "DCGM_FI_PROF_NVLINK_RX_BYTES",
+        "The rate of data received over NVLink, in bytes per second.",
+        0,
+    ),
 )
 
 
@@ -90,7 +100,8 @@ def build_fleet(gpus: int = 50, clusters: int = 3, seed: int = 42) -> list[Gpu]:
         for i in range(count):
             host = f"{cname}-node-{i // per_host:02d}"
             w = workloads[len(fleet)]
-            pod_tag = uuid.UUID(int=rnd.getrandbits(128)).hex[:5]
+            # one pod per namespace per host: a multi-GPU job, as a scheduler would place it
+            pod_tag = f"{zlib.crc32(f'{seed}/{host}/{w}'.encode()):08x}"[:5]
             fleet.append(
                 Gpu(
                     cname,
@@ -113,6 +124,7 @@ def _signals(w: str, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     def nrm(mu: float, sd: float) -> np.ndarray:
         return rng.normal(mu, sd, n)
 
+    gb = 1e9
     if w == "efficient_training":
         util, pif, sm, tensor, dram = (
             nrm(95, 3),
@@ -121,7 +133,8 @@ def _signals(w: str, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
             nrm(0.55, 0.08),
             nrm(0.40, 0.06),
         )
-    elif w == "data_starved":
+        pcie, nvlink = nrm(2 * gb, 0.4 * gb), nrm(3 * gb, 0.5 * gb)
+    elif w == "data_starved":  # the host's loader bursts data over PCIe, the SMs wait
         util, pif, sm, tensor, dram = (
             nrm(86, 6),
             nrm(0.27, 0.05),
@@ -129,14 +142,19 @@ def _signals(w: str, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
             nrm(0.08, 0.03),
             nrm(0.12, 0.04),
         )
-    elif w == "network_bottleneck":
+        pcie, nvlink = (
+            np.where(rng.random(n) < 0.3, nrm(6 * gb, gb), nrm(0.3 * gb, 0.1 * gb)),
+            nrm(0.5 * gb, 0.1 * gb),
+        )
+    elif w == "network_bottleneck":  # collectives keep NVLink busy while the SMs wait
         util, pif, sm, tensor, dram = (
             nrm(82, 6),
             nrm(0.47, 0.05),
-            nrm(0.33, 0.06),
+            nrm(0.24, 0.05),
             nrm(0.18, 0.05),
             nrm(0.20, 0.05),
         )
+        pcie, nvlink = nrm(0.5 * gb, 0.1 * gb), nrm(30 * gb, 5 * gb)
     elif w == "moderate":
         util, pif, sm, tensor, dram = (
             nrm(50, 12),
@@ -145,15 +163,21 @@ def _signals(w: str, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
             nrm(0.25, 0.06),
             nrm(0.30, 0.06),
         )
+        pcie, nvlink = nrm(1 * gb, 0.2 * gb), nrm(2 * gb, 0.4 * gb)
     elif w == "idle":
         util, pif = np.abs(nrm(0, 2)), nrm(0.12, 0.015)
         sm, tensor, dram = np.abs(nrm(0, 0.01)), np.zeros(n), np.abs(nrm(0, 0.01))
+        pcie, nvlink = np.abs(nrm(0.001 * gb, 0.001 * gb)), np.zeros(n)
     else:  # bursty inference: a third of the minutes serve traffic
         busy = rng.random(n) < 0.33
         util = np.where(busy, nrm(78, 12), np.abs(nrm(4, 2)))
         pif = np.where(busy, nrm(0.55, 0.08), nrm(0.15, 0.02))
         sm = np.where(busy, nrm(0.6, 0.1), np.abs(nrm(0.03, 0.01)))
         tensor, dram = sm * 0.5, sm * 0.4
+        pcie, nvlink = (
+            np.where(busy, nrm(1.5 * gb, 0.3 * gb), np.abs(nrm(0.01 * gb, 0.01 * gb))),
+            np.zeros(n),
+        )
     clip01 = lambda a: np.clip(a, 0.0, 1.0)  # noqa: E731
     return {
         "util": np.clip(np.rint(util), 0, 100),
@@ -161,6 +185,8 @@ def _signals(w: str, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
         "sm": clip01(sm),
         "tensor": clip01(tensor),
         "dram": clip01(dram),
+        "pcie": np.rint(np.clip(pcie, 0, None)),
+        "nvlink": np.rint(np.clip(nvlink, 0, None)),
     }
 
 
@@ -176,7 +202,17 @@ def _host_day_frame(gpus: list[Gpu], day: date, seed: int) -> pl.DataFrame:
         s = _signals(g.workload, n, rng)
         temp = np.rint(30 + 50 * s["pif"] + rng.normal(0, 1.5, n))
         fb = np.rint(np.where(s["util"] > 10, 0.6, 0.02) * 40960 + rng.normal(0, 200, n)).clip(0)
-        values = [s["util"], s["pif"] * g.max_power_w, temp, fb, s["sm"], s["tensor"], s["dram"]]
+        values = [
+            s["util"],
+            s["pif"] * g.max_power_w,
+            temp,
+            fb,
+            s["sm"],
+            s["tensor"],
+            s["dram"],
+            s["pcie"],
+            s["nvlink"],
+        ]
         frames.append(
             pl.DataFrame(
                 {"ts": ts, "g": np.full(n, k, np.int16)}

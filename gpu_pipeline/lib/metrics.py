@@ -5,7 +5,14 @@ from __future__ import annotations
 import polars as pl
 
 from gpu_pipeline.lib.reference import model_key
-from gpu_pipeline.lib.rules import DEFAULT, EFFICIENCY_CLASSES, PHASES, Thresholds
+from gpu_pipeline.lib.rules import (
+    DEFAULT,
+    DIAGNOSIS,
+    EFFICIENCY_CLASSES,
+    PHASES,
+    DiagnosisThresholds,
+    Thresholds,
+)
 from gpu_pipeline.lib.samples import conform_lazy
 from gpu_pipeline.lib.schemas import GPU_DAILY_SCHEMA, GPU_MINUTES_SCHEMA
 
@@ -97,6 +104,50 @@ def _utilization(per_minute: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
+def diagnosis_expr(t: Thresholds = DEFAULT, d: DiagnosisThresholds = DIAGNOSIS) -> pl.Expr:
+    """Why a busy minute is not productive, from DCGM profiling ratios (the decision tree).
+
+    SM active < 30 %: under-fed — memory-bound when DRAM is saturated, communication-bound when
+    NVLink is busy, else data-starved (PCIe RX bursts: the data loader; low PCIe: CPU
+    preprocessing). 30-70 %: tensor pipe idle means no mixed precision; low occupancy means
+    kernels/batches too small. > 70 %: memory-bound when DRAM > 80 %, else compute-bound (good),
+    unless the tensor pipe is idle. Without SM activity the minute is `unknown`.
+    """
+    sm, dram = pl.col("prof_sm_active"), pl.col("prof_dram_active")
+    tensor, occ = pl.col("prof_pipe_tensor_active"), pl.col("prof_sm_occupancy")
+    nvlink = pl.col("nvlink_rx_bytes_per_s")
+    util = pl.col("gpu_util_pct")
+    dram_bound = dram.is_not_null() & (dram >= d.dram_bound_from)
+    no_tensor = tensor.is_not_null() & (tensor < d.tensor_unused_below)
+    return (
+        pl.when(util.is_not_null() & (util < t.idle_below))
+        .then(pl.lit("idle"))
+        .when(sm.is_null())
+        .then(pl.lit("unknown"))
+        .when(sm < d.sm_underfed_below)
+        .then(
+            pl.when(dram_bound)
+            .then(pl.lit("memory_bound"))
+            .when(nvlink.is_not_null() & (nvlink >= d.nvlink_busy_from))
+            .then(pl.lit("communication_bound"))
+            .otherwise(pl.lit("data_starved"))
+        )
+        .when(sm >= d.sm_busy_from)
+        .then(
+            pl.when(dram_bound)
+            .then(pl.lit("memory_bound"))
+            .when(no_tensor)
+            .then(pl.lit("tensor_cores_unused"))
+            .otherwise(pl.lit("compute_bound"))
+        )
+        .when(no_tensor)
+        .then(pl.lit("tensor_cores_unused"))
+        .when(occ.is_not_null() & (occ < d.occupancy_low_below))
+        .then(pl.lit("low_occupancy"))
+        .otherwise(pl.lit("mixed"))
+    )
+
+
 def gpu_minutes(
     samples: pl.LazyFrame,
     catalog: pl.DataFrame,
@@ -165,6 +216,13 @@ def gpu_minutes(
             efficiency_class_expr(pl.col("gpu_util_pct"), pl.col("pif"), t).alias(
                 "efficiency_class"
             ),
+            diagnosis_expr(t).alias("diagnosis"),
+            pl.when(pl.col("prof_sm_active").is_not_null())
+            .then(pl.lit("dcgm_profiling"))
+            .when(pl.col("gpu_util_pct").is_not_null() & (pl.col("gpu_util_pct") < t.idle_below))
+            .then(pl.lit("utilization"))
+            .otherwise(pl.lit("none"))
+            .alias("diagnosis_basis"),
             pl.concat_str(
                 pl.when(mig_instance).then(
                     pl.lit("MIG instance: power and price counted on the physical GPU row")

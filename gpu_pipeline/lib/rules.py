@@ -27,3 +27,38 @@ DEFAULT = Thresholds()
 
 PHASES = ("idle", "underutilized", "productive", "compute_bound")
 EFFICIENCY_CLASSES = ("idle", "bottlenecked", "efficient", "inefficient", "moderate")
+
+
+@dataclass(frozen=True)
+class DiagnosisThresholds:
+    """The profiling decision tree (DOMAIN.md): SM activity first, then DRAM, tensor, occupancy."""
+
+    sm_underfed_below: float = 0.30  # SM active < 30 %: the GPU is under-fed
+    sm_busy_from: float = 0.70  # > 70 %: compute or memory bound
+    dram_bound_from: float = 0.80  # DRAM active > 80 %: memory bound
+    tensor_unused_below: float = 0.05  # tensor pipe ~0 while busy: no mixed precision
+    occupancy_low_below: float = 0.20  # resident warps / max: kernels or batches too small
+    nvlink_busy_from: float = (
+        5e9  # NVLink RX bytes/s that make an under-fed GPU communication-bound
+    )
+    pcie_busy_from: float = 1e9  # PCIe RX bytes/s: the host is pushing data (data loading)
+
+
+DIAGNOSIS = DiagnosisThresholds()
+DIAGNOSES = (
+    "idle",
+    "data_starved",
+    "communication_bound",
+    "memory_bound",
+    "compute_bound",
+    "tensor_cores_unused",
+    "low_occupancy",
+    "mixed",
+    "unknown",
+)
+
+# GPU-level health and stragglers
+HOT_FROM_C = 85.0
+POWER_CAPPED_FROM = 0.98  # power at >= 98 % of its limit
+STRAGGLER_POINTS = 15.0  # an hour this far below its pod's median
+ROI_TARGET_RFU_PCT = 60.0

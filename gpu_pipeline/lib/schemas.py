@@ -10,7 +10,7 @@ import pandera.polars as pa
 import polars as pl
 
 from gpu_pipeline.lib.fields import FIELD_COLUMNS, FIELDS
-from gpu_pipeline.lib.rules import EFFICIENCY_CLASSES, PHASES
+from gpu_pipeline.lib.rules import DIAGNOSES, EFFICIENCY_CLASSES, PHASES
 
 TS = pl.Datetime("ms", "UTC")
 
@@ -82,6 +82,8 @@ GPU_MINUTES_SCHEMA: dict[str, pl.DataType] = {
     "efficiency_gap_pct": pl.Float64,
     "phase": pl.String,
     "efficiency_class": pl.String,
+    "diagnosis": pl.String,
+    "diagnosis_basis": pl.String,
     "price_usd_per_hour": pl.Float64,
     "gpu_temp_c": pl.Float64,
     "fb_used_mib": pl.Float64,
@@ -167,6 +169,86 @@ PRICED_WASTE_SCHEMA: dict[str, pl.DataType] = {
     "yearly_waste_usd": pl.Float64,
 }
 
+GPU_HEALTH_SCHEMA: dict[str, pl.DataType] = {
+    "date": pl.Date,
+    "gpu_uuid": pl.String,
+    "hostname": pl.String,
+    "cluster": pl.String,
+    "gpu_model": pl.String,
+    "minutes": pl.UInt32,
+    "hot_minutes": pl.UInt32,
+    "max_temp_c": pl.Float64,
+    "power_capped_minutes": pl.UInt32,
+    "xid_error_samples": pl.UInt32,
+    "xid_codes": pl.List(pl.Int64),
+    "ecc_dbe_errors": pl.Float64,
+    "row_remap_failures": pl.Float64,
+    "status": pl.String,
+    "reasons": pl.String,
+}
+
+STRAGGLERS_SCHEMA: dict[str, pl.DataType] = {
+    "date": pl.Date,
+    "hour": TS,
+    "namespace": pl.String,
+    "pod": pl.String,
+    "gpu_uuid": pl.String,
+    "gpu_instance_id": pl.Int32,
+    "hostname": pl.String,
+    "metric": pl.String,
+    "value": pl.Float64,
+    "pod_median": pl.Float64,
+    "points_below": pl.Float64,
+    "pod_gpus": pl.UInt32,
+}
+
+EFFICIENCY_ROI_SCHEMA: dict[str, pl.DataType] = {
+    "date": pl.Date,
+    "scope": pl.String,
+    "gpu_model": pl.String,
+    "gpus": pl.UInt32,
+    "avg_rfu_pct": pl.Float64,
+    "target_rfu_pct": pl.Float64,
+    "equivalent_gpus": pl.Float64,
+    "monthly_value_usd": pl.Float64,
+}
+
+NAMESPACE_EFFICIENCY_SCHEMA: dict[str, pl.DataType] = {
+    "date": pl.Date,
+    "namespace": pl.String,
+    "gpus": pl.UInt32,
+    "gpu_hours": pl.Float64,
+    "avg_gpu_util_pct": pl.Float64,
+    "avg_rfu_pct": pl.Float64,
+    "avg_efficiency_gap_pct": pl.Float64,
+    "pct_idle": pl.Float64,
+    "pct_active_bottlenecked": pl.Float64,
+    "dominant_diagnosis": pl.String,
+    "cost_usd": pl.Float64,
+    "waste_usd": pl.Float64,
+    "waste_frac": pl.Float64,
+}
+
+ACTION = pl.Struct(
+    {"action": pl.String, "group": pl.String, "fraction": pl.Float64, "rationale": pl.String}
+)
+RECOMMENDATIONS_SCHEMA: dict[str, pl.DataType] = {
+    "date": pl.Date,
+    "namespace": pl.String,
+    "gpus": pl.UInt32,
+    "gpu_hours": pl.Float64,
+    "cost_usd": pl.Float64,
+    "measured_waste_frac": pl.Float64,
+    "actions": pl.List(pl.String),
+    "action_details": pl.List(ACTION),
+    "naive_sum_frac": pl.Float64,
+    "utilization_savings_frac": pl.Float64,
+    "rate_savings_frac": pl.Float64,
+    "total_savings_frac": pl.Float64,
+    "monthly_cost_usd": pl.Float64,
+    "monthly_savings_usd": pl.Float64,
+}
+
 TABLES: dict[str, dict[str, pl.DataType]] = {
     "gpu_samples": GPU_SAMPLES_SCHEMA,
     "quarantine": QUARANTINE_SCHEMA,
@@ -176,6 +258,11 @@ TABLES: dict[str, dict[str, pl.DataType]] = {
     "hourly_fleet_metrics": HOURLY_FLEET_METRICS_SCHEMA,
     "persistent_bottlenecks": PERSISTENT_BOTTLENECKS_SCHEMA,
     "priced_waste": PRICED_WASTE_SCHEMA,
+    "recommendations": RECOMMENDATIONS_SCHEMA,
+    "gpu_health": GPU_HEALTH_SCHEMA,
+    "stragglers": STRAGGLERS_SCHEMA,
+    "efficiency_roi": EFFICIENCY_ROI_SCHEMA,
+    "namespace_efficiency": NAMESPACE_EFFICIENCY_SCHEMA,
 }
 
 
@@ -227,9 +314,25 @@ GPU_MINUTES_MODEL = _model(
         "gpu_util_pct": [pa.Check.in_range(0, 100)],
         "phase": [pa.Check.isin(PHASES)],
         "efficiency_class": [pa.Check.isin(EFFICIENCY_CLASSES)],
+        "diagnosis": [pa.Check.isin(DIAGNOSES)],
     },
     {"date", "minute", "gpu_uuid", "cluster"},
     ["gpu_uuid", "gpu_instance_id", "minute"],
+)
+
+RECOMMENDATIONS_MODEL = _model(
+    RECOMMENDATIONS_SCHEMA,
+    {
+        c: [pa.Check.in_range(0, 1)]
+        for c in (
+            "utilization_savings_frac",
+            "rate_savings_frac",
+            "total_savings_frac",
+            "measured_waste_frac",
+        )
+    },
+    {"date"},
+    ["namespace"],
 )
 
 MODELS: dict[str, pa.DataFrameSchema] = {
@@ -237,6 +340,7 @@ MODELS: dict[str, pa.DataFrameSchema] = {
     "quarantine": QUARANTINE_MODEL,
     "ingest_log": INGEST_LOG_MODEL,
     "gpu_minutes": GPU_MINUTES_MODEL,
+    "recommendations": RECOMMENDATIONS_MODEL,
 }
 
 

@@ -1,0 +1,323 @@
+"""Recommendations per namespace and day, from the measured phase mix, diagnosis and waste.
+
+Each rule that fires proposes an action with a fraction `f` of the namespace's cost it could
+recover, an overlap group (actions recovering the same waste do not stack: MPS and DALI both
+reclaim wall-clock the GPU sits without work) and a rationale quoting the measured numbers.
+
+Combination, by construction never above 100 % nor above what was measured:
+  utilization = min(1 - prod over groups (1 - max f in group), measured waste fraction)
+  total       = 1 - (1 - utilization) x (1 - rate)      (spot is a rate, not an hours, saving)
+Each f is a share (< 1) of one measured waste component, so every factor (1 - f) is in (0, 1].
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import polars as pl
+
+from gpu_pipeline.lib.marts import minute_costs
+from gpu_pipeline.lib.reference import model_key
+from gpu_pipeline.lib.schemas import RECOMMENDATIONS_SCHEMA
+
+VOCABULARY = (
+    "DALI",
+    "num_workers",
+    "pin_memory",
+    "AMP",
+    "BF16",
+    "FP8",
+    "torch.compile",
+    "larger_batch",
+    "gradient_accumulation",
+    "MPS",
+    "MIG",
+    "right_size",
+    "spot",
+    "fused_kernels",
+)
+MIG_CAPABLE = r"A100|A800|A30|H100|H800|H200|B200|GB200"
+BF16_CAPABLE = r"A100|A800|A10|A30|A40|L4|L40|H100|H800|H200|B200|GB200|RTX A|RTX 6000"
+FP8_CAPABLE = r"H100|H800|H200|B200|GB200|L4|L40|RTX 6000 ADA"
+HOURS_PER_MONTH_FACTOR = 30  # a day's spend x 30 = the monthly run rate (hourly x 24 x 30)
+
+
+@dataclass(frozen=True)
+class Rule:
+    action: str
+    group: str  # overlap group: actions in one group recover the same waste
+    when: Callable[[dict], bool]
+    fraction: Callable[[dict], float]
+    why: Callable[[dict], str]
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f} %"
+
+
+def _idle(s: dict) -> str:
+    return f"idle {_pct(s['idle_share'])} of GPU-minutes, ${s['idle_usd']:,.2f} of ${s['cost_usd']:,.2f} idle"
+
+
+def _starved(s: dict) -> str:
+    return (
+        f"{_pct(s['data_starved'])} of active minutes data-starved (SM active < 30 %), "
+        f"{_pct(s['bottlenecked'])} busy at low power; stall ${s['stall_usd']:,.2f}"
+    )
+
+
+RULES: tuple[Rule, ...] = (
+    # idle-heavy: share or split the GPU, or give it back
+    Rule(
+        "MPS",
+        "idle_wallclock",
+        lambda s: s["idle_share"] >= 0.25,
+        lambda s: 0.5 * s["idle_frac"],
+        lambda s: _idle(s) + ": pack small jobs onto shared GPUs with MPS",
+    ),
+    Rule(
+        "MIG",
+        "idle_wallclock",
+        lambda s: s["idle_share"] >= 0.25 and s["mig_capable"],
+        lambda s: 0.6 * s["idle_frac"],
+        lambda s: _idle(s) + ": split GPUs into MIG instances sized to the jobs",
+    ),
+    Rule(
+        "right_size",
+        "idle_wallclock",
+        lambda s: s["idle_share"] >= 0.25,
+        lambda s: 0.75 * s["idle_frac"],
+        lambda s: _idle(s) + ": release idle GPUs or move to a smaller SKU",
+    ),
+    # busy but starved: fix the input pipeline
+    Rule(
+        "DALI",
+        "idle_wallclock",
+        lambda s: s["data_starved"] >= 0.2 or s["unprofiled_bottleneck"],
+        lambda s: 0.6 * s["stall_frac"],
+        lambda s: _starved(s) + ": decode/augment on the GPU with DALI",
+    ),
+    Rule(
+        "num_workers",
+        "idle_wallclock",
+        lambda s: s["data_starved"] >= 0.2 or s["unprofiled_bottleneck"],
+        lambda s: 0.5 * s["stall_frac"],
+        lambda s: _starved(s) + ": raise DataLoader num_workers and prefetching",
+    ),
+    Rule(
+        "pin_memory",
+        "idle_wallclock",
+        lambda s: s["data_starved"] >= 0.2 or s["unprofiled_bottleneck"],
+        lambda s: 0.25 * s["stall_frac"],
+        lambda s: _starved(s) + ": pin_memory=True for async host-to-device copies",
+    ),
+    # communication-bound: fewer, larger synchronizations
+    Rule(
+        "gradient_accumulation",
+        "batching",
+        lambda s: s["communication_bound"] >= 0.2,
+        lambda s: 0.4 * s["stall_frac"],
+        lambda s: (
+            f"{_pct(s['communication_bound'])} of active minutes communication-bound (NVLink busy, SM < 30 %): "
+            "accumulate gradients to all-reduce less often"
+        ),
+    ),
+    Rule(
+        "larger_batch",
+        "batching",
+        lambda s: (
+            s["communication_bound"] >= 0.2
+            or s["memory_bound"] >= 0.2
+            or s["low_occupancy"] >= 0.2
+            or s["underutilized"] >= 0.5
+        ),
+        lambda s: 0.3 * max(s["stall_frac"], s["headroom_frac"]),
+        lambda s: (
+            f"communication-bound {_pct(s['communication_bound'])}, memory-bound {_pct(s['memory_bound'])}, "
+            f"low occupancy {_pct(s['low_occupancy'])}, underutilized (10-70 %) {_pct(s['underutilized'])} "
+            "of active minutes: larger per-GPU batches"
+        ),
+    ),
+    # memory-bound: fewer round trips to DRAM
+    Rule(
+        "fused_kernels",
+        "kernels",
+        lambda s: s["memory_bound"] >= 0.2 or s["compute_bound"] >= 0.3,
+        lambda s: (0.3 if s["memory_bound"] >= 0.2 else 0.1) * s["headroom_frac"],
+        lambda s: (
+            f"memory-bound {_pct(s['memory_bound'])}, compute-bound {_pct(s['compute_bound'])} of active "
+            f"minutes; headroom ${s['headroom_usd']:,.2f}: fused kernels (FlashAttention, fused optimizers)"
+        ),
+    ),
+    Rule(
+        "torch.compile",
+        "kernels",
+        lambda s: s["compute_bound"] >= 0.3,
+        lambda s: 0.15 * s["headroom_frac"],
+        lambda s: (
+            f"compute-bound {_pct(s['compute_bound'])} of active minutes: torch.compile to fuse and tune kernels"
+        ),
+    ),
+    # precision: use the tensor cores
+    Rule(
+        "AMP",
+        "precision",
+        lambda s: s["tensor_cores_unused"] >= 0.2 or s["compute_bound"] >= 0.3,
+        lambda s: (0.5 if s["tensor_cores_unused"] >= 0.2 else 0.25) * s["headroom_frac"],
+        lambda s: (
+            f"tensor pipe idle in {_pct(s['tensor_cores_unused'])}, compute-bound in "
+            f"{_pct(s['compute_bound'])} of active minutes: automatic mixed precision"
+        ),
+    ),
+    Rule(
+        "BF16",
+        "precision",
+        lambda s: (
+            (s["tensor_cores_unused"] >= 0.2 or s["compute_bound"] >= 0.3) and s["bf16_capable"]
+        ),
+        lambda s: (0.5 if s["tensor_cores_unused"] >= 0.2 else 0.25) * s["headroom_frac"],
+        lambda s: "the GPUs support BF16: train in bfloat16 without loss scaling",
+    ),
+    Rule(
+        "FP8",
+        "precision",
+        lambda s: s["compute_bound"] >= 0.3 and s["fp8_capable"],
+        lambda s: 0.4 * s["headroom_frac"],
+        lambda s: (
+            f"compute-bound {_pct(s['compute_bound'])} of active minutes on FP8-capable GPUs: "
+            "FP8 (Transformer Engine) doubles tensor throughput"
+        ),
+    ),
+)
+
+
+def namespace_stats(minutes: pl.LazyFrame, prices: pl.DataFrame) -> pl.DataFrame:
+    """The measured numbers rules read, one row per day and namespace."""
+    active = pl.col("gpu_util_pct") >= 10
+    spot = prices.lazy().select("model_key", pl.col("spot_usd_per_hour").alias("_spot"))
+    costs = (
+        minute_costs(minutes)
+        .with_columns(model_key(pl.col("gpu_model")).alias("model_key"))
+        .join(spot, on="model_key", how="left")
+    )
+
+    def share(d: str) -> pl.Expr:
+        return ((pl.col("diagnosis") == d) & active).sum() / active.sum().clip(1)
+
+    return (
+        costs.group_by("date", "namespace")
+        .agg(
+            pl.col("gpu_uuid").n_unique().alias("gpus"),
+            (pl.len() / 60.0).alias("gpu_hours"),
+            *[
+                pl.col(c).sum()
+                for c in (
+                    "cost_usd",
+                    "productive_usd",
+                    "idle_waste_usd",
+                    "stall_waste_usd",
+                    "headroom_waste_usd",
+                )
+            ],
+            ((pl.col("phase") == "idle").sum() / pl.len()).alias("idle_share"),
+            ((pl.col("efficiency_class") == "bottlenecked").sum() / active.sum().clip(1)).alias(
+                "bottlenecked"
+            ),
+            ((pl.col("phase") == "underutilized").sum() / active.sum().clip(1)).alias(
+                "underutilized"
+            ),
+            (pl.col("diagnosis") == "unknown").filter(active).mean().fill_null(0).alias("_unknown"),
+            *[
+                share(d).alias(d)
+                for d in (
+                    "data_starved",
+                    "communication_bound",
+                    "memory_bound",
+                    "compute_bound",
+                    "tensor_cores_unused",
+                    "low_occupancy",
+                )
+            ],
+            # what spot would have cost for the same minutes (on-demand where a model has no spot price)
+            (pl.coalesce("_spot", "price_usd_per_hour") / 60.0).sum().alias("_spot_cost"),
+            pl.col("gpu_model").drop_nulls().unique().sort().alias("models"),
+        )
+        .collect(engine="in-memory")
+        .sort("date", "namespace", nulls_last=True)
+    )
+
+
+def _recommend(row: dict) -> dict:
+    cost = row["cost_usd"] or 0.0
+    models = " ".join(row["models"] or []).upper()
+    s = {
+        **row,
+        "idle_usd": row["idle_waste_usd"] or 0.0,
+        "stall_usd": row["stall_waste_usd"] or 0.0,
+        "headroom_usd": row["headroom_waste_usd"] or 0.0,
+        "idle_frac": (row["idle_waste_usd"] or 0.0) / cost if cost else 0.0,
+        "stall_frac": (row["stall_waste_usd"] or 0.0) / cost if cost else 0.0,
+        "headroom_frac": (row["headroom_waste_usd"] or 0.0) / cost if cost else 0.0,
+        "unprofiled_bottleneck": row["_unknown"] > 0.5 and row["bottlenecked"] >= 0.2,
+        "mig_capable": bool(pl.select(pl.lit(models).str.contains(MIG_CAPABLE)).item()),
+        "bf16_capable": bool(pl.select(pl.lit(models).str.contains(BF16_CAPABLE)).item()),
+        "fp8_capable": bool(pl.select(pl.lit(models).str.contains(FP8_CAPABLE)).item()),
+    }
+    waste_frac = (s["idle_usd"] + s["stall_usd"] + s["headroom_usd"]) / cost if cost else 0.0
+    details = []
+    for r in RULES:
+        if r.when(s):
+            f = min(max(r.fraction(s), 0.0), 1.0)
+            if f > 0:
+                details.append(
+                    {"action": r.action, "group": r.group, "fraction": f, "rationale": r.why(s)}
+                )
+    rate = 1.0 - row["_spot_cost"] / cost if cost else 0.0
+    if rate > 0.001:
+        details.append(
+            {
+                "action": "spot",
+                "group": "rate",
+                "fraction": rate,
+                "rationale": f"spot prices would cut this namespace's ${cost:,.2f} by {_pct(rate)} "
+                "for interruption-tolerant work (checkpointed training, batch inference)",
+            }
+        )
+    best: dict[str, float] = {}
+    for d in details:
+        if d["group"] != "rate":
+            best[d["group"]] = max(best.get(d["group"], 0.0), d["fraction"])
+    keep = 1.0
+    for f in best.values():
+        keep *= 1.0 - f
+    utilization = min(1.0 - keep, waste_frac)
+    rate = rate if rate > 0.001 else 0.0
+    total = 1.0 - (1.0 - utilization) * (1.0 - rate)
+    return {
+        "date": row["date"],
+        "namespace": row["namespace"],
+        "gpus": row["gpus"],
+        "gpu_hours": row["gpu_hours"],
+        "cost_usd": cost,
+        "measured_waste_frac": waste_frac,
+        "actions": [d["action"] for d in details],
+        "action_details": details,
+        "naive_sum_frac": sum(d["fraction"] for d in details),
+        "utilization_savings_frac": utilization,
+        "rate_savings_frac": rate,
+        "total_savings_frac": total,
+        "monthly_cost_usd": cost * HOURS_PER_MONTH_FACTOR,
+        "monthly_savings_usd": round(total * cost * HOURS_PER_MONTH_FACTOR, 2),
+    }
+
+
+def recommendations(minutes: pl.LazyFrame, prices: pl.DataFrame) -> pl.DataFrame:
+    """One row per day and namespace (a small table: rules run per row of it, not per minute)."""
+    stats = namespace_stats(minutes, prices)
+    rows = [_recommend(r) for r in stats.iter_rows(named=True)]
+    return (
+        pl.DataFrame(rows, schema=RECOMMENDATIONS_SCHEMA)
+        if rows
+        else pl.DataFrame(schema=RECOMMENDATIONS_SCHEMA)
+    )
