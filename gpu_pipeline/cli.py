@@ -96,12 +96,12 @@ def cmd_materialize(a: argparse.Namespace) -> int:
 
     defs = build_definitions()
     job = defs.resolve_job_def("daily_pipeline")
+    t0 = time.perf_counter()
     _warm_parse_cache()
     days = [a.start + timedelta(days=i) for i in range((end - a.start).days + 1)]
     _say(
         f"materializing {len(days)} day(s) {a.start}..{end}: raw={settings.raw_root()} lake={settings.lake_root()}"
     )
-    t0 = time.perf_counter()
     with dg.DagsterInstance.get() as instance:
         for i, d in enumerate(days, 1):
             t = time.perf_counter()
@@ -225,6 +225,23 @@ def cmd_sample(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(a: argparse.Namespace) -> int:
+    _set_env(a)
+    from gpu_pipeline.lib.lake import Lake
+    from gpu_pipeline.lib.report import build_report
+
+    try:
+        rep = build_report(Lake(settings.lake_root()), a.date)
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    out = Path(a.out or settings.reports_dir() / f"gpu_report_{a.date.isoformat()}.html")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(rep.html)
+    _say(f"wrote {out} ({len(rep.charts)} charts)")
+    return 0
+
+
 def cmd_init_instance(_: argparse.Namespace) -> int:
     _say(f"DAGSTER_HOME={init_instance()}")
     return 0
@@ -276,6 +293,12 @@ def parser() -> argparse.ArgumentParser:
     sa.add_argument("--duration", type=float, default=60.0, help="seconds to sample for")
     sa.add_argument("--out", help="folder (default <landing>/nvml)")
     sa.set_defaults(fn=cmd_sample)
+
+    r = sub.add_parser("report", help="write the day's self-contained HTML report")
+    r.add_argument("--date", type=_day, required=True)
+    r.add_argument("--lake")
+    r.add_argument("--out", help="file (default data/reports/gpu_report_<date>.html)")
+    r.set_defaults(fn=cmd_report)
 
     i = sub.add_parser("init-instance", help="create DAGSTER_HOME with the project's dagster.yaml")
     i.set_defaults(fn=cmd_init_instance)

@@ -3,7 +3,7 @@
 import dagster as dg
 
 from gpu_pipeline import settings
-from gpu_pipeline.defs import marts, raw, staging
+from gpu_pipeline.defs import marts, raw, report, staging
 from gpu_pipeline.defs.jobs import daily_pipeline, daily_schedule
 from gpu_pipeline.defs.resources import LakeResource, LandingResource, ReferenceResource
 
@@ -11,7 +11,7 @@ from gpu_pipeline.defs.resources import LakeResource, LandingResource, Reference
 def build_definitions() -> dg.Definitions:
     """Definitions bound to the current environment (GPU_PIPELINE_* variables or defaults)."""
     return dg.Definitions(
-        assets=dg.load_assets_from_modules([raw, staging, marts]),
+        assets=dg.load_assets_from_modules([raw, staging, marts, report]),
         jobs=[daily_pipeline],
         schedules=[daily_schedule],
         resources={

@@ -35,3 +35,8 @@ def warehouse_path(lake: str | None = None) -> Path:
 
 def dagster_home() -> Path:
     return Path(os.environ.get("DAGSTER_HOME") or "data/dagster_home").resolve()
+
+
+def reports_dir(lake: str | None = None) -> Path:
+    """Reports sit beside the lake: data/lake -> data/reports/."""
+    return Path(lake or lake_root()).resolve().parent / "reports"

@@ -26,6 +26,21 @@ SELECT * FROM read_parquet('{lake}/persistent_bottlenecks/date=*/data.parquet', 
 CREATE OR REPLACE VIEW priced_waste AS
 SELECT * FROM read_parquet('{lake}/priced_waste/date=*/data.parquet', union_by_name = true, hive_partitioning = false);
 
+CREATE OR REPLACE VIEW recommendations AS
+SELECT * FROM read_parquet('{lake}/recommendations/date=*/data.parquet', union_by_name = true, hive_partitioning = false);
+
+CREATE OR REPLACE VIEW gpu_health AS
+SELECT * FROM read_parquet('{lake}/gpu_health/date=*/data.parquet', union_by_name = true, hive_partitioning = false);
+
+CREATE OR REPLACE VIEW stragglers AS
+SELECT * FROM read_parquet('{lake}/stragglers/date=*/data.parquet', union_by_name = true, hive_partitioning = false);
+
+CREATE OR REPLACE VIEW efficiency_roi AS
+SELECT * FROM read_parquet('{lake}/efficiency_roi/date=*/data.parquet', union_by_name = true, hive_partitioning = false);
+
+CREATE OR REPLACE VIEW namespace_efficiency AS
+SELECT * FROM read_parquet('{lake}/namespace_efficiency/date=*/data.parquet', union_by_name = true, hive_partitioning = false);
+
 -- Curated: one row per day for the whole fleet.
 CREATE OR REPLACE VIEW fleet_daily AS
 SELECT

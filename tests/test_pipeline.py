@@ -9,21 +9,21 @@ import pytest
 from helpers import MODELS, expo_lines, write_file
 
 from gpu_pipeline.definitions import defs
-from gpu_pipeline.defs import marts, raw, staging
+from gpu_pipeline.defs import marts, raw, report, staging
 from gpu_pipeline.defs.partitions import daily_partitions
 from gpu_pipeline.defs.resources import LakeResource, LandingResource, ReferenceResource
 from gpu_pipeline.lib.lake import Lake
 from gpu_pipeline.lib.schemas import TABLES
 
 START = date(2024, 1, 1)
-ASSETS = dg.load_assets_from_modules([raw, staging, marts])
+ASSETS = dg.load_assets_from_modules([raw, staging, marts, report])
 
 
 def test_definitions_load():
     job = defs.resolve_job_def("daily_pipeline")
     assert job.partitions_def == daily_partitions
     keys = {k.to_user_string() for k in defs.resolve_all_asset_keys()}
-    assert keys == set(TABLES)
+    assert keys == set(TABLES) | {"daily_report"}
     spec = defs.resolve_assets_def("gpu_minutes").specs_by_key[dg.AssetKey("gpu_minutes")]
     cols = [c.name for c in spec.metadata["dagster/column_schema"].columns]
     assert cols[:3] == ["date", "minute", "gpu_uuid"] and "rfu_pct" in cols
@@ -83,6 +83,24 @@ def planted(tmp_path_factory):
     plant(tmp / "raw", 4)
     lake = run_days(tmp, [START + timedelta(days=i) for i in range(4)])
     return tmp, lake
+
+
+def test_recommendations_and_report_for_planted_namespaces(planted):
+    tmp, lake = planted
+    rec = {r["namespace"]: r for r in lake.read("recommendations", START).iter_rows(named=True)}
+    # no profiling fields here: busy at low power is enough to call the input pipeline
+    assert {"DALI", "num_workers"} <= set(rec["starved"]["actions"])
+    assert {"MPS", "MIG", "right_size"} & set(rec["idle"]["actions"])
+    for r in rec.values():
+        assert r["utilization_savings_frac"] <= r["measured_waste_frac"] + 1e-12
+        assert r["total_savings_frac"] <= 1
+    html = (tmp / "reports" / "gpu_report_2024-01-01.html").read_text()
+    assert html.count("data:image/png;base64,") >= 5 and "http" not in html.replace(
+        "http-equiv", ""
+    )
+    assert "Bottlenecked today" in html and "<b>starved</b>" in html
+    health = lake.read("gpu_health", START)
+    assert health.height == 4 and set(health["status"]) == {"ok"}
 
 
 def test_every_table_written_for_every_day(planted):

@@ -264,7 +264,10 @@ def _recommend(row: dict) -> dict:
         "bf16_capable": bool(pl.select(pl.lit(models).str.contains(BF16_CAPABLE)).item()),
         "fp8_capable": bool(pl.select(pl.lit(models).str.contains(FP8_CAPABLE)).item()),
     }
-    waste_frac = (s["idle_usd"] + s["stall_usd"] + s["headroom_usd"]) / cost if cost else 0.0
+    # float sums of the components can land a hair above 1: a fraction of cost is at most 1
+    waste_frac = (
+        min(1.0, (s["idle_usd"] + s["stall_usd"] + s["headroom_usd"]) / cost) if cost else 0.0
+    )
     details = []
     for r in RULES:
         if r.when(s):

@@ -1,0 +1,449 @@
+"""The daily report: one self-contained HTML file (charts inline as PNG) read from the marts."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from dataclasses import dataclass, field
+from datetime import date
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display needed
+import matplotlib.pyplot as plt  # noqa: E402
+import polars as pl  # noqa: E402
+
+from gpu_pipeline.lib.lake import Lake  # noqa: E402
+
+CLASS_COLORS = {
+    "idle": "#9e9e9e",
+    "inefficient": "#ffb74d",
+    "moderate": "#64b5f6",
+    "bottlenecked": "#e53935",
+    "efficient": "#43a047",
+}
+WASTE_COLORS = {
+    "idle_waste_usd": "#9e9e9e",
+    "stall_waste_usd": "#e53935",
+    "headroom_waste_usd": "#ffb74d",
+}
+
+
+@dataclass
+class Chart:
+    title: str
+    png: bytes
+    caption: str = ""
+
+
+@dataclass
+class Report:
+    day: date
+    charts: list[Chart] = field(default_factory=list)
+    html: str = ""
+    bottlenecked_namespaces: list[str] = field(default_factory=list)
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _scatter(m: pl.DataFrame) -> Chart:
+    pts = m.filter(pl.col("pif").is_not_null() & pl.col("gpu_util_pct").is_not_null())
+    if pts.height > 20000:
+        pts = pts.sample(20000, seed=0)
+    fig, ax = plt.subplots(figsize=(7, 5))
+    for cls, color in CLASS_COLORS.items():
+        p = pts.filter(pl.col("efficiency_class") == cls)
+        if p.height:
+            ax.scatter(
+                p["gpu_util_pct"],
+                p["pif"],
+                s=4,
+                alpha=0.35,
+                color=color,
+                label=f"{cls} ({p.height:,})",
+            )
+    ax.axhline(0.4, ls="--", lw=0.8, color="#e53935")
+    ax.axhline(0.6, ls="--", lw=0.8, color="#43a047")
+    ax.axvline(70, ls="--", lw=0.8, color="#555")
+    ax.set_xlabel("GPU utilization (%)")
+    ax.set_ylabel("Power intensity factor (power / max power)")
+    ax.set_xlim(0, 101)
+    ax.set_ylim(0, 1.02)
+    ax.legend(loc="upper left", fontsize=8, markerscale=3)
+    ax.set_title("Utilization vs PIF per GPU-minute, by efficiency class")
+    return Chart(
+        "Utilization vs power intensity",
+        _png(fig),
+        "Bottom right (busy, low power) is paid time that does little math.",
+    )
+
+
+def _timeseries(m: pl.DataFrame) -> Chart:
+    h = (
+        m.with_columns(pl.col("minute").dt.truncate("1h").alias("hour"))
+        .group_by("hour")
+        .agg(
+            pl.col("gpu_util_pct", "rfu_pct", "pif", "efficiency_gap_pct").mean(),
+            pl.col("realized_tflops").sum() / 60,
+        )
+        .sort("hour")
+    )
+    fig, (a1, a2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    hours = h["hour"].dt.hour()
+    a1.plot(hours, h["gpu_util_pct"], label="utilization %", color="#1e88e5")
+    a1.plot(hours, h["rfu_pct"], label="RFU %", color="#43a047")
+    a1.fill_between(
+        hours, h["rfu_pct"], h["gpu_util_pct"], color="#e53935", alpha=0.15, label="gap (points)"
+    )
+    a1.set_ylabel("percent")
+    a1.set_ylim(0, 100)
+    a1.legend(fontsize=8, loc="lower left")
+    a1.set_title("Fleet hour by hour: reported utilization vs realized TFLOPS utilization")
+    a2.plot(hours, h["pif"], color="#8e24aa", label="avg PIF")
+    a2.set_ylabel("avg PIF (0-1)")
+    a2.set_ylim(0, 1)
+    ax3 = a2.twinx()
+    ax3.plot(hours, h["realized_tflops"], color="#fb8c00", label="fleet realized TFLOPS")
+    ax3.set_ylabel("realized TFLOPS (fleet, hourly mean)")
+    ax3.set_ylim(0, max(1.0, float(h["realized_tflops"].max() or 0)) * 1.15)
+    a2.set_xlabel("hour of day (UTC)")
+    a2.legend(loc="lower left", fontsize=8)
+    ax3.legend(loc="lower right", fontsize=8)
+    return Chart("Fleet time series", _png(fig))
+
+
+def _models(m: pl.DataFrame) -> Chart:
+    g = (
+        m.group_by("gpu_model")
+        .agg(pl.col("gpu_util_pct", "rfu_pct").mean(), pl.col("gpu_uuid").n_unique())
+        .sort("gpu_model")
+    )
+    fig, ax = plt.subplots(figsize=(8, 4))
+    x = range(g.height)
+    ax.bar(
+        [i - 0.2 for i in x], g["gpu_util_pct"], width=0.4, label="utilization %", color="#1e88e5"
+    )
+    ax.bar([i + 0.2 for i in x], g["rfu_pct"], width=0.4, label="RFU %", color="#43a047")
+    ax.set_xticks(
+        list(x),
+        [f"{mdl}\n({n} GPUs)" for mdl, n in zip(g["gpu_model"], g["gpu_uuid"], strict=True)],
+        fontsize=8,
+    )
+    ax.set_ylabel("percent")
+    ax.set_ylim(0, 100)
+    ax.legend(fontsize=8)
+    ax.set_title("GPU models: reported utilization vs RFU")
+    return Chart("GPU model comparison", _png(fig))
+
+
+def _bottlenecks(daily: pl.DataFrame) -> Chart:
+    b = (
+        daily.filter(pl.col("active_minutes") > 0)
+        .with_columns((pl.col("bottlenecked_minutes") / pl.col("active_minutes")).alias("share"))
+        .sort("bottlenecked_minutes", descending=True)
+        .head(15)
+        .sort("bottlenecked_minutes")
+    )
+    fig, ax = plt.subplots(figsize=(8, 5))
+    labels = [f"{str(u)[:13]}… {ns}" for u, ns in zip(b["gpu_uuid"], b["namespace"], strict=True)]
+    colors = ["#e53935" if d else "#ffb74d" for d in b["bottlenecked_day"]]
+    ax.barh(labels, b["bottlenecked_minutes"], color=colors)
+    ax.set_xlabel("bottlenecked minutes (util >= 70 %, PIF < 0.4); red: a bottlenecked GPU-day")
+    ax.tick_params(axis="y", labelsize=7)
+    ax.set_title("Most bottlenecked GPUs of the day")
+    return Chart("Bottlenecked GPUs", _png(fig))
+
+
+def _waste(w: pl.DataFrame) -> Chart:
+    g = (
+        w.group_by("namespace")
+        .agg(pl.col(list(WASTE_COLORS)).sum(), pl.col("productive_usd").sum())
+        .with_columns(pl.col("namespace").fill_null("(none)"))
+        .sort("namespace")
+    )
+    fig, ax = plt.subplots(figsize=(8, 4))
+    bottom = [0.0] * g.height
+    for col, color in WASTE_COLORS.items():
+        ax.bar(
+            g["namespace"],
+            g[col],
+            bottom=bottom,
+            color=color,
+            label=col.removesuffix("_usd").replace("_", " "),
+        )
+        bottom = [b + v for b, v in zip(bottom, g[col].fill_null(0), strict=True)]
+    ax.bar(
+        g["namespace"],
+        g["productive_usd"],
+        bottom=bottom,
+        color="#43a047",
+        alpha=0.5,
+        label="productive",
+    )
+    ax.set_ylabel("USD for the day")
+    ax.tick_params(axis="x", labelrotation=20, labelsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.set_title("Where the money went, by namespace")
+    return Chart("Waste by namespace", _png(fig))
+
+
+def _recommendations(r: pl.DataFrame) -> Chart:
+    g = r.with_columns(pl.col("namespace").fill_null("(none)")).sort("total_savings_frac")
+    fig, ax = plt.subplots(figsize=(8, 4))
+    ax.barh(
+        g["namespace"], 100 * g["utilization_savings_frac"], color="#1e88e5", label="utilization"
+    )
+    ax.barh(
+        g["namespace"],
+        100 * (g["total_savings_frac"] - g["utilization_savings_frac"]),
+        left=100 * g["utilization_savings_frac"],
+        color="#fb8c00",
+        label="+ spot (rate)",
+    )
+    for i, (t, usd) in enumerate(
+        zip(g["total_savings_frac"], g["monthly_savings_usd"], strict=True)
+    ):
+        ax.text(100 * t + 1, i, f"${usd:,.0f}/mo", va="center", fontsize=8)
+    ax.set_xlim(0, 115)
+    ax.set_xlabel("savings, % of the namespace's cost (never above what was measured)")
+    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title("Recommended savings by namespace")
+    return Chart("Recommendations", _png(fig))
+
+
+def _roi(roi: pl.DataFrame) -> Chart:
+    g = roi.with_columns(pl.coalesce("gpu_model", pl.lit("whole fleet")).alias("label")).sort(
+        "scope"
+    )
+    fig, ax = plt.subplots(figsize=(8, 4))
+    ax.bar(
+        g["label"],
+        g["equivalent_gpus"],
+        color=["#8e24aa" if s == "fleet" else "#ab47bc" for s in g["scope"]],
+    )
+    for i, (e, r, usd) in enumerate(
+        zip(g["equivalent_gpus"], g["avg_rfu_pct"], g["monthly_value_usd"], strict=True)
+    ):
+        ax.text(i, e, f"{r:.0f}% RFU\n${(usd or 0):,.0f}/mo", ha="center", va="bottom", fontsize=8)
+    target = g["target_rfu_pct"][0] if g.height else 60
+    ax.set_ylabel(f"equivalent GPUs gained at {target:.0f} % RFU")
+    ax.tick_params(axis="x", labelsize=8)
+    ax.set_title("What raising RFU to the target is worth")
+    return Chart("Efficiency ROI", _png(fig))
+
+
+def _table(df: pl.DataFrame, cols: list[str], fmt: dict | None = None) -> str:
+    fmt = fmt or {}
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+    rows = []
+    for r in df.select(cols).iter_rows(named=True):
+        cells = []
+        for c in cols:
+            v = r[c]
+            s = fmt[c](v) if c in fmt and v is not None else ("" if v is None else str(v))
+            cells.append(f"<td>{html.escape(s)}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
+h1{margin-bottom:0}.kpis{display:flex;gap:1em;flex-wrap:wrap;margin:1em 0}
+.kpi{background:#f5f5f5;border-radius:8px;padding:.6em 1em}.kpi b{display:block;font-size:1.4em}
+img{max-width:100%;border:1px solid #eee;margin:.5em 0}table{border-collapse:collapse;font-size:.85em;margin:.5em 0}
+td,th{border:1px solid #ddd;padding:.3em .5em;text-align:left;vertical-align:top}th{background:#fafafa}
+.note{color:#666;font-size:.85em}"""
+
+
+def build_report(lake: Lake, day: date) -> Report:
+    """Read the day's marts and build the charts and the HTML."""
+    if not lake.exists("gpu_minutes", day):
+        raise FileNotFoundError(
+            f"no gpu_minutes for {day} in {lake.root}: materialize the day first"
+        )
+    m = lake.read("gpu_minutes", day)
+    daily = lake.read("gpu_daily", day)
+    w = lake.read("priced_waste", day)
+    rec = lake.read("recommendations", day) if lake.exists("recommendations", day) else None
+    roi = lake.read("efficiency_roi", day) if lake.exists("efficiency_roi", day) else None
+    pb = lake.read("persistent_bottlenecks", day)
+    health = lake.read("gpu_health", day) if lake.exists("gpu_health", day) else None
+    strag = lake.read("stragglers", day) if lake.exists("stragglers", day) else None
+    nse = (
+        lake.read("namespace_efficiency", day) if lake.exists("namespace_efficiency", day) else None
+    )
+
+    rep = Report(day)
+    if m.height == 0:
+        rep.html = (
+            f"<!doctype html><html><head><meta charset='utf-8'><title>GPU efficiency report {day}</title>"
+            f"<style>{CSS}</style></head><body><h1>GPU efficiency report — {day}</h1>"
+            "<p>No GPU-minutes for this day: nothing landed, or every row was quarantined "
+            "(see the quarantine and ingest_log tables).</p></body></html>"
+        )
+        return rep
+    rep.charts = [_scatter(m), _timeseries(m), _models(m), _bottlenecks(daily), _waste(w)]
+    if rec is not None and rec.height:
+        rep.charts.append(_recommendations(rec))
+    if roi is not None and roi.height:
+        rep.charts.append(_roi(roi))
+
+    bn = (
+        daily.filter(pl.col("bottlenecked_day"))
+        .group_by("namespace")
+        .agg(pl.len().alias("gpus"), pl.col("bottlenecked_minutes").sum())
+        .sort("bottlenecked_minutes", descending=True)
+    )
+    rep.bottlenecked_namespaces = [str(n) for n in bn["namespace"]]
+    k = m.select(
+        pl.col("gpu_uuid").n_unique().alias("gpus"),
+        (pl.len() / 60).alias("hours"),
+        pl.col("gpu_util_pct").mean().alias("util"),
+        pl.col("rfu_pct").mean().alias("rfu"),
+    ).row(0, named=True)
+    cost, waste = w["cost_usd"].sum(), w["total_waste_usd"].sum()
+    kpis = [
+        ("GPUs", f"{k['gpus']}"),
+        ("GPU-hours", f"{k['hours']:,.0f}"),
+        ("avg utilization", f"{k['util'] or 0:.1f} %"),
+        ("avg RFU", f"{k['rfu'] or 0:.1f} %"),
+        ("gap", f"{(k['util'] or 0) - (k['rfu'] or 0):.1f} pts"),
+        ("cost", f"${cost:,.2f}"),
+        ("waste", f"${waste:,.2f}"),
+    ]
+    parts = [
+        f"<!doctype html><html><head><meta charset='utf-8'><title>GPU efficiency report {day}</title>"
+        f"<style>{CSS}</style></head><body><h1>GPU efficiency report — {day}</h1>",
+        "<div class='kpis'>"
+        + "".join(f"<div class='kpi'>{n}<b>{v}</b></div>" for n, v in kpis)
+        + "</div>",
+    ]
+    if bn.height:
+        names = ", ".join(
+            f"<b>{html.escape(str(r['namespace']))}</b> ({r['gpus']} GPUs)"
+            for r in bn.iter_rows(named=True)
+        )
+        parts.append(
+            f"<p>Bottlenecked today (busy at low power on most active minutes): {names}.</p>"
+        )
+    for c in rep.charts:
+        b64 = base64.b64encode(c.png).decode()
+        parts.append(
+            f"<h2>{html.escape(c.title)}</h2><img alt='{html.escape(c.title)}' src='data:image/png;base64,{b64}'>"
+        )
+        if c.caption:
+            parts.append(f"<p class='note'>{html.escape(c.caption)}</p>")
+        if c.title == "Recommendations" and rec is not None:
+            details = rec.explode("action_details").unnest("action_details").drop_nulls("action")
+            parts.append(
+                _table(
+                    details,
+                    ["namespace", "action", "group", "fraction", "rationale"],
+                    {"fraction": lambda v: f"{100 * v:.1f} %"},
+                )
+            )
+            parts.append(
+                _table(
+                    rec,
+                    [
+                        "namespace",
+                        "measured_waste_frac",
+                        "naive_sum_frac",
+                        "utilization_savings_frac",
+                        "rate_savings_frac",
+                        "total_savings_frac",
+                        "monthly_savings_usd",
+                    ],
+                    {
+                        c: (lambda v: f"{100 * v:.1f} %")
+                        for c in (
+                            "measured_waste_frac",
+                            "naive_sum_frac",
+                            "utilization_savings_frac",
+                            "rate_savings_frac",
+                            "total_savings_frac",
+                        )
+                    }
+                    | {"monthly_savings_usd": lambda v: f"${v:,.2f}"},
+                )
+            )
+            parts.append(
+                "<p class='note'>Actions in one group recover the same waste and do not add up; groups "
+                "compose as 1 − Π(1 − f), capped by the measured waste; spot composes on the rate axis. "
+                "The naive sum is shown to say why adding fractions is wrong.</p>"
+            )
+        if c.title == "Bottlenecked GPUs" and pb.height:
+            parts.append("<p>Persistent bottlenecks (≥ 3 of the last 7 days):</p>")
+            parts.append(
+                _table(
+                    pb,
+                    [
+                        "gpu_uuid",
+                        "hostname",
+                        "namespace",
+                        "gpu_model",
+                        "days_bottlenecked",
+                        "bottleneck_share",
+                    ],
+                    {"bottleneck_share": lambda v: f"{100 * v:.0f} %"},
+                )
+            )
+    if nse is not None and nse.height:
+        parts.append("<h2>Namespaces</h2>")
+        pct = lambda v: f"{v:.1f}"  # noqa: E731
+        parts.append(
+            _table(
+                nse,
+                [
+                    "namespace",
+                    "gpus",
+                    "gpu_hours",
+                    "avg_gpu_util_pct",
+                    "avg_rfu_pct",
+                    "pct_idle",
+                    "pct_active_bottlenecked",
+                    "dominant_diagnosis",
+                    "cost_usd",
+                    "waste_usd",
+                ],
+                {
+                    c: pct
+                    for c in (
+                        "gpu_hours",
+                        "avg_gpu_util_pct",
+                        "avg_rfu_pct",
+                        "pct_idle",
+                        "pct_active_bottlenecked",
+                    )
+                }
+                | {"cost_usd": lambda v: f"${v:,.2f}", "waste_usd": lambda v: f"${v:,.2f}"},
+            )
+        )
+    if health is not None:
+        bad = health.filter(pl.col("status") != "ok")
+        parts.append(
+            f"<h2>Health</h2><p>{health.height - bad.height} of {health.height} GPUs ok.</p>"
+        )
+        if bad.height:
+            parts.append(_table(bad, ["gpu_uuid", "hostname", "status", "reasons"]))
+    if strag is not None and strag.height:
+        parts.append("<h2>Stragglers</h2>")
+        parts.append(
+            _table(
+                strag.head(50),
+                ["hour", "pod", "gpu_uuid", "metric", "value", "pod_median", "points_below"],
+                {c: (lambda v: f"{v:.1f}") for c in ("value", "pod_median", "points_below")},
+            )
+        )
+    parts.append(
+        "<p class='note'>PIF is power draw over the model's max power, a proxy for work: thermal "
+        "throttling, power caps and memory-bound kernels bend it. Generated by gpu_pipeline.</p></body></html>"
+    )
+    rep.html = "\n".join(parts)
+    return rep

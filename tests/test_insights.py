@@ -1,0 +1,292 @@
+"""Diagnosis, recommendations, health, stragglers, ROI and the report, on hand-made data."""
+
+from datetime import UTC, date, datetime, timedelta
+
+import polars as pl
+import pytest
+from helpers import minutes_frame
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpu_pipeline.lib.health import gpu_health, stragglers
+from gpu_pipeline.lib.metrics import diagnosis_expr
+from gpu_pipeline.lib.recommend import VOCABULARY, _recommend, recommendations
+from gpu_pipeline.lib.reference import load_catalog, load_prices
+from gpu_pipeline.lib.roi import efficiency_roi, namespace_efficiency
+from gpu_pipeline.lib.samples import collect_stable, conform
+from gpu_pipeline.lib.schemas import GPU_SAMPLES_SCHEMA
+
+T0 = datetime(2024, 1, 1, tzinfo=UTC)
+D = date(2024, 1, 1)
+
+
+@pytest.mark.parametrize(
+    ("util", "sm", "dram", "tensor", "occ", "nvlink", "expected"),
+    [
+        (5, 0.9, None, None, None, None, "idle"),
+        (90, None, None, None, None, None, "unknown"),
+        (90, 0.29, 0.1, 0.1, None, 0.0, "data_starved"),
+        (90, 0.29, 0.1, 0.1, None, 6e9, "communication_bound"),
+        (90, 0.29, 0.8, 0.1, None, 6e9, "memory_bound"),
+        (90, 0.30, 0.1, 0.04, None, None, "tensor_cores_unused"),
+        (90, 0.50, 0.1, 0.2, 0.1, None, "low_occupancy"),
+        (90, 0.50, 0.1, 0.2, None, None, "mixed"),
+        (90, 0.70, 0.79, 0.5, None, None, "compute_bound"),
+        (90, 0.70, 0.80, 0.5, None, None, "memory_bound"),
+        (90, 0.95, 0.2, 0.0, None, None, "tensor_cores_unused"),
+    ],
+)
+def test_diagnosis_decision_tree(util, sm, dram, tensor, occ, nvlink, expected):
+    df = pl.DataFrame(
+        {
+            "gpu_util_pct": [util],
+            "prof_sm_active": [sm],
+            "prof_dram_active": [dram],
+            "prof_pipe_tensor_active": [tensor],
+            "prof_sm_occupancy": [occ],
+            "nvlink_rx_bytes_per_s": [nvlink],
+        },
+        schema={
+            c: pl.Float64
+            for c in (
+                "gpu_util_pct",
+                "prof_sm_active",
+                "prof_dram_active",
+                "prof_pipe_tensor_active",
+                "prof_sm_occupancy",
+                "nvlink_rx_bytes_per_s",
+            )
+        },
+    )
+    assert df.select(diagnosis_expr()).item() == expected
+
+
+def planted_minutes() -> pl.DataFrame:
+    """Three namespaces for 120 minutes: data-starved A100s, idle A10Gs, compute-bound H100s."""
+    rows = []
+    for i in range(120):
+        t = T0 + timedelta(minutes=i)
+        for g in range(2):
+            rows.append(
+                {
+                    "minute": t,
+                    "gpu_uuid": f"GPU-s{g}",
+                    "namespace": "starved",
+                    "gpu_model": "A100-SXM4-40GB",
+                    "gpu_util_pct": 88.0,
+                    "pif": 0.25,
+                    "rfu_pct": 25.0,
+                    "phase": "productive",
+                    "efficiency_class": "bottlenecked",
+                    "diagnosis": "data_starved",
+                    "price_usd_per_hour": 2.5,
+                }
+            )
+            rows.append(
+                {
+                    "minute": t,
+                    "gpu_uuid": f"GPU-i{g}",
+                    "namespace": "idle",
+                    "gpu_model": "A10G",
+                    "gpu_util_pct": 1.0,
+                    "pif": 0.1,
+                    "rfu_pct": 10.0,
+                    "phase": "idle",
+                    "efficiency_class": "idle",
+                    "diagnosis": "idle",
+                    "price_usd_per_hour": 1.01,
+                }
+            )
+            rows.append(
+                {
+                    "minute": t,
+                    "gpu_uuid": f"GPU-c{g}",
+                    "namespace": "compute",
+                    "gpu_model": "H100 80GB HBM3",
+                    "gpu_util_pct": 97.0,
+                    "pif": 0.8,
+                    "rfu_pct": 80.0,
+                    "phase": "compute_bound",
+                    "efficiency_class": "efficient",
+                    "diagnosis": "compute_bound",
+                    "price_usd_per_hour": 4.0,
+                }
+            )
+    return minutes_frame(rows)
+
+
+def test_recommendations_follow_the_measured_mix():
+    r = recommendations(planted_minutes().lazy(), load_prices())
+    by = {row["namespace"]: row for row in r.iter_rows(named=True)}
+    assert {"DALI", "num_workers", "pin_memory"} <= set(by["starved"]["actions"])
+    assert {"MPS", "MIG", "right_size"} & set(by["idle"]["actions"])
+    assert "MIG" not in by["idle"]["actions"]  # A10G cannot be partitioned
+    assert {"AMP", "BF16", "FP8"} <= set(by["compute"]["actions"])
+    for row in by.values():
+        assert set(row["actions"]) <= set(VOCABULARY)
+        assert 0 <= row["utilization_savings_frac"] <= row["measured_waste_frac"] + 1e-12
+        assert row["total_savings_frac"] == pytest.approx(
+            1 - (1 - row["utilization_savings_frac"]) * (1 - row["rate_savings_frac"])
+        )
+        assert all(0 < d["fraction"] <= 1 for d in row["action_details"])
+        assert all(d["rationale"] for d in row["action_details"])
+        assert row["monthly_savings_usd"] == round(
+            row["total_savings_frac"] * row["cost_usd"] * 30, 2
+        )
+    # the idle namespace: adding the fractions would promise more than everything it spends
+    idle = by["idle"]
+    assert idle["naive_sum_frac"] > 1.0 and idle["total_savings_frac"] < 1.0
+    # overlapping actions (one group) don't stack: MPS and right_size recover the same idle time
+    assert idle["utilization_savings_frac"] == pytest.approx(
+        0.75
+    )  # the best in the group, not the sum
+    # spot where the price book has a spot price: A10G 0.40 vs 1.01
+    assert idle["rate_savings_frac"] == pytest.approx(1 - 0.40 / 1.01)
+    starved = by["starved"]
+    assert "95" not in starved["action_details"][0]["rationale"]
+    assert "100 % of active minutes data-starved" in starved["action_details"][0]["rationale"]
+
+
+def test_no_spot_price_means_no_rate_savings(tmp_path):
+    p = tmp_path / "p.csv"
+    p.write_text("gpu_model,on_demand_usd_per_hour,spot_usd_per_hour\nA10G,1.01,\n")
+    r = recommendations(
+        planted_minutes().filter(pl.col("namespace") == "idle").lazy(),
+        pl.read_csv(p).pipe(
+            lambda df: df.with_columns(
+                pl.lit("A10G").alias("model_key"), pl.col("spot_usd_per_hour").cast(pl.Float64)
+            )
+        ),
+    )
+    assert r["rate_savings_frac"].to_list() == [0.0] and "spot" not in r["actions"][0]
+
+
+fracs = st.floats(0, 1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    idle=fracs, stall=fracs, head=fracs, shares=st.lists(fracs, min_size=9, max_size=9), spot=fracs
+)
+def test_savings_never_exceed_measured_waste_or_one(idle, stall, head, shares, spot):
+    total_w = idle + stall + head
+    if total_w > 1:
+        idle, stall, head = idle / total_w, stall / total_w, head / total_w
+    cost = 100.0
+    row = {
+        "date": D,
+        "namespace": "ns",
+        "gpus": 1,
+        "gpu_hours": 1.0,
+        "cost_usd": cost,
+        "productive_waste_usd": 0.0,
+        "idle_waste_usd": idle * cost,
+        "stall_waste_usd": stall * cost,
+        "headroom_waste_usd": head * cost,
+        "idle_share": shares[0],
+        "bottlenecked": shares[1],
+        "underutilized": shares[2],
+        "_unknown": shares[3],
+        "data_starved": shares[4],
+        "communication_bound": shares[5],
+        "memory_bound": shares[6],
+        "compute_bound": shares[7],
+        "tensor_cores_unused": shares[8],
+        "low_occupancy": shares[0],
+        "_spot_cost": cost * (1 - spot),
+        "models": ["H100 80GB HBM3"],
+    }
+    out = _recommend(row)
+    assert 0 <= out["utilization_savings_frac"] <= out["measured_waste_frac"] + 1e-9 <= 1 + 1e-9
+    assert 0 <= out["total_savings_frac"] <= 1
+    assert out["total_savings_frac"] == pytest.approx(
+        1 - (1 - out["utilization_savings_frac"]) * (1 - out["rate_savings_frac"])
+    )
+
+
+def test_efficiency_roi_seed_example():
+    # 50 GPUs at 45 % RFU, raised to 60 %: the work of 50 x 15 / 45 = 16.7 more GPUs
+    rows = [{"gpu_uuid": f"GPU-{i}", "rfu_pct": 45.0, "price_usd_per_hour": 2.0} for i in range(50)]
+    roi = collect_stable(efficiency_roi(minutes_frame(rows).lazy(), target_rfu_pct=60.0))
+    fleet = roi.filter(pl.col("scope") == "fleet").row(0, named=True)
+    assert fleet["gpus"] == 50 and fleet["equivalent_gpus"] == pytest.approx(50 * 15 / 45)
+    assert round(fleet["equivalent_gpus"]) == 17
+    assert fleet["monthly_value_usd"] == pytest.approx(50 * 15 / 45 * 2.0 * 720)
+    assert roi.filter(pl.col("scope") == "model").height == 1
+
+
+def test_namespace_efficiency_table():
+    n = collect_stable(namespace_efficiency(planted_minutes().lazy()))
+    by = {r["namespace"]: r for r in n.iter_rows(named=True)}
+    assert (
+        by["starved"]["dominant_diagnosis"] == "data_starved"
+        and by["starved"]["pct_active_bottlenecked"] == 100
+    )
+    assert by["idle"]["pct_idle"] == 100 and by["idle"]["pct_active_bottlenecked"] is None
+    assert by["compute"]["gpus"] == 2 and by["compute"]["gpu_hours"] == pytest.approx(4.0)
+
+
+def test_gpu_health_statuses():
+    def s(uuid, i, **kw):
+        return {
+            "date": D,
+            "timestamp": T0 + timedelta(minutes=i),
+            "gpu_uuid": uuid,
+            "cluster": "c",
+            "source_file": "f",
+            "gpu_model": "A100-SXM4-40GB",
+            **kw,
+        }
+
+    rows = [
+        s("GPU-hot", i, gpu_temp_c=86.0 if i < 3 else 70.0, power_w=399.0, power_limit_w=400.0)
+        for i in range(5)
+    ]
+    rows += [
+        s("GPU-ecc", i, ecc_dbe_volatile=1.0 if i == 4 else 0.0, xid_errors=79.0 if i == 2 else 0.0)
+        for i in range(5)
+    ]
+    rows += [
+        s("GPU-ok", i, gpu_temp_c=60.0, power_w=100.0, clock_event_reasons=4.0 if i == 0 else 0.0)
+        for i in range(5)
+    ]
+    h = collect_stable(
+        gpu_health(conform(pl.DataFrame(rows), GPU_SAMPLES_SCHEMA).lazy(), load_catalog())
+    )
+    by = {r["gpu_uuid"]: r for r in h.iter_rows(named=True)}
+    assert by["GPU-hot"]["hot_minutes"] == 3 and by["GPU-hot"]["status"] == "warn"
+    assert by["GPU-hot"]["power_capped_minutes"] == 5  # 399 of 400 W
+    assert by["GPU-ecc"]["status"] == "drain" and by["GPU-ecc"]["xid_codes"] == [79]
+    assert "double-bit ECC" in by["GPU-ecc"]["reasons"]
+    assert (
+        by["GPU-ok"]["status"] == "ok" and by["GPU-ok"]["power_capped_minutes"] == 1
+    )  # SW power cap bit
+
+
+def test_stragglers_fifteen_points_below_the_pod_median():
+    rows = []
+    for i in range(60):
+        for g, sm in (("GPU-a", 0.80), ("GPU-b", 0.82), ("GPU-c", 0.60), ("GPU-d", 0.70)):
+            rows.append(
+                {
+                    "minute": T0 + timedelta(minutes=i),
+                    "gpu_uuid": g,
+                    "pod": "job-1",
+                    "prof_sm_active": sm,
+                    "gpu_util_pct": 99.0,
+                }
+            )
+    rows.append(
+        {
+            "minute": T0,
+            "gpu_uuid": "GPU-solo",
+            "pod": "job-2",
+            "prof_sm_active": 0.1,
+            "gpu_util_pct": 99.0,
+        }
+    )
+    s = collect_stable(stragglers(minutes_frame(rows).lazy()))
+    assert s["gpu_uuid"].to_list() == ["GPU-c"]  # 15 below the median 75; GPU-d is 5 below
+    r = s.row(0, named=True)
+    assert r["metric"] == "sm_active_pct" and r["pod_median"] == pytest.approx(75.0)
+    assert r["points_below"] == pytest.approx(15.0) and r["pod_gpus"] == 4
