@@ -136,6 +136,7 @@ def cmd_materialize(a: argparse.Namespace) -> int:
             "  gpu-pipeline sql -f sql/queries/persistent_offenders.sql\n"
             "  gpu-pipeline sql -f sql/queries/fleet_trend.sql\n"
             '  gpu-pipeline sql "SELECT * FROM fleet_daily ORDER BY date"\n'
+            f"  report for {end}: {settings.reports_dir() / f'gpu_report_{end.isoformat()}.html'}\n"
             f"  duckdb -readonly {db}        (any DuckDB client; views only)\n"
             "  make dev                      (Dagster UI: runs, partitions, backfills)"
         )
