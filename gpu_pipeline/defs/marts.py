@@ -4,6 +4,7 @@ import warnings
 
 import dagster as dg
 
+from gpu_pipeline.defs import checks
 from gpu_pipeline.defs.metadata import publish, spec_metadata
 from gpu_pipeline.defs.partitions import daily_partitions
 from gpu_pipeline.defs.resources import LakeResource, ReferenceResource
@@ -32,12 +33,20 @@ def _day(context: dg.AssetExecutionContext):
     group_name="marts",
     deps=["gpu_minutes"],
     metadata=spec_metadata("hourly_fleet_metrics"),
+    check_specs=[
+        checks.spec(
+            "hourly_fleet_metrics",
+            "phase_shares_sum_to_100",
+            "phase shares of each group sum to 100",
+        )
+    ],
 )
 def hourly_fleet_metrics(context: dg.AssetExecutionContext, lake: LakeResource):
     """Hour x cluster x GPU model: GPUs, GPU-minutes, average util/PIF/RFU/gap/TFLOPS and phase shares."""
     the_lake, day = lake.lake(), _day(context)
     df = collect_stable(marts.hourly_fleet_metrics(the_lake.scan_days("gpu_minutes", [day])))
-    return publish(the_lake, "hourly_fleet_metrics", day, df)
+    yield publish(the_lake, "hourly_fleet_metrics", day, df)
+    yield checks.phase_shares_sum_to_100(df)
 
 
 @dg.asset(
@@ -59,12 +68,20 @@ def persistent_bottlenecks(context: dg.AssetExecutionContext, lake: LakeResource
     group_name="marts",
     deps=["gpu_minutes"],
     metadata=spec_metadata("priced_waste"),
+    check_specs=[
+        checks.spec(
+            "priced_waste",
+            "cost_split_sums_to_cost",
+            "productive + idle + stall + headroom = cost, to the cent",
+        )
+    ],
 )
 def priced_waste(context: dg.AssetExecutionContext, lake: LakeResource):
     """Day x cluster x namespace x GPU model: cost split into productive, idle, stall and headroom waste."""
     the_lake, day = lake.lake(), _day(context)
     df = collect_stable(marts.priced_waste(the_lake.scan_days("gpu_minutes", [day])))
-    return publish(the_lake, "priced_waste", day, df)
+    yield publish(the_lake, "priced_waste", day, df)
+    yield checks.cost_split_sums_to_cost(df)
 
 
 @dg.asset(
@@ -72,6 +89,13 @@ def priced_waste(context: dg.AssetExecutionContext, lake: LakeResource):
     group_name="marts",
     deps=["gpu_minutes"],
     metadata=spec_metadata("recommendations"),
+    check_specs=[
+        checks.spec(
+            "recommendations",
+            "savings_within_measured_waste",
+            "savings <= measured waste, total <= 100 %",
+        )
+    ],
 )
 def recommendations(
     context: dg.AssetExecutionContext, lake: LakeResource, reference: ReferenceResource
@@ -84,7 +108,8 @@ def recommendations(
             the_lake.scan_days("gpu_minutes", [day]), reference.load_prices()
         ),
     )
-    return publish(the_lake, "recommendations", day, df)
+    yield publish(the_lake, "recommendations", day, df)
+    yield checks.savings_within_measured_waste(df)
 
 
 @dg.asset(

@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from gpu_pipeline.defs import checks
 from gpu_pipeline.defs.metadata import publish, spec_metadata
 from gpu_pipeline.defs.partitions import daily_partitions
 from gpu_pipeline.defs.resources import LakeResource, LandingResource
@@ -21,6 +22,19 @@ RAW_TABLES = {
         for name, desc in RAW_TABLES.items()
     ],
     partitions_def=daily_partitions,
+    check_specs=[
+        checks.spec(
+            "ingest_log",
+            "row_conservation",
+            "rows read = accepted + quarantined + duplicate, per file",
+        ),
+        checks.spec(
+            "gpu_samples",
+            "validation_pass_rate",
+            "share of rows that passed validation",
+            blocking=False,
+        ),
+    ],
 )
 def ingest(context: dg.AssetExecutionContext, landing: LandingResource, lake: LakeResource):
     """Parse every landing file once (cached by content) and assemble the partition's day."""
@@ -40,3 +54,5 @@ def ingest(context: dg.AssetExecutionContext, landing: LandingResource, lake: La
     )
     for name, df in frames.items():
         yield publish(the_lake, name, day, df)
+    yield checks.row_conservation(frames["ingest_log"])
+    yield checks.validation_pass_rate(frames["ingest_log"], frames["quarantine"])

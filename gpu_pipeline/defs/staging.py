@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from gpu_pipeline.defs import checks
 from gpu_pipeline.defs.metadata import publish, spec_metadata
 from gpu_pipeline.defs.partitions import daily_partitions
 from gpu_pipeline.defs.resources import LakeResource, ReferenceResource
@@ -16,6 +17,9 @@ from gpu_pipeline.lib.schemas import validate
     group_name="staging",
     deps=["gpu_samples"],
     metadata=spec_metadata("gpu_minutes"),
+    check_specs=[
+        checks.spec("gpu_minutes", "one_row_per_gpu_minute", "no GPU-minute appears twice")
+    ],
 )
 def gpu_minutes(
     context: dg.AssetExecutionContext, lake: LakeResource, reference: ReferenceResource
@@ -28,7 +32,8 @@ def gpu_minutes(
         "gpu_minutes",
         collect_stable(gpu_minutes_fn(samples, reference.load_catalog(), reference.load_prices())),
     )
-    return publish(the_lake, "gpu_minutes", day, df)
+    yield publish(the_lake, "gpu_minutes", day, df)
+    yield checks.one_row_per_gpu_minute(df)
 
 
 @dg.asset(

@@ -1,0 +1,128 @@
+"""Asset checks evaluated on the partition just written (embedded `check_specs`), and freshness.
+
+Blocking checks stop downstream assets of the run when a wrong number would flow on; the
+validation pass rate only warns, since quarantining bad rows is the pipeline doing its job.
+"""
+
+import dagster as dg
+import polars as pl
+
+from gpu_pipeline.defs.metadata import markdown_preview
+from gpu_pipeline.lib.rules import PHASES
+
+MIN_PASS_RATE = 0.95
+CENT = 0.005
+
+
+def spec(asset: str, name: str, description: str, blocking: bool = True) -> dg.AssetCheckSpec:
+    return dg.AssetCheckSpec(name=name, asset=asset, description=description, blocking=blocking)
+
+
+def validation_pass_rate(log: pl.DataFrame, quarantine: pl.DataFrame) -> dg.AssetCheckResult:
+    """Share of the day's rows that passed validation, with the failure cases."""
+    read = int(log["rows_read"].sum())
+    bad = int(log["rows_quarantined"].sum())
+    rate = 1.0 if read == 0 else (read - bad) / read
+    reasons = (
+        quarantine.group_by("reason")
+        .agg(pl.len().alias("rows"), pl.col("source_file").n_unique().alias("files"))
+        .sort("rows", descending=True)
+        .head(20)
+    )
+    return dg.AssetCheckResult(
+        asset_key="gpu_samples",
+        check_name="validation_pass_rate",
+        passed=rate >= MIN_PASS_RATE,
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={
+            "pass_rate": dg.MetadataValue.float(rate),
+            "rows_read": read,
+            "rows_quarantined": bad,
+            "failure_cases": dg.MetadataValue.md(
+                markdown_preview(reasons, rows=20) if reasons.height else "none"
+            ),
+        },
+    )
+
+
+def row_conservation(log: pl.DataFrame) -> dg.AssetCheckResult:
+    """Every row read is accepted, quarantined or a counted duplicate."""
+    off = log.filter(
+        pl.col("rows_read")
+        != pl.col("rows_accepted") + pl.col("rows_quarantined") + pl.col("rows_duplicate")
+    )
+    return dg.AssetCheckResult(
+        asset_key="ingest_log",
+        check_name="row_conservation",
+        passed=off.height == 0,
+        metadata={
+            "files": log.height,
+            "files_off": off.height,
+            "rows_read": int(log["rows_read"].sum()) if log.height else 0,
+        },
+    )
+
+
+def one_row_per_gpu_minute(m: pl.DataFrame) -> dg.AssetCheckResult:
+    dup = m.height - m.unique(["gpu_uuid", "gpu_instance_id", "minute"]).height
+    return dg.AssetCheckResult(
+        check_name="one_row_per_gpu_minute",
+        passed=dup == 0,
+        metadata={"rows": m.height, "duplicate_rows": dup},
+    )
+
+
+def phase_shares_sum_to_100(h: pl.DataFrame) -> dg.AssetCheckResult:
+    total = h.select(pl.sum_horizontal([pl.col(f"pct_{p}") for p in PHASES]).alias("t")).filter(
+        pl.col("t").is_not_null()
+    )
+    off = total.filter((pl.col("t") - 100).abs() > 1e-6).height
+    return dg.AssetCheckResult(
+        check_name="phase_shares_sum_to_100",
+        passed=off == 0,
+        metadata={"groups": total.height, "groups_off": off},
+    )
+
+
+def cost_split_sums_to_cost(w: pl.DataFrame) -> dg.AssetCheckResult:
+    parts = pl.sum_horizontal(
+        "productive_usd",
+        "idle_waste_usd",
+        "stall_waste_usd",
+        "headroom_waste_usd",
+        "unmeasured_usd",
+    )
+    priced = w.filter(pl.col("cost_usd").is_not_null())
+    off = priced.filter((parts - pl.col("cost_usd")).abs() > CENT)
+    monthly_off = priced.filter(
+        (pl.col("monthly_waste_usd") - (pl.col("hourly_waste_usd") * 720).round(2)).abs() > CENT
+    )
+    return dg.AssetCheckResult(
+        check_name="cost_split_sums_to_cost",
+        passed=off.height == 0 and monthly_off.height == 0,
+        metadata={
+            "groups": priced.height,
+            "groups_off": off.height,
+            "monthly_off": monthly_off.height,
+        },
+    )
+
+
+def savings_within_measured_waste(r: pl.DataFrame) -> dg.AssetCheckResult:
+    bad = r.filter(
+        (pl.col("utilization_savings_frac") > pl.col("measured_waste_frac") + 1e-9)
+        | (pl.col("total_savings_frac") > 1)
+        | (
+            (
+                1
+                - (1 - pl.col("utilization_savings_frac")) * (1 - pl.col("rate_savings_frac"))
+                - pl.col("total_savings_frac")
+            ).abs()
+            > 1e-9
+        )
+    )
+    return dg.AssetCheckResult(
+        check_name="savings_within_measured_waste",
+        passed=bad.height == 0,
+        metadata={"namespaces": r.height, "namespaces_off": bad.height},
+    )
