@@ -92,7 +92,6 @@ def cmd_materialize(a: argparse.Namespace) -> int:
     import dagster as dg
 
     from gpu_pipeline.definitions import build_definitions
-    from gpu_pipeline.lib.warehouse import build_views_file
 
     defs = build_definitions()
     job = defs.resolve_job_def("daily_pipeline")
@@ -122,11 +121,16 @@ def cmd_materialize(a: argparse.Namespace) -> int:
                             f"    {ev.step_key}: {ev.step_failure_data.error.message.strip()[:500]}"
                         )
                 return 1
-    db = settings.warehouse_path()
-    try:
-        build_views_file(settings.lake_root(), db)
-    except Exception as e:  # an analyst holding the file open must not fail the run
-        _say(f"  note: views file {db} not refreshed ({str(e).splitlines()[0]})")
+        db = settings.warehouse_path()
+        # the views glob the lake at query time: the file is written once per lake, by its asset
+        if not db.is_file() or not _views_match(db, settings.lake_root()):
+            res = defs.resolve_job_def("refresh_warehouse").execute_in_process(
+                instance=instance, raise_on_error=False, run_config=QUIET
+            )
+            if not res.success:
+                _say(
+                    f"  note: views file {db} not written; `gpu-pipeline sql` still works without it"
+                )
     _say(f"done in {time.perf_counter() - t0:.1f}s; lake {settings.lake_root()}, views {db}")
     if a.summary:
         _print_summary(a.start, end)
@@ -145,11 +149,13 @@ def cmd_materialize(a: argparse.Namespace) -> int:
 
 def _warm_parse_cache() -> None:
     """Parse new landing files up front, with progress; the runs then read the cache."""
-    from gpu_pipeline.lib.ingest import is_cached, list_landing, load_or_parse
+    from gpu_pipeline.lib.ingest import hash_memo, is_cached, list_landing, load_or_parse
     from gpu_pipeline.lib.lake import Lake
 
     cache = Lake(settings.lake_root()).cache_dir
-    todo = [f for f in list_landing(settings.raw_root()) if not is_cached(f, cache)]
+    todo = [
+        f for f in list_landing(settings.raw_root(), hash_memo(cache)) if not is_cached(f, cache)
+    ]
     if not todo:
         return
     total = sum(f.size for f in todo)
@@ -179,7 +185,7 @@ def cmd_summary(a: argparse.Namespace) -> int:
 
 def cmd_sql(a: argparse.Namespace) -> int:
     _set_env(a)
-    from gpu_pipeline.lib.warehouse import SqlError, build_views_file, connect_readonly, run_query
+    from gpu_pipeline.lib.warehouse import SqlError, connect_readonly, run_query
 
     if a.file:
         try:
@@ -193,8 +199,8 @@ def cmd_sql(a: argparse.Namespace) -> int:
         query = sys.stdin.read()
     lake = settings.lake_root()
     db = settings.warehouse_path(lake)
-    if a.lake:  # a lake named on the command line gets its own fresh views
-        build_views_file(lake, db)
+    if a.lake and db.is_file() and not _views_match(db, lake):
+        db = Path("/nonexistent/views.duckdb")  # another lake's views: build them in memory instead
     try:
         con = connect_readonly(lake, db)
         rel = run_query(con, query)
@@ -241,6 +247,20 @@ def cmd_report(a: argparse.Namespace) -> int:
     out.write_text(rep.html)
     _say(f"wrote {out} ({len(rep.charts)} charts)")
     return 0
+
+
+def _views_match(db: Path, lake: str) -> bool:
+    """Does the views file point at this lake?"""
+    import duckdb
+
+    try:
+        with duckdb.connect(str(db), read_only=True) as con:
+            sql = con.execute(
+                "SELECT sql FROM duckdb_views() WHERE view_name = 'gpu_minutes'"
+            ).fetchone()
+    except duckdb.Error:
+        return False
+    return bool(sql) and str(Path(lake).resolve()) in sql[0]
 
 
 def cmd_init_instance(_: argparse.Namespace) -> int:

@@ -1,45 +1,47 @@
 -- Views over the Parquet lake. `{lake}` is replaced by the lake root (quoted safely) when the
 -- views file is built; `date` is a column inside every file, so hive partitioning stays off.
+-- `<table>/*/data.parquet` matches every `date=…` partition and the zero-row `_schema` file, so a
+-- view binds before the first partition exists; the glob is re-read at every query.
 -- One view per table, then curated views for analysts.
 
 CREATE OR REPLACE VIEW gpu_samples AS
-SELECT * FROM read_parquet('{lake}/gpu_samples/date=*/data.parquet', union_by_name = true, hive_partitioning = false);
+SELECT * FROM read_parquet('{lake}/gpu_samples/*/data.parquet', union_by_name = true, hive_partitioning = false);
 
 CREATE OR REPLACE VIEW quarantine AS
-SELECT * FROM read_parquet('{lake}/quarantine/date=*/data.parquet', union_by_name = true, hive_partitioning = false);
+SELECT * FROM read_parquet('{lake}/quarantine/*/data.parquet', union_by_name = true, hive_partitioning = false);
 
 CREATE OR REPLACE VIEW ingest_log AS
-SELECT * FROM read_parquet('{lake}/ingest_log/date=*/data.parquet', union_by_name = true, hive_partitioning = false);
+SELECT * FROM read_parquet('{lake}/ingest_log/*/data.parquet', union_by_name = true, hive_partitioning = false);
 
 CREATE OR REPLACE VIEW gpu_minutes AS
-SELECT * FROM read_parquet('{lake}/gpu_minutes/date=*/data.parquet', union_by_name = true, hive_partitioning = false);
+SELECT * FROM read_parquet('{lake}/gpu_minutes/*/data.parquet', union_by_name = true, hive_partitioning = false);
 
 CREATE OR REPLACE VIEW gpu_daily AS
-SELECT * FROM read_parquet('{lake}/gpu_daily/date=*/data.parquet', union_by_name = true, hive_partitioning = false);
+SELECT * FROM read_parquet('{lake}/gpu_daily/*/data.parquet', union_by_name = true, hive_partitioning = false);
 
 CREATE OR REPLACE VIEW hourly_fleet_metrics AS
-SELECT * FROM read_parquet('{lake}/hourly_fleet_metrics/date=*/data.parquet', union_by_name = true, hive_partitioning = false);
+SELECT * FROM read_parquet('{lake}/hourly_fleet_metrics/*/data.parquet', union_by_name = true, hive_partitioning = false);
 
 CREATE OR REPLACE VIEW persistent_bottlenecks AS
-SELECT * FROM read_parquet('{lake}/persistent_bottlenecks/date=*/data.parquet', union_by_name = true, hive_partitioning = false);
+SELECT * FROM read_parquet('{lake}/persistent_bottlenecks/*/data.parquet', union_by_name = true, hive_partitioning = false);
 
 CREATE OR REPLACE VIEW priced_waste AS
-SELECT * FROM read_parquet('{lake}/priced_waste/date=*/data.parquet', union_by_name = true, hive_partitioning = false);
+SELECT * FROM read_parquet('{lake}/priced_waste/*/data.parquet', union_by_name = true, hive_partitioning = false);
 
 CREATE OR REPLACE VIEW recommendations AS
-SELECT * FROM read_parquet('{lake}/recommendations/date=*/data.parquet', union_by_name = true, hive_partitioning = false);
+SELECT * FROM read_parquet('{lake}/recommendations/*/data.parquet', union_by_name = true, hive_partitioning = false);
 
 CREATE OR REPLACE VIEW gpu_health AS
-SELECT * FROM read_parquet('{lake}/gpu_health/date=*/data.parquet', union_by_name = true, hive_partitioning = false);
+SELECT * FROM read_parquet('{lake}/gpu_health/*/data.parquet', union_by_name = true, hive_partitioning = false);
 
 CREATE OR REPLACE VIEW stragglers AS
-SELECT * FROM read_parquet('{lake}/stragglers/date=*/data.parquet', union_by_name = true, hive_partitioning = false);
+SELECT * FROM read_parquet('{lake}/stragglers/*/data.parquet', union_by_name = true, hive_partitioning = false);
 
 CREATE OR REPLACE VIEW efficiency_roi AS
-SELECT * FROM read_parquet('{lake}/efficiency_roi/date=*/data.parquet', union_by_name = true, hive_partitioning = false);
+SELECT * FROM read_parquet('{lake}/efficiency_roi/*/data.parquet', union_by_name = true, hive_partitioning = false);
 
 CREATE OR REPLACE VIEW namespace_efficiency AS
-SELECT * FROM read_parquet('{lake}/namespace_efficiency/date=*/data.parquet', union_by_name = true, hive_partitioning = false);
+SELECT * FROM read_parquet('{lake}/namespace_efficiency/*/data.parquet', union_by_name = true, hive_partitioning = false);
 
 -- Curated: one row per day for the whole fleet.
 CREATE OR REPLACE VIEW fleet_daily AS

@@ -23,7 +23,20 @@ def test_definitions_load():
     job = defs.resolve_job_def("daily_pipeline")
     assert job.partitions_def == daily_partitions
     keys = {k.to_user_string() for k in defs.resolve_all_asset_keys()}
-    assert keys == set(TABLES) | {"daily_report"}
+    assert keys == set(TABLES) | {"daily_report", "warehouse_views"}
+    job_keys = {k.to_user_string() for k in job.asset_layer.selected_asset_keys}
+    assert "warehouse_views" not in job_keys and "gpu_minutes" in job_keys
+    checks = {k.name for k in defs.resolve_asset_graph().asset_check_keys}
+    assert {
+        "row_conservation",
+        "validation_pass_rate",
+        "one_row_per_gpu_minute",
+        "phase_shares_sum_to_100",
+        "cost_split_sums_to_cost",
+        "savings_within_measured_waste",
+    } <= checks
+    assert any("freshness" in c for c in checks)
+    assert {s.name for s in defs.sensors} == {"landing_zone_sensor", "freshness_checks_sensor"}
     spec = defs.resolve_assets_def("gpu_minutes").specs_by_key[dg.AssetKey("gpu_minutes")]
     cols = [c.name for c in spec.metadata["dagster/column_schema"].columns]
     assert cols[:3] == ["date", "minute", "gpu_uuid"] and "rfu_pct" in cols

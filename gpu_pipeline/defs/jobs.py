@@ -5,7 +5,9 @@ import dagster as dg
 from gpu_pipeline.defs.partitions import daily_partitions
 
 daily_pipeline = dg.define_asset_job(
-    "daily_pipeline", selection=dg.AssetSelection.all(), partitions_def=daily_partitions
+    "daily_pipeline",
+    selection=dg.AssetSelection.all() - dg.AssetSelection.groups("warehouse"),
+    partitions_def=daily_partitions,
 )
 
 daily_schedule = dg.build_schedule_from_partitioned_job(

@@ -6,7 +6,7 @@ from gpu_pipeline.defs import checks
 from gpu_pipeline.defs.metadata import publish, spec_metadata
 from gpu_pipeline.defs.partitions import daily_partitions
 from gpu_pipeline.defs.resources import LakeResource, LandingResource
-from gpu_pipeline.lib.ingest import assemble_day, list_landing, load_or_parse
+from gpu_pipeline.lib.ingest import assemble_day, hash_memo, list_landing, load_or_parse
 from gpu_pipeline.lib.schemas import validate
 
 RAW_TABLES = {
@@ -40,7 +40,7 @@ def ingest(context: dg.AssetExecutionContext, landing: LandingResource, lake: La
     """Parse every landing file once (cached by content) and assemble the partition's day."""
     day = context.partition_time_window.start.date()
     the_lake = lake.lake()
-    files = list_landing(landing.root)
+    files = list_landing(landing.root, hash_memo(the_lake.cache_dir))
     parsed = [load_or_parse(f, the_lake.cache_dir) for f in files]
     result = assemble_day(parsed, day)
     frames = {

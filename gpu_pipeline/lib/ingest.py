@@ -88,18 +88,40 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def list_landing(raw_root: str | os.PathLike) -> list[LandingFile]:
-    """Every regular, non-hidden file below the landing root, in path order."""
+def list_landing(
+    raw_root: str | os.PathLike, memo: str | os.PathLike | None = None
+) -> list[LandingFile]:
+    """Every regular, non-hidden file below the landing root, in path order, with its sha256.
+
+    `memo` (a JSON file) remembers hashes by path, size and modification time, so unchanged
+    files are not read again on every run.
+    """
     root = Path(raw_root)
     if not root.is_dir():
         return []
+    memo_path = Path(memo) if memo else None
+    known: dict[str, str] = {}
+    if memo_path and memo_path.is_file():
+        try:
+            known = json.loads(memo_path.read_text())
+        except (OSError, ValueError):
+            known = {}
+    seen: dict[str, str] = {}
     out = []
     for p in sorted(root.rglob("*")):
         rel = p.relative_to(root)
         if not p.is_file() or any(part.startswith(".") for part in rel.parts):
             continue
         st = p.stat()
-        out.append(LandingFile(p, rel.as_posix(), _sha256(p), st.st_size, st.st_mtime))
+        key = f"{rel.as_posix()}|{st.st_size}|{st.st_mtime_ns}"
+        sha = known.get(key) or _sha256(p)
+        seen[key] = sha
+        out.append(LandingFile(p, rel.as_posix(), sha, st.st_size, st.st_mtime))
+    if memo_path and seen != known:
+        memo_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo_path.with_name(f".{memo_path.name}.{uuid.uuid4().hex}")
+        tmp.write_text(json.dumps(seen))
+        tmp.replace(memo_path)
     return out
 
 
@@ -396,6 +418,10 @@ def assemble_day(files: list[ParsedFile], day: date) -> DayIngest:
     )
 
 
+def hash_memo(cache_root: str | os.PathLike) -> Path:
+    return Path(cache_root) / "_hashes.json"
+
+
 def ingest_day(raw_root: str | os.PathLike, cache_root: str | os.PathLike, day: date) -> DayIngest:
-    files = [load_or_parse(lf, cache_root) for lf in list_landing(raw_root)]
+    files = [load_or_parse(lf, cache_root) for lf in list_landing(raw_root, hash_memo(cache_root))]
     return assemble_day(files, day)

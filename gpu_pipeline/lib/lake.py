@@ -19,6 +19,9 @@ from gpu_pipeline.lib.samples import conform
 from gpu_pipeline.lib.schemas import TABLES
 
 DATA_FILE = "data.parquet"
+# a zero-row file with the table's columns, so a DuckDB view over `<table>/*/data.parquet` binds
+# before the first partition exists (and picks partitions up as they appear)
+SCHEMA_DIR = "_schema"
 _SAFE = re.compile(r"^[a-z_][a-z0-9_]*$")
 
 
@@ -38,11 +41,17 @@ class Lake:
     def cache_dir(self) -> Path:
         return self.root / "_ingest_cache"
 
-    def write(self, table: str, day: date, df: pl.DataFrame) -> Path:
-        """Replace the day's partition of `table` with `df` (conformed to the table's contract)."""
-        if table in TABLES:
-            df = conform(df.with_columns(pl.lit(day).alias("date")), TABLES[table])
-        final = self.partition_file(table, day)
+    def ensure_schema(self, table: str) -> Path:
+        """Write the table's zero-row schema file if it is missing (or its columns changed)."""
+        path = self.table_dir(table) / SCHEMA_DIR / DATA_FILE
+        schema = TABLES[table]
+        if path.is_file() and pl.read_parquet_schema(path) == schema:
+            return path
+        self._replace(path, pl.DataFrame(schema=schema))
+        return path
+
+    def _replace(self, final: Path, df: pl.DataFrame) -> None:
+        """Write `df` beside `final` and swap it in atomically."""
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = final.with_name(f".{DATA_FILE}.{uuid.uuid4().hex}.tmp")
         try:
@@ -52,6 +61,14 @@ class Lake:
             os.replace(tmp, final)
         finally:
             tmp.unlink(missing_ok=True)
+
+    def write(self, table: str, day: date, df: pl.DataFrame) -> Path:
+        """Replace the day's partition of `table` with `df` (conformed to the table's contract)."""
+        if table in TABLES:
+            df = conform(df.with_columns(pl.lit(day).alias("date")), TABLES[table])
+            self.ensure_schema(table)
+        final = self.partition_file(table, day)
+        self._replace(final, df)
         return final
 
     def exists(self, table: str, day: date) -> bool:

@@ -11,21 +11,13 @@ from pathlib import Path
 
 import duckdb
 
+from gpu_pipeline.lib.lake import Lake
 from gpu_pipeline.lib.schemas import TABLES
 
 SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
 VIEWS_SQL = SQL_DIR / "views.sql"
 QUERIES_DIR = SQL_DIR / "queries"
 READ_STATEMENTS = {"SELECT", "EXPLAIN", "PRAGMA"}
-_DUCK_TYPES = {
-    "String": "VARCHAR",
-    "Float64": "DOUBLE",
-    "Int64": "BIGINT",
-    "Int32": "INTEGER",
-    "UInt32": "UINTEGER",
-    "Boolean": "BOOLEAN",
-    "Date": "DATE",
-}
 
 
 class SqlError(ValueError):
@@ -39,43 +31,41 @@ def _quote_path(root: Path) -> str:
     return s.replace("'", "''")
 
 
-def _empty_view(table: str) -> str:
-    cols = []
-    for c, t in TABLES[table].items():
-        duck = (
-            "TIMESTAMPTZ" if str(t).startswith("Datetime") else _DUCK_TYPES.get(str(t), "VARCHAR")
-        )
-        cols.append(f"CAST(NULL AS {duck}) AS {c}")
-    return f"CREATE OR REPLACE VIEW {table} AS SELECT {', '.join(cols)} WHERE false"
-
-
 def create_views(con: duckdb.DuckDBPyConnection, lake_root: str | Path) -> None:
-    """Run views.sql against `lake_root`; a table with no partitions yet gets an empty typed view."""
-    root = Path(lake_root)
-    text = VIEWS_SQL.read_text().replace("{lake}", _quote_path(root))
+    """Run views.sql against `lake_root` (every table gets its zero-row schema file first)."""
+    lake = Lake(lake_root)
+    for table in TABLES:
+        lake.ensure_schema(table)
+    text = VIEWS_SQL.read_text().replace("{lake}", _quote_path(Path(lake_root)))
     for stmt in con.extract_statements(text):
-        sql = stmt.query
-        table = next((t for t in TABLES if f"VIEW {t} AS" in sql), None)
-        if table and not any((root / table).glob("date=*/data.parquet")):
-            sql = _empty_view(table)
-        con.execute(sql)
+        con.execute(stmt.query)
 
 
 def build_views_file(lake_root: str | Path, db_path: str | Path) -> Path:
-    """(Re)write the views-only DuckDB file for `lake_root`."""
+    """(Re)write the views-only DuckDB file for `lake_root`. Only the `warehouse_views` asset calls
+    this in a running deployment: one writer, so parallel backfills never contend for the file."""
     db_path = Path(db_path)
     db_path.parent.mkdir(parents=True, exist_ok=True)
-    with duckdb.connect(str(db_path)) as con:
+    tmp = db_path.with_name(f".{db_path.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    with duckdb.connect(str(tmp)) as con:
         create_views(con, lake_root)
+    tmp.replace(db_path)
     return db_path
 
 
 def connect_readonly(lake_root: str | Path, db_path: str | Path) -> duckdb.DuckDBPyConnection:
-    """Read-only connection to the views file, able to read the lake and nothing else."""
+    """Read-only connection that can read the lake and nothing else.
+
+    The views file is opened read-only when it exists; otherwise the same views are created in an
+    in-memory database, so reading never writes a file.
+    """
     db_path = Path(db_path)
-    if not db_path.is_file():
-        build_views_file(lake_root, db_path)
-    con = duckdb.connect(str(db_path), read_only=True)
+    if db_path.is_file():
+        con = duckdb.connect(str(db_path), read_only=True)
+    else:
+        con = duckdb.connect(":memory:")
+        create_views(con, lake_root)
     con.execute("SET allowed_directories = [?]", [Path(lake_root).resolve().as_posix() + "/"])
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")

@@ -1,0 +1,21 @@
+"""The DuckDB views file: written by this one unpartitioned asset only.
+
+Views glob the lake at query time, so the file needs writing once per lake, not per partition;
+keeping it out of partitioned runs means parallel backfills never contend for DuckDB's one writer.
+"""
+
+import dagster as dg
+
+from gpu_pipeline import settings
+from gpu_pipeline.defs.resources import LakeResource
+from gpu_pipeline.lib.warehouse import build_views_file
+
+
+@dg.asset(group_name="warehouse")
+def warehouse_views(lake: LakeResource):
+    """DuckDB file of views over every lake table (`sql/views.sql`); analysts open it read-only."""
+    path = build_views_file(lake.root, settings.warehouse_path(lake.root))
+    return dg.MaterializeResult(metadata={"dagster/uri": dg.MetadataValue.path(str(path))})
+
+
+refresh_warehouse = dg.define_asset_job("refresh_warehouse", selection=[warehouse_views])

@@ -1,0 +1,250 @@
+"""Operations: asset checks, the landing-zone sensor, atomic storage under SIGKILL, concurrent runs."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+from helpers import MODELS, expo_lines, minutes_frame, write_file
+
+from gpu_pipeline.defs import checks, marts, raw, report, staging
+from gpu_pipeline.defs.resources import LakeResource, LandingResource, ReferenceResource
+from gpu_pipeline.defs.sensors import landing_zone_sensor, plan_runs
+from gpu_pipeline.lib.lake import Lake
+
+D = date(2024, 1, 10)
+ASSETS = dg.load_assets_from_modules([raw, staging, marts, report])
+
+
+# --- checks can fail ----------------------------------------------------------------------------
+
+
+def test_checks_fail_on_wrong_numbers():
+    log = pl.DataFrame(
+        {
+            "rows_read": [10, 5],
+            "rows_accepted": [8, 5],
+            "rows_quarantined": [1, 0],
+            "rows_duplicate": [0, 0],
+            "source_file": ["a", "b"],
+        }
+    )
+    assert not checks.row_conservation(log).passed
+    assert (
+        checks.row_conservation(log.with_columns(pl.lit(1).alias("rows_duplicate"))).passed is False
+    )
+    ok = log.with_columns(rows_duplicate=pl.Series([1, 0]))
+    assert checks.row_conservation(ok).passed
+    q = pl.DataFrame({"reason": ["bad"] * 3, "source_file": ["a"] * 3})
+    res = checks.validation_pass_rate(log.with_columns(rows_quarantined=pl.Series([9, 0])), q)
+    assert not res.passed and res.severity == dg.AssetCheckSeverity.WARN
+    assert "bad" in res.metadata["failure_cases"].value
+    m = minutes_frame([{"minute": datetime(2024, 1, 1, tzinfo=UTC)}] * 2)
+    assert not checks.one_row_per_gpu_minute(m).passed
+    h = pl.DataFrame(
+        {
+            "pct_idle": [50.0],
+            "pct_underutilized": [30.0],
+            "pct_productive": [10.0],
+            "pct_compute_bound": [9.0],
+        }
+    )
+    assert not checks.phase_shares_sum_to_100(h).passed
+    w = pl.DataFrame(
+        {
+            "cost_usd": [1.0],
+            "productive_usd": [0.5],
+            "idle_waste_usd": [0.2],
+            "stall_waste_usd": [0.1],
+            "headroom_waste_usd": [0.1],
+            "unmeasured_usd": [0.0],
+            "hourly_waste_usd": [0.4],
+            "monthly_waste_usd": [288.0],
+        }
+    )
+    assert not checks.cost_split_sums_to_cost(w).passed
+    assert checks.cost_split_sums_to_cost(
+        w.with_columns(pl.lit(0.2).alias("headroom_waste_usd"))
+    ).passed
+    r = pl.DataFrame(
+        {
+            "utilization_savings_frac": [0.5],
+            "measured_waste_frac": [0.4],
+            "rate_savings_frac": [0.0],
+            "total_savings_frac": [0.5],
+        }
+    )
+    assert not checks.savings_within_measured_waste(r).passed
+
+
+def resources(tmp_path):
+    return {
+        "lake": LakeResource(root=str(tmp_path / "lake")),
+        "landing": LandingResource(root=str(tmp_path / "raw")),
+        "reference": ReferenceResource(),
+    }
+
+
+def plant_day(raw: Path, d: date, name: str | None = None, minutes=range(600, 700)):
+    lines = expo_lines("GPU-S", MODELS["A100"], "n1", "starved", d, minutes, 85, 100.0)
+    lines += expo_lines("GPU-E", MODELS["A100"], "n1", "good", d, minutes, 95, 320.0, gpu=1)
+    return write_file(raw / "c1" / (name or f"n1_{d.isoformat()}.prom"), lines)
+
+
+def test_every_check_passes_on_a_real_run(tmp_path):
+    plant_day(tmp_path / "raw", D)
+    result = dg.materialize(
+        ASSETS,
+        partition_key=D.isoformat(),
+        resources=resources(tmp_path),
+        instance=dg.DagsterInstance.ephemeral(),
+    )
+    evals = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+    assert evals == {
+        "row_conservation": True,
+        "validation_pass_rate": True,
+        "one_row_per_gpu_minute": True,
+        "phase_shares_sum_to_100": True,
+        "cost_split_sums_to_cost": True,
+        "savings_within_measured_waste": True,
+    }
+
+
+# --- the landing-zone sensor --------------------------------------------------------------------
+
+
+def test_plan_runs_covers_late_days_and_the_window_after():
+    runs = plan_runs({date(2024, 1, 3)}, date(2024, 1, 1), date(2024, 1, 6), "tok")
+    full = [r.partition_key for r in runs if r.asset_selection is None]
+    window = [r.partition_key for r in runs if r.asset_selection]
+    assert full == ["2024-01-03"]
+    assert window == ["2024-01-04", "2024-01-05", "2024-01-06"]  # not past the last partition
+    assert len({r.run_key for r in runs}) == len(runs)
+    # a day before the first partition has no partition (and no GPU-day that a window could read)
+    assert plan_runs({date(2023, 12, 31)}, date(2024, 1, 1), date(2024, 1, 6), "t") == []
+
+
+def tick(tmp_path, cursor, instance):
+    ctx = dg.build_sensor_context(cursor=cursor, resources=resources(tmp_path), instance=instance)
+    return landing_zone_sensor(ctx)
+
+
+def test_sensor_runs_new_days_once_and_late_data_again(tmp_path):
+    instance = dg.DagsterInstance.ephemeral()
+    raw = tmp_path / "raw"
+    plant_day(raw, D)
+    plant_day(raw, D + timedelta(days=1))
+    first = tick(tmp_path, None, instance)
+    full = sorted(r.partition_key for r in first.run_requests if r.asset_selection is None)
+    assert full == ["2024-01-10", "2024-01-11"]
+    assert sorted(json.loads(first.cursor)) == ["c1/n1_2024-01-10.prom", "c1/n1_2024-01-11.prom"]
+    # nothing changed: nothing runs twice
+    again = tick(tmp_path, first.cursor, instance)
+    assert isinstance(again, dg.SkipReason)
+    # a late file for an earlier day: that day again, and the persistence window after it
+    plant_day(raw, D - timedelta(days=3), name="late_2024-01-07.prom")
+    late = tick(tmp_path, first.cursor, instance)
+    assert [r.partition_key for r in late.run_requests if r.asset_selection is None] == [
+        "2024-01-07"
+    ]
+    window = [r.partition_key for r in late.run_requests if r.asset_selection]
+    assert window == [(D - timedelta(days=3) + timedelta(days=k)).isoformat() for k in range(1, 7)]
+    assert all(
+        r.asset_selection == [dg.AssetKey("persistent_bottlenecks"), dg.AssetKey("daily_report")]
+        for r in late.run_requests
+        if r.asset_selection
+    )
+    # a changed file (same name, new content) counts as new
+    plant_day(raw, D, minutes=range(600, 720))
+    changed = tick(tmp_path, late.cursor, instance)
+    assert "2024-01-10" in [
+        r.partition_key for r in changed.run_requests if r.asset_selection is None
+    ]
+    keys = [r.run_key for r in first.run_requests + late.run_requests + changed.run_requests]
+    assert len(keys) == len(set(keys))
+
+
+# --- atomic storage -----------------------------------------------------------------------------
+
+WRITER = """
+import sys, polars as pl
+from datetime import date
+from gpu_pipeline.lib.lake import Lake
+lake = Lake(sys.argv[1])
+n = 0
+while True:
+    n += 1
+    lake.write("gpu_minutes", date(2024, 1, 1),
+               pl.DataFrame({"gpu_uuid": ["GPU-x"] * 400_000, "samples": [n] * 400_000}))
+    print(n, flush=True)
+"""
+
+
+def test_sigkill_mid_write_leaves_a_complete_partition(tmp_path):
+    lake = Lake(tmp_path / "lake")
+    lake.write(
+        "gpu_minutes",
+        date(2024, 1, 1),
+        pl.DataFrame({"gpu_uuid": ["GPU-x"] * 10, "samples": [0] * 10}),
+    )
+    for delay in (0.3, 0.9, 1.7):
+        p = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(lake.root)], stdout=subprocess.PIPE, text=True
+        )
+        time.sleep(delay)
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait()
+        df = lake.read("gpu_minutes", date(2024, 1, 1))  # readable, and one whole version
+        assert df.height in (10, 400_000)
+        assert df["samples"].n_unique() == 1
+        assert lake.days("gpu_minutes") == [date(2024, 1, 1)]
+        visible = sorted(
+            p.name
+            for p in lake.partition_file("gpu_minutes", date(2024, 1, 1)).parent.iterdir()
+            if not p.name.startswith(".")
+        )
+        assert visible == ["data.parquet"]
+
+
+def test_two_days_at_once_do_not_interfere(tmp_path):
+    raw = tmp_path / "raw"
+    plant_day(raw, D)
+    plant_day(raw, D + timedelta(days=1))
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path / "dh")}
+    # the instance exists before the runs, as it does in any deployment
+    subprocess.run([sys.executable, "-m", "gpu_pipeline.cli", "init-instance"], env=env, check=True)
+    with dg.DagsterInstance.from_config(str(tmp_path / "dh")) as inst:
+        assert inst.get_runs() == []
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gpu_pipeline.cli",
+                "materialize",
+                "--start",
+                d,
+                "--raw",
+                str(raw),
+                "--lake",
+                str(tmp_path / "lake"),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for d in ("2024-01-10", "2024-01-11")
+    ]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    lake = Lake(tmp_path / "lake")
+    for d in (D, D + timedelta(days=1)):
+        m = lake.read("gpu_minutes", d)
+        assert m.height == 200 and set(m["date"]) == {d}
