@@ -14,6 +14,29 @@ MIN_PASS_RATE = 0.95
 CENT = 0.005
 
 
+def merge(results: list[dg.AssetCheckResult]) -> dg.AssetCheckResult:
+    """One result for a run over several days: passed when every day passed; counts summed."""
+    first = results[0]
+    meta: dict = {}
+    for r in results:
+        for k, v in r.metadata.items():
+            val = getattr(v, "value", v)
+            if isinstance(val, int | float) and not isinstance(val, bool) and k != "pass_rate":
+                meta[k] = meta.get(k, 0) + val
+            else:
+                meta[k] = v  # markdown and rates: the last day's
+    if len(results) > 1:
+        meta["days"] = len(results)
+        meta["days_failed"] = sum(not r.passed for r in results)
+    return dg.AssetCheckResult(
+        asset_key=first.asset_key,
+        check_name=first.check_name,
+        passed=all(r.passed for r in results),
+        severity=first.severity,
+        metadata=meta,
+    )
+
+
 def spec(asset: str, name: str, description: str, blocking: bool = True) -> dg.AssetCheckSpec:
     return dg.AssetCheckSpec(name=name, asset=asset, description=description, blocking=blocking)
 

@@ -1,14 +1,16 @@
-"""Marts: hourly fleet metrics, persistent bottlenecks, priced waste."""
+"""Marts: hourly fleet metrics, persistent bottlenecks, priced waste, recommendations, health, ROI."""
 
 import warnings
+from collections.abc import Callable
 
 import dagster as dg
+import polars as pl
 
 from gpu_pipeline.defs import checks
-from gpu_pipeline.defs.metadata import publish, spec_metadata
-from gpu_pipeline.defs.partitions import daily_partitions
+from gpu_pipeline.defs.daily import DayWriter, daily, partition_days
 from gpu_pipeline.defs.resources import LakeResource, ReferenceResource
 from gpu_pipeline.lib import health, marts, recommend, roi
+from gpu_pipeline.lib.lake import Lake
 from gpu_pipeline.lib.rules import DEFAULT
 from gpu_pipeline.lib.samples import collect_stable
 from gpu_pipeline.lib.schemas import validate
@@ -24,15 +26,26 @@ with warnings.catch_warnings():
     )
 
 
-def _day(context: dg.AssetExecutionContext):
-    return context.partition_time_window.start.date()
+def from_minutes(
+    context: dg.AssetExecutionContext,
+    lake: Lake,
+    table: str,
+    fn: Callable[[pl.LazyFrame], pl.DataFrame],
+    check: Callable[[pl.DataFrame], dg.AssetCheckResult] | None = None,
+):
+    """Run `fn` on each day's gpu_minutes, write `table`, and evaluate `check` on every day."""
+    out, results = DayWriter(lake, table), []
+    for day in partition_days(context):
+        df = out.write(day, fn(lake.scan_days("gpu_minutes", [day])))
+        if check:
+            results.append(check(df))
+    yield out.result()
+    if check:
+        yield checks.merge(results)
 
 
 @dg.asset(
-    partitions_def=daily_partitions,
-    group_name="marts",
-    deps=["gpu_minutes"],
-    metadata=spec_metadata("hourly_fleet_metrics"),
+    **daily("hourly_fleet_metrics", "marts", deps=["gpu_minutes"]),
     check_specs=[
         checks.spec(
             "hourly_fleet_metrics",
@@ -43,31 +56,34 @@ def _day(context: dg.AssetExecutionContext):
 )
 def hourly_fleet_metrics(context: dg.AssetExecutionContext, lake: LakeResource):
     """Hour x cluster x GPU model: GPUs, GPU-minutes, average util/PIF/RFU/gap/TFLOPS and phase shares."""
-    the_lake, day = lake.lake(), _day(context)
-    df = collect_stable(marts.hourly_fleet_metrics(the_lake.scan_days("gpu_minutes", [day])))
-    yield publish(the_lake, "hourly_fleet_metrics", day, df)
-    yield checks.phase_shares_sum_to_100(df)
+    yield from from_minutes(
+        context,
+        lake.lake(),
+        "hourly_fleet_metrics",
+        lambda m: collect_stable(marts.hourly_fleet_metrics(m)),
+        checks.phase_shares_sum_to_100,
+    )
 
 
 @dg.asset(
-    partitions_def=daily_partitions,
-    group_name="marts",
-    deps=[dg.AssetDep("gpu_daily", partition_mapping=SEVEN_DAY_WINDOW)],
-    metadata=spec_metadata("persistent_bottlenecks"),
+    **daily(
+        "persistent_bottlenecks",
+        "marts",
+        deps=[dg.AssetDep("gpu_daily", partition_mapping=SEVEN_DAY_WINDOW)],
+    )
 )
 def persistent_bottlenecks(context: dg.AssetExecutionContext, lake: LakeResource):
     """GPUs bottlenecked on at least 3 of the last 7 days (D-6..D)."""
-    the_lake, day = lake.lake(), _day(context)
-    daily = the_lake.scan_days("gpu_daily", marts.window(day))
-    df = collect_stable(marts.persistent_bottlenecks(daily, day))
-    return publish(the_lake, "persistent_bottlenecks", day, df)
+    the_lake = lake.lake()
+    out = DayWriter(the_lake, "persistent_bottlenecks")
+    for day in partition_days(context):
+        daily_frames = the_lake.scan_days("gpu_daily", marts.window(day))
+        out.write(day, collect_stable(marts.persistent_bottlenecks(daily_frames, day)))
+    return out.result()
 
 
 @dg.asset(
-    partitions_def=daily_partitions,
-    group_name="marts",
-    deps=["gpu_minutes"],
-    metadata=spec_metadata("priced_waste"),
+    **daily("priced_waste", "marts", deps=["gpu_minutes"]),
     check_specs=[
         checks.spec(
             "priced_waste",
@@ -78,17 +94,17 @@ def persistent_bottlenecks(context: dg.AssetExecutionContext, lake: LakeResource
 )
 def priced_waste(context: dg.AssetExecutionContext, lake: LakeResource):
     """Day x cluster x namespace x GPU model: cost split into productive, idle, stall and headroom waste."""
-    the_lake, day = lake.lake(), _day(context)
-    df = collect_stable(marts.priced_waste(the_lake.scan_days("gpu_minutes", [day])))
-    yield publish(the_lake, "priced_waste", day, df)
-    yield checks.cost_split_sums_to_cost(df)
+    yield from from_minutes(
+        context,
+        lake.lake(),
+        "priced_waste",
+        lambda m: collect_stable(marts.priced_waste(m)),
+        checks.cost_split_sums_to_cost,
+    )
 
 
 @dg.asset(
-    partitions_def=daily_partitions,
-    group_name="marts",
-    deps=["gpu_minutes"],
-    metadata=spec_metadata("recommendations"),
+    **daily("recommendations", "marts", deps=["gpu_minutes"]),
     check_specs=[
         checks.spec(
             "recommendations",
@@ -101,66 +117,51 @@ def recommendations(
     context: dg.AssetExecutionContext, lake: LakeResource, reference: ReferenceResource
 ):
     """Day x namespace: actions with fractions, overlap groups and rationales; savings never above measured waste."""
-    the_lake, day = lake.lake(), _day(context)
-    df = validate(
+    prices = reference.load_prices()
+    yield from from_minutes(
+        context,
+        lake.lake(),
         "recommendations",
-        recommend.recommendations(
-            the_lake.scan_days("gpu_minutes", [day]), reference.load_prices()
-        ),
+        lambda m: validate("recommendations", recommend.recommendations(m, prices)),
+        checks.savings_within_measured_waste,
     )
-    yield publish(the_lake, "recommendations", day, df)
-    yield checks.savings_within_measured_waste(df)
 
 
-@dg.asset(
-    partitions_def=daily_partitions,
-    group_name="marts",
-    deps=["gpu_samples"],
-    metadata=spec_metadata("gpu_health"),
-)
+@dg.asset(**daily("gpu_health", "marts", deps=["gpu_samples"]))
 def gpu_health(context: dg.AssetExecutionContext, lake: LakeResource, reference: ReferenceResource):
     """Physical GPU-day: hot and power-capped minutes, XID, double-bit ECC, row-remap failures, a status."""
-    the_lake, day = lake.lake(), _day(context)
-    df = collect_stable(
-        health.gpu_health(the_lake.scan_days("gpu_samples", [day]), reference.load_catalog())
-    )
-    return publish(the_lake, "gpu_health", day, df)
+    the_lake, catalog = lake.lake(), reference.load_catalog()
+    out = DayWriter(the_lake, "gpu_health")
+    for day in partition_days(context):
+        out.write(
+            day,
+            collect_stable(health.gpu_health(the_lake.scan_days("gpu_samples", [day]), catalog)),
+        )
+    return out.result()
 
 
-@dg.asset(
-    partitions_def=daily_partitions,
-    group_name="marts",
-    deps=["gpu_minutes"],
-    metadata=spec_metadata("stragglers"),
-)
+@dg.asset(**daily("stragglers", "marts", deps=["gpu_minutes"]))
 def stragglers(context: dg.AssetExecutionContext, lake: LakeResource):
     """GPU-hours where a GPU sits 15+ points below its pod's median SM activity (or utilization)."""
-    the_lake, day = lake.lake(), _day(context)
-    df = collect_stable(health.stragglers(the_lake.scan_days("gpu_minutes", [day])))
-    return publish(the_lake, "stragglers", day, df)
+    yield from from_minutes(
+        context, lake.lake(), "stragglers", lambda m: collect_stable(health.stragglers(m))
+    )
 
 
-@dg.asset(
-    partitions_def=daily_partitions,
-    group_name="marts",
-    deps=["gpu_minutes"],
-    metadata=spec_metadata("efficiency_roi"),
-)
+@dg.asset(**daily("efficiency_roi", "marts", deps=["gpu_minutes"]))
 def efficiency_roi(context: dg.AssetExecutionContext, lake: LakeResource):
     """Fleet and per model: the GPUs and dollars that raising RFU to the target is worth."""
-    the_lake, day = lake.lake(), _day(context)
-    df = collect_stable(roi.efficiency_roi(the_lake.scan_days("gpu_minutes", [day])))
-    return publish(the_lake, "efficiency_roi", day, df)
+    yield from from_minutes(
+        context, lake.lake(), "efficiency_roi", lambda m: collect_stable(roi.efficiency_roi(m))
+    )
 
 
-@dg.asset(
-    partitions_def=daily_partitions,
-    group_name="marts",
-    deps=["gpu_minutes"],
-    metadata=spec_metadata("namespace_efficiency"),
-)
+@dg.asset(**daily("namespace_efficiency", "marts", deps=["gpu_minutes"]))
 def namespace_efficiency(context: dg.AssetExecutionContext, lake: LakeResource):
     """Day x namespace: utilization vs RFU, idle and bottleneck shares, dominant diagnosis, cost and waste."""
-    the_lake, day = lake.lake(), _day(context)
-    df = collect_stable(roi.namespace_efficiency(the_lake.scan_days("gpu_minutes", [day])))
-    return publish(the_lake, "namespace_efficiency", day, df)
+    yield from from_minutes(
+        context,
+        lake.lake(),
+        "namespace_efficiency",
+        lambda m: collect_stable(roi.namespace_efficiency(m)),
+    )

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import date
 from pathlib import Path
 
 import dagster as dg
 import polars as pl
 
-from gpu_pipeline.lib.lake import Lake
 from gpu_pipeline.lib.schemas import TABLES
 
 
@@ -40,9 +38,3 @@ def table_metadata(df: pl.DataFrame, path: Path) -> dict:
         "dagster/uri": dg.MetadataValue.path(str(path)),
         "preview": dg.MetadataValue.md(markdown_preview(df)),
     }
-
-
-def publish(lake: Lake, table: str, day: date, df: pl.DataFrame) -> dg.MaterializeResult:
-    """Write the day's partition of `table` and describe it for the UI."""
-    path = lake.write(table, day, df)
-    return dg.MaterializeResult(asset_key=table, metadata=table_metadata(df, path))

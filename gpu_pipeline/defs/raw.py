@@ -1,9 +1,10 @@
-"""Raw layer: landing files -> gpu_samples, quarantine, ingest_log for one UTC day."""
+"""Raw layer: landing files -> gpu_samples, quarantine, ingest_log, one UTC day at a time."""
 
 import dagster as dg
 
 from gpu_pipeline.defs import checks
-from gpu_pipeline.defs.metadata import publish, spec_metadata
+from gpu_pipeline.defs.daily import BACKFILL_POLICY, DayWriter, partition_days
+from gpu_pipeline.defs.metadata import spec_metadata
 from gpu_pipeline.defs.partitions import daily_partitions
 from gpu_pipeline.defs.resources import LakeResource, LandingResource
 from gpu_pipeline.lib.ingest import assemble_day, hash_memo, list_landing, load_or_parse
@@ -22,6 +23,7 @@ RAW_TABLES = {
         for name, desc in RAW_TABLES.items()
     ],
     partitions_def=daily_partitions,
+    backfill_policy=BACKFILL_POLICY,
     check_specs=[
         checks.spec(
             "ingest_log",
@@ -37,22 +39,28 @@ RAW_TABLES = {
     ],
 )
 def ingest(context: dg.AssetExecutionContext, landing: LandingResource, lake: LakeResource):
-    """Parse every landing file once (cached by content) and assemble the partition's day."""
-    day = context.partition_time_window.start.date()
+    """Parse every landing file once (cached by content) and assemble each day of the partition range."""
     the_lake = lake.lake()
     files = list_landing(landing.root, hash_memo(the_lake.cache_dir))
     parsed = [load_or_parse(f, the_lake.cache_dir) for f in files]
-    result = assemble_day(parsed, day)
-    frames = {
-        "gpu_samples": validate("gpu_samples", result.gpu_samples),
-        "quarantine": validate("quarantine", result.quarantine),
-        "ingest_log": validate("ingest_log", result.ingest_log),
-    }
-    context.log.info(
-        f"{day}: {len(files)} landing files, {frames['gpu_samples'].height} samples, "
-        f"{frames['quarantine'].height} quarantined"
-    )
-    for name, df in frames.items():
-        yield publish(the_lake, name, day, df)
-    yield checks.row_conservation(frames["ingest_log"])
-    yield checks.validation_pass_rate(frames["ingest_log"], frames["quarantine"])
+    writers = {t: DayWriter(the_lake, t) for t in RAW_TABLES}
+    conservation, pass_rate = [], []
+    for day in partition_days(context):
+        result = assemble_day(parsed, day)
+        frames = {
+            "gpu_samples": validate("gpu_samples", result.gpu_samples),
+            "quarantine": validate("quarantine", result.quarantine),
+            "ingest_log": validate("ingest_log", result.ingest_log),
+        }
+        for name, df in frames.items():
+            writers[name].write(day, df)
+        conservation.append(checks.row_conservation(frames["ingest_log"]))
+        pass_rate.append(checks.validation_pass_rate(frames["ingest_log"], frames["quarantine"]))
+        context.log.info(
+            f"{day}: {len(files)} landing files, {frames['gpu_samples'].height} samples, "
+            f"{frames['quarantine'].height} quarantined"
+        )
+    for w in writers.values():
+        yield w.result()
+    yield checks.merge(conservation)
+    yield checks.merge(pass_rate)

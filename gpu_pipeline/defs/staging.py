@@ -3,8 +3,7 @@
 import dagster as dg
 
 from gpu_pipeline.defs import checks
-from gpu_pipeline.defs.metadata import publish, spec_metadata
-from gpu_pipeline.defs.partitions import daily_partitions
+from gpu_pipeline.defs.daily import DayWriter, daily, partition_days
 from gpu_pipeline.defs.resources import LakeResource, ReferenceResource
 from gpu_pipeline.lib.metrics import gpu_daily as gpu_daily_fn
 from gpu_pipeline.lib.metrics import gpu_minutes as gpu_minutes_fn
@@ -13,10 +12,7 @@ from gpu_pipeline.lib.schemas import validate
 
 
 @dg.asset(
-    partitions_def=daily_partitions,
-    group_name="staging",
-    deps=["gpu_samples"],
-    metadata=spec_metadata("gpu_minutes"),
+    **daily("gpu_minutes", "staging", deps=["gpu_samples"]),
     check_specs=[
         checks.spec("gpu_minutes", "one_row_per_gpu_minute", "no GPU-minute appears twice")
     ],
@@ -24,27 +20,25 @@ from gpu_pipeline.lib.schemas import validate
 def gpu_minutes(
     context: dg.AssetExecutionContext, lake: LakeResource, reference: ReferenceResource
 ):
-    """GPU x minute: utilization, power, PIF, realized TFLOPS, RFU, efficiency gap, phase, class, price."""
-    day = context.partition_time_window.start.date()
+    """GPU x minute: utilization, power, PIF, realized TFLOPS, RFU, efficiency gap, phase, class, diagnosis, price."""
     the_lake = lake.lake()
-    samples = the_lake.scan_days("gpu_samples", [day])
-    df = validate(
-        "gpu_minutes",
-        collect_stable(gpu_minutes_fn(samples, reference.load_catalog(), reference.load_prices())),
-    )
-    yield publish(the_lake, "gpu_minutes", day, df)
-    yield checks.one_row_per_gpu_minute(df)
+    catalog, prices = reference.load_catalog(), reference.load_prices()
+    out, results = DayWriter(the_lake, "gpu_minutes"), []
+    for day in partition_days(context):
+        samples = the_lake.scan_days("gpu_samples", [day])
+        df = out.write(
+            day, validate("gpu_minutes", collect_stable(gpu_minutes_fn(samples, catalog, prices)))
+        )
+        results.append(checks.one_row_per_gpu_minute(df))
+    yield out.result()
+    yield checks.merge(results)
 
 
-@dg.asset(
-    partitions_def=daily_partitions,
-    group_name="staging",
-    deps=["gpu_minutes"],
-    metadata=spec_metadata("gpu_daily"),
-)
+@dg.asset(**daily("gpu_daily", "staging", deps=["gpu_minutes"]))
 def gpu_daily(context: dg.AssetExecutionContext, lake: LakeResource):
     """GPU-day minute counts by phase and efficiency class, and whether the day was bottlenecked."""
-    day = context.partition_time_window.start.date()
     the_lake = lake.lake()
-    df = collect_stable(gpu_daily_fn(the_lake.scan_days("gpu_minutes", [day])))
-    return publish(the_lake, "gpu_daily", day, df)
+    out = DayWriter(the_lake, "gpu_daily")
+    for day in partition_days(context):
+        out.write(day, collect_stable(gpu_daily_fn(the_lake.scan_days("gpu_minutes", [day]))))
+    return out.result()

@@ -1,0 +1,66 @@
+"""What every daily asset shares: the partitions, the single-run backfill policy, day-by-day writes.
+
+A run covers one day (schedule, sensor, `gpu-pipeline materialize`) or a range of days (a backfill
+from the UI, `dagster asset materialize --partition-range`): assets loop over the days of their
+partition time window and replace each day's partition atomically, keeping only counters in memory.
+"""
+
+import warnings
+from datetime import date, timedelta
+
+import dagster as dg
+import polars as pl
+
+from gpu_pipeline.defs.metadata import spec_metadata, table_metadata
+from gpu_pipeline.defs.partitions import daily_partitions
+from gpu_pipeline.lib.lake import Lake
+
+# a range of days runs as one run; steps of different assets still run in parallel processes.
+# Dagster 1.13 marks `backfill_policy` beta; single-run is what `--partition-range` requires.
+warnings.filterwarnings("ignore", message=r"Parameter `backfill_policy`", category=dg.BetaWarning)
+BACKFILL_POLICY = dg.BackfillPolicy.single_run()
+
+
+def daily(table: str | None, group: str, **kwargs) -> dict:
+    """Keyword arguments for a daily-partitioned asset of `group` (and its column schema)."""
+    out = {
+        "partitions_def": daily_partitions,
+        "backfill_policy": BACKFILL_POLICY,
+        "group_name": group,
+        **kwargs,
+    }
+    if table:
+        out["metadata"] = spec_metadata(table)
+    return out
+
+
+def partition_days(context: dg.AssetExecutionContext) -> list[date]:
+    window = context.partition_time_window
+    first, end = window.start.date(), window.end.date()
+    return [first + timedelta(days=i) for i in range((end - first).days)]
+
+
+class DayWriter:
+    """Writes a table's days one at a time and describes them for the UI."""
+
+    def __init__(self, lake: Lake, table: str):
+        self.lake, self.table = lake, table
+        self.rows: dict[date, int] = {}
+        self.last: tuple[pl.DataFrame, object] | None = None
+
+    def write(self, day: date, df: pl.DataFrame) -> pl.DataFrame:
+        path = self.lake.write(self.table, day, df)
+        self.rows[day] = df.height
+        self.last = (df, path)
+        return df
+
+    def result(self) -> dg.MaterializeResult:
+        df, path = self.last
+        meta = table_metadata(df, path)
+        meta["dagster/row_count"] = dg.MetadataValue.int(sum(self.rows.values()))
+        if len(self.rows) > 1:
+            meta["rows_per_day"] = dg.MetadataValue.md(
+                "| date | rows |\n|---|---|\n"
+                + "\n".join(f"| {d} | {n} |" for d, n in sorted(self.rows.items()))
+            )
+        return dg.MaterializeResult(asset_key=self.table, metadata=meta)
