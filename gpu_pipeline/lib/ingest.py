@@ -36,7 +36,7 @@ from gpu_pipeline.lib.samples import (
 from gpu_pipeline.lib.schemas import GPU_SAMPLES_SCHEMA, INGEST_LOG_SCHEMA, QUARANTINE_SCHEMA
 
 # bump when parsing changes what a file yields, so cached parses are redone
-PARSER_VERSION = "p2"
+PARSER_VERSION = "p3"
 DEFAULT_CLUSTER = "default"
 KEY = ("gpu_uuid", "gpu_instance_id", "timestamp")
 META_SCHEMA = {
@@ -153,8 +153,8 @@ def day_from_name(name: str) -> date | None:
     return None
 
 
-def _read_text(lf: LandingFile) -> tuple[str | None, str | None]:
-    """(text, None) or (None, why the file cannot be read as text)."""
+def _read_bytes(lf: LandingFile) -> tuple[bytes | None, str | None]:
+    """(content, None), gunzipped, or (None, why the file cannot be read as text)."""
     data = lf.path.read_bytes()
     if data[:2] == b"\x1f\x8b":
         try:
@@ -163,6 +163,10 @@ def _read_text(lf: LandingFile) -> tuple[str | None, str | None]:
             return None, f"corrupt or truncated gzip: {e}"
     if b"\x00" in data[:65536]:
         return None, "binary content (NUL bytes): not a telemetry export"
+    return data, None
+
+
+def _decode(data: bytes) -> tuple[str | None, str | None]:
     try:
         return data.decode("utf-8"), None
     except UnicodeDecodeError as e:
@@ -210,17 +214,22 @@ def _whole_file(reason: str, raw: str) -> ParsedLines:
 
 def parse_landing_file(lf: LandingFile) -> tuple[str, ParsedLines]:
     """Read, detect and parse one landing file; a file no parser fits is quarantined whole."""
-    text, why = _read_text(lf)
-    if text is None:
+    data, why = _read_bytes(lf)
+    if data is None:
         return "unreadable", _whole_file(why or "unreadable", repr(lf.path.read_bytes()[:200]))
-    fmt = detect_format(text, lf.source_file)
+    head = data[:65536].decode("utf-8", errors="ignore")  # for detection; the parsers validate all
+    fmt = detect_format(head, lf.source_file)
     if fmt == "empty":
-        n = len(text.splitlines())
+        n = len(data.splitlines())
         return fmt, ParsedLines(
             pl.DataFrame(schema=LONG_SCHEMA), pl.DataFrame(schema=QUARANTINE_LINE_SCHEMA), n, n
         )
+    if fmt != "dcgm_exposition":  # exposition is read from bytes by Polars; the rest wants text
+        text, why = _decode(data)
+        if text is None:
+            return "unreadable", _whole_file(why, repr(data[:200]))
     if fmt is None:
-        reason = next((r for rx, r in UNSUPPORTED if rx.search(text[:65536])), None)
+        reason = next((r for rx, r in UNSUPPORTED if rx.search(head)), None)
         return "unknown", _whole_file(
             reason
             or "unrecognized format: not dcgm-exporter exposition, Prometheus API JSON, nvidia-smi "
@@ -237,9 +246,9 @@ def parse_landing_file(lf: LandingFile) -> tuple[str, ParsedLines]:
         csv_timezone=os.environ.get("GPU_PIPELINE_CSV_TIMEZONE", "UTC"),
     )
     try:
-        out = FORMATS[fmt].parse(text, ctx)
+        out = FORMATS[fmt].parse(data if fmt == "dcgm_exposition" else text, ctx)
     except Exception as e:  # a parser that gives up on a file quarantines it whole, with why
-        return fmt, _whole_file(f"{fmt}: {e}", text)
+        return fmt, _whole_file(f"{fmt}: {e}", head)
     return fmt, ParsedLines(
         conform(out.samples, LONG_SCHEMA),
         conform(out.quarantine, QUARANTINE_LINE_SCHEMA),

@@ -19,7 +19,8 @@ HOURS_PER_YEAR = 24 * 365
 
 
 def _gpu_id() -> pl.Expr:
-    return pl.struct("gpu_uuid", "gpu_instance_id")
+    """One id per GPU and MIG instance (cheap: a hash of both, not a struct)."""
+    return pl.col("gpu_uuid").hash(1) ^ pl.col("gpu_instance_id").hash(2)
 
 
 def _phase_share(p: str) -> pl.Expr:

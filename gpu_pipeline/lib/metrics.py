@@ -71,7 +71,7 @@ def efficiency_class_expr(util: pl.Expr, pif: pl.Expr, t: Thresholds = DEFAULT) 
 MIG_SLICES = 7
 
 
-def _utilization(per_minute: pl.LazyFrame) -> pl.LazyFrame:
+def _utilization(per_minute: pl.LazyFrame, mig: bool | None = None) -> pl.LazyFrame:
     """Utilization per minute and where it came from.
 
     `gpu_util`: DCGM_FI_DEV_GPU_UTIL / nvidia-smi utilization.gpu. Under MIG that field is absent;
@@ -90,9 +90,13 @@ def _utilization(per_minute: pl.LazyFrame) -> pl.LazyFrame:
         .with_columns(pl.lit(None, pl.Int32).alias("gpu_instance_id"))
     )
     gr = (100.0 * pl.col("_gr")).clip(0.0, 100.0)
-    return per_minute.join(
-        inst, on=["gpu_uuid", "gpu_instance_id", "minute"], how="left", nulls_equal=True
-    ).with_columns(
+    if mig is False:
+        joined = per_minute.with_columns(pl.lit(None, pl.Float64).alias("_mig_util"))
+    else:
+        joined = per_minute.join(
+            inst, on=["gpu_uuid", "gpu_instance_id", "minute"], how="left", nulls_equal=True
+        )
+    return joined.with_columns(
         pl.coalesce("gpu_util_pct", gr, "_mig_util").alias("gpu_util_pct"),
         pl.when(pl.col("gpu_util_pct").is_not_null())
         .then(pl.lit("gpu_util"))
@@ -148,30 +152,18 @@ def diagnosis_expr(t: Thresholds = DEFAULT, d: DiagnosisThresholds = DIAGNOSIS) 
     )
 
 
-def gpu_minutes(
-    samples: pl.LazyFrame,
-    catalog: pl.DataFrame,
-    prices: pl.DataFrame,
-    t: Thresholds = DEFAULT,
-) -> pl.LazyFrame:
-    """One row per GPU (and MIG instance) per minute with the SPEC metric stack."""
-    per_minute = _utilization(
+_ATTRS = ("hostname", "cluster", "namespace", "pod", "gpu_model", "gpu_instance_profile")
+
+
+def to_minutes(samples: pl.LazyFrame) -> pl.LazyFrame:
+    """Samples -> one row per GPU (and MIG instance) per minute: means, maxima, last attributes."""
+    return (
         samples.with_columns(pl.col("timestamp").dt.truncate("1m").alias("minute"))
         .sort("timestamp")
         .group_by(*GPU_KEY, "minute")
         .agg(
             pl.col("date").first(),
-            *[
-                pl.col(c).drop_nulls().last()
-                for c in (
-                    "hostname",
-                    "cluster",
-                    "namespace",
-                    "pod",
-                    "gpu_model",
-                    "gpu_instance_profile",
-                )
-            ],
+            *[pl.col(c).drop_nulls().last() for c in _ATTRS],
             pl.len().alias("samples"),
             *[pl.col(c).mean() for c in _MEAN_FIELDS],
             pl.col("prof_gr_engine_active").mean().alias("_gr"),
@@ -179,19 +171,98 @@ def gpu_minutes(
             pl.col("power_limit_w").max().alias("_limit"),
         )
     )
-    cat = catalog.lazy().select(
-        "model_key",
-        pl.col("max_power_w").alias("_cat_power"),
-        pl.col("achievable_fp16_tflops").alias("achievable_tflops"),
+
+
+def rows_as_minutes(samples: pl.LazyFrame) -> pl.LazyFrame:
+    """Samples that are already one per GPU-minute, in the shape `to_minutes` gives (no regroup)."""
+    have = samples.collect_schema().names()
+
+    def col(c: str) -> pl.Expr:
+        if c in have:
+            return pl.col(c)
+        return pl.lit(None, pl.String if c in _ATTRS else pl.Float64).alias(c)
+
+    return samples.select(
+        "date",
+        *GPU_KEY,
+        pl.col("timestamp").dt.truncate("1m").alias("minute"),
+        *[col(c) for c in _ATTRS],
+        pl.lit(1, pl.UInt32).alias("samples"),
+        *[col(c) for c in _MEAN_FIELDS],
+        col("prof_gr_engine_active").alias("_gr"),
+        col("gpu_temp_c"),
+        col("power_limit_w").alias("_limit"),
     )
-    price = prices.lazy().select("model_key", pl.col("on_demand_usd_per_hour").alias("_price"))
+
+
+def gpu_minutes(
+    samples: pl.LazyFrame,
+    catalog: pl.DataFrame,
+    prices: pl.DataFrame,
+    t: Thresholds = DEFAULT,
+    already_minutes: bool = False,
+    mig: bool | None = None,
+) -> pl.LazyFrame:
+    """One row per GPU (and MIG instance) per minute with the SPEC metric stack.
+
+    `already_minutes`: the input holds one row per GPU-minute (a minute-level export), so the
+    per-minute regroup is skipped. `mig=False`: no MIG instances in the input (skips their
+    aggregation); None: find out.
+    """
+    per_minute = _utilization(
+        rows_as_minutes(samples) if already_minutes else to_minutes(samples), mig=mig
+    )
+    # everything that depends on the model alone is worked out once per distinct model name
+    models = (
+        per_minute.select("gpu_model")
+        .unique()
+        .with_columns(model_key(pl.col("gpu_model")).alias("model_key"))
+        .join(
+            catalog.lazy().select(
+                "model_key",
+                pl.col("max_power_w").alias("_cat_power"),
+                pl.col("achievable_fp16_tflops").alias("achievable_tflops"),
+            ),
+            on="model_key",
+            how="left",
+        )
+        .join(
+            prices.lazy().select("model_key", pl.col("on_demand_usd_per_hour").alias("_price")),
+            on="model_key",
+            how="left",
+        )
+        .with_columns(
+            pl.concat_str(
+                pl.when(pl.col("gpu_model").is_null()).then(pl.lit("no model name")),
+                pl.when(
+                    pl.col("gpu_model").is_not_null() & pl.col("achievable_tflops").is_null()
+                ).then(
+                    pl.format("model '{}' not in GPU catalog: TFLOPS unknown", pl.col("gpu_model"))
+                ),
+                pl.when(pl.col("_price").is_null()).then(pl.lit("no price for model")),
+                separator="; ",
+                ignore_nulls=True,
+            ).alias("_model_note")
+        )
+        .drop("model_key")
+    )
     # the GPU's highest power limit seen on the day is the fallback basis when the model is unknown
     day_limit = pl.col("_limit").max().over("gpu_uuid")
     mig_instance = pl.col("gpu_instance_id").is_not_null()
+    row_note = pl.concat_str(
+        pl.when(mig_instance).then(
+            pl.lit("MIG instance: power and price counted on the physical GPU row")
+        ),
+        pl.when(pl.col("max_power_w").is_null()).then(
+            pl.lit("no max power (catalog or power limit)")
+        ),
+        pl.when(pl.col("power_w").is_null() & ~mig_instance).then(pl.lit("no power reading")),
+        pl.when(pl.col("gpu_util_pct").is_null()).then(pl.lit("no utilization reading")),
+        separator="; ",
+        ignore_nulls=True,
+    )
     m = (
-        per_minute.with_columns(model_key(pl.col("gpu_model")).alias("model_key"))
-        .join(cat, on="model_key", how="left")
-        .join(price, on="model_key", how="left")
+        per_minute.join(models, on="gpu_model", how="left", nulls_equal=True)
         .with_columns(
             # a MIG instance's power and price live on its physical GPU's row, counted once
             pl.when(mig_instance)
@@ -209,6 +280,7 @@ def gpu_minutes(
         .with_columns(
             (pl.col("achievable_tflops") * pl.col("pif")).alias("realized_tflops"),
             (pl.col("pif") * 100.0).alias("rfu_pct"),
+            row_note.alias("_row_note"),
         )
         .with_columns(
             (pl.col("gpu_util_pct") - pl.col("rfu_pct")).alias("efficiency_gap_pct"),
@@ -223,30 +295,13 @@ def gpu_minutes(
             .then(pl.lit("utilization"))
             .otherwise(pl.lit("none"))
             .alias("diagnosis_basis"),
-            pl.concat_str(
-                pl.when(mig_instance).then(
-                    pl.lit("MIG instance: power and price counted on the physical GPU row")
-                ),
-                pl.when(pl.col("gpu_model").is_null()).then(pl.lit("no model name")),
-                pl.when(
-                    pl.col("gpu_model").is_not_null() & pl.col("achievable_tflops").is_null()
-                ).then(
-                    pl.format("model '{}' not in GPU catalog: TFLOPS unknown", pl.col("gpu_model"))
-                ),
-                pl.when(pl.col("max_power_w").is_null()).then(
-                    pl.lit("no max power (catalog or power limit)")
-                ),
-                pl.when(pl.col("power_w").is_null() & ~mig_instance).then(
-                    pl.lit("no power reading")
-                ),
-                pl.when(pl.col("gpu_util_pct").is_null()).then(pl.lit("no utilization reading")),
-                pl.when(pl.col("_price").is_null()).then(pl.lit("no price for model")),
-                separator="; ",
-                ignore_nulls=True,
-            ).alias("note"),
-        )
-        .with_columns(
-            pl.when(pl.col("note") == "").then(None).otherwise(pl.col("note")).alias("note")
+            # most minutes have no note: build the joined string only where both parts exist
+            pl.when(pl.col("_row_note") == "")
+            .then(pl.when(pl.col("_model_note") == "").then(None).otherwise(pl.col("_model_note")))
+            .when(pl.col("_model_note") == "")
+            .then(pl.col("_row_note"))
+            .otherwise(pl.concat_str("_row_note", pl.lit("; "), "_model_note"))
+            .alias("note"),
         )
     )
     return conform_lazy(m, GPU_MINUTES_SCHEMA).sort(

@@ -145,24 +145,66 @@ def _mig_device_level(df: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def finalize(g: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Candidate rows -> (accepted long samples, quarantined records), every row in exactly one."""
-    g = normalize_attributes(g)
-    g = _exporter_self_labels(g)
+def value_bounds() -> list[pl.Expr]:
+    """`_lo`, `_hi`: the valid range of each row's column."""
     cols = list(BY_COLUMN)
-    lo = pl.col("column").replace_strict(
-        cols, pl.Series([BY_COLUMN[c].lo for c in cols], dtype=pl.Float64), default=None
-    )
-    hi = pl.col("column").replace_strict(
-        cols, pl.Series([BY_COLUMN[c].hi for c in cols], dtype=pl.Float64), default=None
-    )
-    sentinel = is_blank_sentinel(pl.col("value"))
+    return [
+        pl.col("column")
+        .replace_strict(
+            cols,
+            pl.Series([getattr(BY_COLUMN[c], b) for c in cols], dtype=pl.Float64),
+            default=None,
+        )
+        .alias(f"_{b}")
+        for b in ("lo", "hi")
+    ]
+
+
+def normalize_series(g: pl.DataFrame) -> pl.DataFrame:
+    """Attribute clean-up; run it on distinct series where a parser has them, else on every row."""
+    return _exporter_self_labels(normalize_attributes(g))
+
+
+def finalize(g: pl.DataFrame, normalized: bool = False) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Candidate rows -> (accepted long samples, quarantined records), every row in exactly one.
+
+    Cheap boolean tests run on every row; reason strings are formatted for rejected rows only.
+    """
+    if not normalized:
+        g = normalize_series(g)
+    if "_lo" not in g.columns:  # parsers with distinct series attach the bounds per series
+        g = g.with_columns(value_bounds())
     g = g.with_columns((pl.col("value") * pl.col("scale")).alias("scaled"))
+    sentinel = is_blank_sentinel(pl.col("value"))
     bad_range = ~sentinel & (
         pl.col("scaled").is_infinite()
-        | (lo.is_not_null() & (pl.col("scaled") < lo))
-        | (hi.is_not_null() & (pl.col("scaled") > hi))
+        | (pl.col("_lo").is_not_null() & (pl.col("scaled") < pl.col("_lo")))
+        | (pl.col("_hi").is_not_null() & (pl.col("scaled") > pl.col("_hi")))
     )
+    rejected = (
+        pl.col("pre_reason").is_not_null()
+        | pl.col("value").is_null()
+        | pl.col("column").is_null()
+        | pl.col("ts_ms").is_null()
+        | pl.col("gpu_uuid").is_null()
+        | bad_range
+    )
+    g = g.with_columns(rejected.alias("_rejected"))
+    ts = pl.from_epoch("ts_ms", time_unit="ms").dt.replace_time_zone("UTC")
+    ok = g.filter(~pl.col("_rejected"))
+    if ok.get_column("gpu_instance_id").is_not_null().any():
+        ok = _mig_device_level(ok)
+    samples = ok.select(
+        "line",
+        ts.alias("timestamp"),
+        "column",
+        pl.when(is_blank_sentinel(pl.col("value")))
+        .then(None)
+        .otherwise(pl.col("scaled"))
+        .alias("value"),
+        *ATTR_COLUMNS,
+    )
+    bad = g.filter(pl.col("_rejected"))
     reason = (
         pl.when(pl.col("pre_reason").is_not_null())
         .then(pl.col("pre_reason"))
@@ -178,33 +220,17 @@ def finalize(g: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         .then(pl.lit("no timestamp: neither the sample nor the file name carries one"))
         .when(pl.col("gpu_uuid").is_null())
         .then(pl.lit("no GPU UUID label (UUID/uuid)"))
-        .when(bad_range)
-        .then(
+        .otherwise(
             pl.format(
                 "impossible value {} for {} (valid {}..{})",
                 pl.col("value_s"),
                 pl.col("column"),
-                lo.cast(pl.String).fill_null("-inf"),
-                hi.cast(pl.String).fill_null("inf"),
+                pl.col("_lo").cast(pl.String).fill_null("-inf"),
+                pl.col("_hi").cast(pl.String).fill_null("inf"),
             )
         )
-        .otherwise(None)
     )
-    g = g.with_columns(reason.alias("reason"))
-    ts = pl.from_epoch("ts_ms", time_unit="ms").dt.replace_time_zone("UTC")
-    ok = _mig_device_level(g.filter(pl.col("reason").is_null()))
-    samples = ok.select(
-        "line",
-        ts.alias("timestamp"),
-        "column",
-        pl.when(is_blank_sentinel(pl.col("value")))
-        .then(None)
-        .otherwise(pl.col("scaled"))
-        .alias("value"),
-        *ATTR_COLUMNS,
-    )
-    bad = g.filter(pl.col("reason").is_not_null())
-    quarantine = bad.select("line", ts.alias("timestamp"), "reason", "raw")
+    quarantine = bad.select("line", ts.alias("timestamp"), reason.alias("reason"), "raw")
     return conform(samples, LONG_SCHEMA), conform(quarantine, QUARANTINE_LINE_SCHEMA)
 
 
@@ -223,9 +249,13 @@ def candidates(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def parsed(
-    g: pl.DataFrame, lines_total: int, lines_skipped: int, time_basis: str = "sample"
+    g: pl.DataFrame,
+    lines_total: int,
+    lines_skipped: int,
+    time_basis: str = "sample",
+    normalized: bool = False,
 ) -> ParsedLines:
-    samples, quarantine = finalize(candidates(g))
+    samples, quarantine = finalize(candidates(g), normalized)
     # a row rejected as a whole (wide formats) is one quarantine record, not one per field
     quarantine = quarantine.unique(["line", "reason"], keep="first", maintain_order=True)
     return ParsedLines(samples, quarantine, lines_total, lines_skipped, time_basis)

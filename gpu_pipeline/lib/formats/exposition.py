@@ -1,21 +1,31 @@
 """dcgm-exporter / Prometheus text exposition (plain text, OpenMetrics timestamps too).
 
-Every line is read once by one regex in Polars; label blocks repeat for every sample of a series,
-so each distinct block is parsed once and joined back. No Python runs per line.
+Fast path: one multi-threaded CSV pass splits every line at its first `}` into the series
+(`name{labels`) and the rest (` value [timestamp]`). Series repeat on every scrape, so each
+distinct series is validated and its labels parsed once, then joined back by a categorical code;
+values and timestamps are cast column-wise. No Python runs per line.
+
+Slow path: lines the fast path cannot vouch for (no labels, a `}` inside a label value, a value or
+timestamp that is not a number, odd whitespace) are parsed one regex per line, so their
+quarantine reasons are exact.
 """
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import polars as pl
 
 from gpu_pipeline.lib.formats.common import (
     Context,
+    candidates,
+    finalize,
     metric_column,
     metric_scale,
-    parsed,
+    normalize_series,
     resolve_aliases,
+    value_bounds,
 )
 from gpu_pipeline.lib.samples import ParsedLines
 
@@ -25,6 +35,8 @@ _LABELS = r'\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\}'
 LINE_RX = rf"^({_NAME})[ \t]*({_LABELS})?[ \t]+(.*?)[ \t]*$"
 VALUE_TS_RX = r"^(\S+)(?:[ \t]+(\S+))?$"
 PAIR_RX = r'[a-zA-Z_][a-zA-Z0-9_]*[ \t]*=[ \t]*"(?:[^"\\]|\\.)*"'
+# a series as the fast path splits it: `name{labels` with the closing brace cut off
+SERIES_RX = "^(" + _NAME + r')(\{(?:[^"}]|"(?:[^"\\]|\\.)*")*)$'
 _HEAD = re.compile(r"^(# (HELP|TYPE) )?[a-zA-Z_:][a-zA-Z0-9_:]*(\{|\s)")
 
 
@@ -58,29 +70,41 @@ def _label_attrs(blocks: pl.Series) -> pl.DataFrame:
     return resolve_aliases(pairs, "labels")
 
 
-def parse(text: str, ctx: Context) -> ParsedLines:
-    lines = text.split("\n")
+def _ts_ms(ts_s: pl.Expr, file_ms: int | None, use_file: pl.Expr) -> pl.Expr:
+    """Prometheus text timestamps are integer ms, OpenMetrics float seconds; none: the file's time."""
+    as_int = ts_s.cast(pl.Int64, strict=False)
+    as_float = ts_s.cast(pl.Float64, strict=False)
+    ms = (
+        pl.when(as_int.is_not_null() & (as_int >= 100_000_000_000))
+        .then(as_int)
+        .when(as_int.is_not_null())
+        .then(as_int * 1000)
+        .otherwise((as_float * 1000.0).round(0).cast(pl.Int64, strict=False))
+    )
+    return pl.when(ts_s.is_null() & use_file).then(pl.lit(file_ms, pl.Int64)).otherwise(ms)
+
+
+def _read_lines(data: bytes) -> pl.DataFrame:
+    """(line, raw) for every line, as Python splits them (the slow, always-correct reader)."""
+    try:
+        lines = data.decode("utf-8").split("\n")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"not UTF-8 text ({e.reason} at byte {e.start})") from None
     if lines and lines[-1] == "":
         lines.pop()  # the final newline ends the last line, it does not start a new one
-    df = (
+    return (
         pl.DataFrame({"raw": lines}, schema={"raw": pl.String})
         .with_row_index("line", offset=1)
         .with_columns(pl.col("line").cast(pl.Int64), pl.col("raw").str.strip_suffix("\r"))
     )
-    trimmed = pl.col("raw").str.strip_chars()
-    body = df.filter((trimmed != "") & ~trimmed.str.starts_with("#"))
 
-    g = body.with_columns(pl.col("raw").str.extract_groups(LINE_RX).alias("g")).unnest("g")
+
+def _regex_candidates(lines: pl.DataFrame, ctx: Context) -> pl.DataFrame:
+    """The slow path: one regex per line (for the lines the fast path could not vouch for)."""
+    g = lines.with_columns(pl.col("raw").str.extract_groups(LINE_RX).alias("g")).unnest("g")
     g = g.rename({"1": "metric", "2": "labels", "3": "rest"})
     vt = pl.col("rest").str.extract_groups(VALUE_TS_RX)
     g = g.with_columns(vt.struct.field("1").alias("value_s"), vt.struct.field("2").alias("ts_s"))
-    ts_num = pl.col("ts_s").cast(pl.Float64, strict=False)
-    # Prometheus text uses integer milliseconds, OpenMetrics float seconds
-    ts_ms = (
-        pl.when(pl.col("ts_s").str.contains(r"[.eE]") | (ts_num < 1e11))
-        .then(ts_num * 1000.0)
-        .otherwise(ts_num)
-    )
     # a line that is not a sample at all takes no time from the file: it is accounted on the home day
     malformed = pl.col("metric").is_null() | (
         pl.col("value_s").is_null() & pl.col("labels").is_null()
@@ -90,12 +114,7 @@ def parse(text: str, ctx: Context) -> ParsedLines:
         pl.col("value_s").cast(pl.Float64, strict=False).alias("value"),
         metric_column(pl.col("metric")).alias("column"),
         metric_scale(pl.col("metric")).alias("scale"),
-        pl.when(pl.col("ts_s").is_null() & ~malformed)
-        .then(pl.lit(file_ms, pl.Float64))
-        .otherwise(ts_ms)
-        .round(0)
-        .cast(pl.Int64, strict=False)
-        .alias("ts_ms"),
+        _ts_ms(pl.col("ts_s"), file_ms, ~malformed).alias("ts_ms"),
     )
     g = g.with_columns(
         pl.when(malformed)
@@ -106,8 +125,142 @@ def parse(text: str, ctx: Context) -> ParsedLines:
         .then(pl.format("timestamp is not a number: '{}'", pl.col("ts_s").str.slice(0, 40)))
         .alias("pre_reason")
     )
-    attrs = _label_attrs(g.get_column("labels").drop_nulls().unique())
-    g = g.join(attrs, on="labels", how="left")
-    untimed = ctx.file_time is not None and g.filter(~malformed).get_column("ts_s").is_null().any()
+    attrs = normalize_series(_label_attrs(g.get_column("labels").drop_nulls().unique()))
+    return candidates(g.join(attrs, on="labels", how="left"))
+
+
+def _split(source: bytes | Path) -> pl.DataFrame | None:
+    """Every line split at its first `}` into (s, rest), in one CSV pass; None if it can't be."""
+    try:
+        d = pl.read_csv(
+            source,
+            has_header=False,
+            separator="}",
+            quote_char=None,
+            infer_schema=False,
+            truncate_ragged_lines=True,  # a `}` inside a label value: that line goes the slow way
+            schema={"s": pl.String, "rest": pl.String},
+            missing_columns="insert",  # lines without `}` (comments): rest is null
+            raise_if_empty=False,
+        )
+    except pl.exceptions.PolarsError:
+        return None
+    return d.with_row_index("line", offset=1).with_columns(pl.col("line").cast(pl.Int64))
+
+
+def _series_table(keys: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """Distinct series -> metric, column, unit scale, valid range and attributes, parsed once each."""
+    series = (
+        keys.with_columns(pl.col("s").str.extract_groups(SERIES_RX).alias("m"))
+        .unnest("m")
+        .rename({"1": "metric", "2": "labels"})
+        .with_columns((pl.col("labels") + "}").alias("labels"))
+    )
+    attrs = normalize_series(_label_attrs(series.get_column("labels").drop_nulls().unique()))
+    series = (
+        series.join(attrs, on="labels", how="left")
+        .with_columns(
+            metric_column(pl.col("metric")).alias("column"),
+            metric_scale(pl.col("metric")).alias("scale"),
+        )
+        .with_columns(value_bounds())
+        .drop("s", "labels")
+    )
+    return series, [c for c in attrs.columns if c != "labels"]
+
+
+def parse(text: str | bytes | Path, ctx: Context) -> ParsedLines:
+    """Parse exposition text, bytes or a file (read memory-mapped; bytes only for slow lines)."""
+    source = text.encode("utf-8") if isinstance(text, str) else text
+
+    def data() -> bytes:
+        return source.read_bytes() if isinstance(source, Path) else source
+
+    split = _split(source)
+    if split is None:
+        lines = _read_lines(data())
+        body = lines.filter(~pl.col("raw").str.contains(r"^[ \t]*(#|$)"))
+        g = _regex_candidates(body, ctx)
+        basis = (
+            ctx.file_time_basis
+            if ctx.file_time is not None and g["ts_s"].is_null().any()
+            else "sample"
+        )
+        samples, quarantine = finalize(g, normalized=True)
+        return ParsedLines(samples, quarantine, lines.height, lines.height - body.height, basis)
+
+    s = pl.col("s")
+    # comments and blank lines (indented comments are rare: the slow path tells them apart)
+    skip = s.is_null() | s.str.starts_with("#")
+    # the rest, exactly " value" or " value timestamp"
+    vt = pl.col("rest").str.strip_suffix("\r").str.split_exact(" ", 3)
+    d = split.with_columns(
+        skip.alias("_skip"),
+        s.hash().alias("key"),
+        vt.struct.field("field_0").alias("_lead"),
+        vt.struct.field("field_1").alias("value_s"),
+        vt.struct.field("field_2").alias("ts_s"),
+        vt.struct.field("field_3").alias("_extra"),
+    )
+    keys = d.filter(~pl.col("_skip")).select("key", "s").unique("key")
+    d = d.drop("s", "rest")  # the split frame keeps them for rebuilding rejected lines
+    series, attr_cols = _series_table(keys)
+    file_ms = None if ctx.file_time is None else int(ctx.file_time.timestamp() * 1000)
+    d = d.join(series, on="key", how="left").with_columns(
+        pl.col("value_s").cast(pl.Float64, strict=False).alias("value"),
+        _ts_ms(pl.col("ts_s"), file_ms, pl.lit(True)).alias("ts_ms"),
+    )
+    fast_ok = (
+        pl.col("metric").is_not_null()
+        & (pl.col("_lead") == "")
+        & pl.col("value").is_not_null()
+        & pl.col("_extra").is_null()
+        & (pl.col("ts_s").is_null() | pl.col("ts_ms").is_not_null())
+    ).fill_null(False)
+    d = d.with_columns(
+        pl.when(pl.col("_skip")).then(0).when(fast_ok).then(1).otherwise(2).alias("_path")
+    )
+    skipped = int((d.get_column("_path") == 0).sum())
+    fast = d.filter(pl.col("_path") == 1).select(
+        "line",
+        pl.lit(None, pl.String).alias("raw"),
+        "metric",
+        "value_s",
+        "value",
+        "ts_s",
+        "ts_ms",
+        "column",
+        "scale",
+        "_lo",
+        "_hi",
+        *attr_cols,
+    )
+    frames = [candidates(fast)]
+    slow_lines = d.filter(pl.col("_path") == 2).get_column("line")
+    if slow_lines.len():
+        raw = _read_lines(data()).filter(pl.col("line").is_in(slow_lines.implode()))
+        blank_or_comment = pl.col("raw").str.contains(r"^[ \t]*(#|$)")
+        skipped += int(raw.select(blank_or_comment.sum()).item())
+        frames.append(
+            _regex_candidates(raw.filter(~blank_or_comment), ctx).with_columns(value_bounds())
+        )
+    g = frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
+    samples, quarantine = finalize(g, normalized=True)
+    if (
+        quarantine.height and quarantine.get_column("raw").is_null().any()
+    ):  # rejected fast rows, as written
+        rebuilt = split.filter(
+            pl.col("line").is_in(quarantine.get_column("line").implode())
+        ).select(
+            "line", pl.concat_str("s", pl.lit("}"), pl.col("rest").fill_null("")).alias("_raw")
+        )
+        quarantine = (
+            quarantine.join(rebuilt, on="line", how="left")
+            .with_columns(pl.coalesce("raw", "_raw").alias("raw"))
+            .drop("_raw")
+        )
+    untimed = ctx.file_time is not None and bool(
+        g.select((pl.col("pre_reason").is_null() & pl.col("ts_s").is_null()).any()).item()
+    )
     basis = ctx.file_time_basis if untimed else "sample"
-    return parsed(g, lines_total=df.height, lines_skipped=df.height - body.height, time_basis=basis)
+    return ParsedLines(samples, quarantine, split.height, skipped, basis)
