@@ -120,7 +120,7 @@ def duckdb_marts(samples: pl.DataFrame) -> dict[str, object]:
     con.register("catalog", catalog.to_arrow())
     con.execute(DUCKDB_SQL)
     out = {
-        t: con.execute(f"SELECT * FROM {t}").to_arrow_table() for t in ("hourly", "waste", "daily")
+        t: con.sql(f"SELECT * FROM {t}").to_arrow_table() for t in ("hourly", "waste", "daily")
     }
     con.close()
     return out

@@ -57,14 +57,16 @@ def parse_slice_ours(path: str) -> tuple[float, float]:
     from gpu_pipeline.lib.formats.common import Context
     from gpu_pipeline.lib.formats.exposition import parse
 
-    data = b"".join(open(path, "rb").readlines()[:PROM_CLIENT_LINES])
+    with open(path, "rb") as f:
+        data = b"".join(f.readlines()[:PROM_CLIENT_LINES])
     return _best(lambda: parse(data, Context(path)), 3), _rss_mib()
 
 
 def parse_slice_prometheus_client(path: str) -> tuple[float, float]:
     from prometheus_client.parser import text_string_to_metric_families
 
-    text = b"".join(open(path, "rb").readlines()[:PROM_CLIENT_LINES]).decode()
+    with open(path, "rb") as f:
+        text = b"".join(f.readlines()[:PROM_CLIENT_LINES]).decode()
 
     def run():
         n = sum(len(f.samples) for f in text_string_to_metric_families(text))
@@ -81,6 +83,8 @@ def _minutes(gpus: int):
 
 
 def marts_ours(gpus: int) -> tuple[float, float]:
+    import polars as pl
+
     from gpu_pipeline.lib.marts import hourly_fleet_metrics, priced_waste
     from gpu_pipeline.lib.metrics import gpu_daily, gpu_minutes
     from gpu_pipeline.lib.reference import load_catalog, load_prices
@@ -90,10 +94,10 @@ def marts_ours(gpus: int) -> tuple[float, float]:
     catalog, prices = load_catalog(), load_prices()
 
     def run():
-        m = collect_stable(
-            gpu_minutes(samples.lazy(), catalog, prices, already_minutes=True)
-        ).lazy()
-        out = [collect_stable(f(m)) for f in (hourly_fleet_metrics, priced_waste, gpu_daily)]
+        lf = gpu_minutes(samples.lazy(), catalog, prices, already_minutes=True, mig=False)
+        m = collect_stable(lf).lazy()
+        marts = [f(m) for f in (hourly_fleet_metrics, priced_waste, gpu_daily)]
+        out = pl.collect_all(marts, engine="in-memory")
         assert out[0].height > 0
 
     return _best(run, 3), _rss_mib()
@@ -128,7 +132,8 @@ def main() -> int:
     if not EXPO.is_file():
         print("generating a fleet-hour of exposition (2,000 GPUs, 30 s, ten fields)…", flush=True)
         exposition_hour(EXPO)
-    n_lines = sum(1 for _ in open(EXPO, "rb"))
+    with open(EXPO, "rb") as f:
+        n_lines = sum(1 for _ in f)
     rows = []
 
     def record(name: str, what: str, t: float, rss: float, n: int):
