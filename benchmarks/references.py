@@ -119,8 +119,6 @@ def duckdb_marts(samples: pl.DataFrame) -> dict[str, object]:
     con.register("samples", samples.to_arrow())
     con.register("catalog", catalog.to_arrow())
     con.execute(DUCKDB_SQL)
-    out = {
-        t: con.sql(f"SELECT * FROM {t}").to_arrow_table() for t in ("hourly", "waste", "daily")
-    }
+    out = {t: con.sql(f"SELECT * FROM {t}").to_arrow_table() for t in ("hourly", "waste", "daily")}
     con.close()
     return out

@@ -142,7 +142,7 @@ def test_gpu_minutes_counts_and_pif(planted):
         ("GPU-s", 120, 120, pytest.approx(0.25)),
     ]
     assert set(m["cluster"]) == {"cluster-a"}
-    phases = m.group_by("phase").len().sort("phase").rows()
+    phases = m.group_by("phase").len().sort(pl.col("phase").cast(pl.String)).rows()
     assert phases == [("compute_bound", 120), ("idle", 120), ("productive", 240)]
 
 

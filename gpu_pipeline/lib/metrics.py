@@ -6,10 +6,16 @@ import polars as pl
 
 from gpu_pipeline.lib.reference import model_key
 from gpu_pipeline.lib.rules import (
+    CLASS_ENUM,
     DEFAULT,
     DIAGNOSIS,
+    DIAGNOSIS_BASIS_ENUM,
+    DIAGNOSIS_ENUM,
     EFFICIENCY_CLASSES,
+    PHASE_ENUM,
     PHASES,
+    POWER_BASIS_ENUM,
+    UTIL_SOURCE_ENUM,
     DiagnosisThresholds,
     Thresholds,
 )
@@ -35,12 +41,12 @@ def phase_expr(util: pl.Expr, t: Thresholds = DEFAULT) -> pl.Expr:
         pl.when(util.is_null())
         .then(None)
         .when(util < t.idle_below)
-        .then(pl.lit(PHASES[0]))
+        .then(pl.lit(PHASES[0], dtype=PHASE_ENUM))
         .when(util < t.productive_from)
-        .then(pl.lit(PHASES[1]))
+        .then(pl.lit(PHASES[1], dtype=PHASE_ENUM))
         .when(util < t.compute_bound_from)
-        .then(pl.lit(PHASES[2]))
-        .otherwise(pl.lit(PHASES[3]))
+        .then(pl.lit(PHASES[2], dtype=PHASE_ENUM))
+        .otherwise(pl.lit(PHASES[3], dtype=PHASE_ENUM))
     )
 
 
@@ -54,16 +60,16 @@ def efficiency_class_expr(util: pl.Expr, pif: pl.Expr, t: Thresholds = DEFAULT) 
         pl.when(util.is_null())
         .then(None)
         .when(util < t.idle_below)
-        .then(pl.lit("idle"))
+        .then(pl.lit(dtype=CLASS_ENUM, value="idle"))
         .when(busy & pif.is_null())
         .then(None)
         .when(busy & (pif < t.bottleneck_pif_below))
-        .then(pl.lit("bottlenecked"))
+        .then(pl.lit(dtype=CLASS_ENUM, value="bottlenecked"))
         .when(busy & (pif >= t.efficient_pif_from))
-        .then(pl.lit("efficient"))
+        .then(pl.lit(dtype=CLASS_ENUM, value="efficient"))
         .when(util < t.inefficient_below)
-        .then(pl.lit("inefficient"))
-        .otherwise(pl.lit("moderate"))
+        .then(pl.lit(dtype=CLASS_ENUM, value="inefficient"))
+        .otherwise(pl.lit(dtype=CLASS_ENUM, value="moderate"))
     )
 
 
@@ -99,11 +105,11 @@ def _utilization(per_minute: pl.LazyFrame, mig: bool | None = None) -> pl.LazyFr
     return joined.with_columns(
         pl.coalesce("gpu_util_pct", gr, "_mig_util").alias("gpu_util_pct"),
         pl.when(pl.col("gpu_util_pct").is_not_null())
-        .then(pl.lit("gpu_util"))
+        .then(pl.lit(dtype=UTIL_SOURCE_ENUM, value="gpu_util"))
         .when(pl.col("_gr").is_not_null())
-        .then(pl.lit("prof_gr_engine_active"))
+        .then(pl.lit(dtype=UTIL_SOURCE_ENUM, value="prof_gr_engine_active"))
         .when(pl.col("_mig_util").is_not_null())
-        .then(pl.lit("mig_instances"))
+        .then(pl.lit(dtype=UTIL_SOURCE_ENUM, value="mig_instances"))
         .alias("util_source"),
     )
 
@@ -125,30 +131,30 @@ def diagnosis_expr(t: Thresholds = DEFAULT, d: DiagnosisThresholds = DIAGNOSIS) 
     no_tensor = tensor.is_not_null() & (tensor < d.tensor_unused_below)
     return (
         pl.when(util.is_not_null() & (util < t.idle_below))
-        .then(pl.lit("idle"))
+        .then(pl.lit(dtype=DIAGNOSIS_ENUM, value="idle"))
         .when(sm.is_null())
-        .then(pl.lit("unknown"))
+        .then(pl.lit(dtype=DIAGNOSIS_ENUM, value="unknown"))
         .when(sm < d.sm_underfed_below)
         .then(
             pl.when(dram_bound)
-            .then(pl.lit("memory_bound"))
+            .then(pl.lit(dtype=DIAGNOSIS_ENUM, value="memory_bound"))
             .when(nvlink.is_not_null() & (nvlink >= d.nvlink_busy_from))
-            .then(pl.lit("communication_bound"))
-            .otherwise(pl.lit("data_starved"))
+            .then(pl.lit(dtype=DIAGNOSIS_ENUM, value="communication_bound"))
+            .otherwise(pl.lit(dtype=DIAGNOSIS_ENUM, value="data_starved"))
         )
         .when(sm >= d.sm_busy_from)
         .then(
             pl.when(dram_bound)
-            .then(pl.lit("memory_bound"))
+            .then(pl.lit(dtype=DIAGNOSIS_ENUM, value="memory_bound"))
             .when(no_tensor)
-            .then(pl.lit("tensor_cores_unused"))
-            .otherwise(pl.lit("compute_bound"))
+            .then(pl.lit(dtype=DIAGNOSIS_ENUM, value="tensor_cores_unused"))
+            .otherwise(pl.lit(dtype=DIAGNOSIS_ENUM, value="compute_bound"))
         )
         .when(no_tensor)
-        .then(pl.lit("tensor_cores_unused"))
+        .then(pl.lit(dtype=DIAGNOSIS_ENUM, value="tensor_cores_unused"))
         .when(occ.is_not_null() & (occ < d.occupancy_low_below))
-        .then(pl.lit("low_occupancy"))
-        .otherwise(pl.lit("mixed"))
+        .then(pl.lit(dtype=DIAGNOSIS_ENUM, value="low_occupancy"))
+        .otherwise(pl.lit(dtype=DIAGNOSIS_ENUM, value="mixed"))
     )
 
 
@@ -271,9 +277,9 @@ def gpu_minutes(
             .alias("price_usd_per_hour"),
             pl.coalesce(pl.col("_cat_power"), day_limit).alias("max_power_w"),
             pl.when(pl.col("_cat_power").is_not_null())
-            .then(pl.lit("catalog"))
+            .then(pl.lit(dtype=POWER_BASIS_ENUM, value="catalog"))
             .when(day_limit.is_not_null())
-            .then(pl.lit("power_limit"))
+            .then(pl.lit(dtype=POWER_BASIS_ENUM, value="power_limit"))
             .alias("max_power_basis"),
         )
         .with_columns((pl.col("power_w") / pl.col("max_power_w")).clip(0.0, 1.0).alias("pif"))
@@ -290,10 +296,10 @@ def gpu_minutes(
             ),
             diagnosis_expr(t).alias("diagnosis"),
             pl.when(pl.col("prof_sm_active").is_not_null())
-            .then(pl.lit("dcgm_profiling"))
+            .then(pl.lit(dtype=DIAGNOSIS_BASIS_ENUM, value="dcgm_profiling"))
             .when(pl.col("gpu_util_pct").is_not_null() & (pl.col("gpu_util_pct") < t.idle_below))
-            .then(pl.lit("utilization"))
-            .otherwise(pl.lit("none"))
+            .then(pl.lit(dtype=DIAGNOSIS_BASIS_ENUM, value="utilization"))
+            .otherwise(pl.lit(dtype=DIAGNOSIS_BASIS_ENUM, value="none"))
             .alias("diagnosis_basis"),
             # most minutes have no note: build the joined string only where both parts exist
             pl.when(pl.col("_row_note") == "")

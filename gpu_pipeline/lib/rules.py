@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import polars as pl
+
 
 @dataclass(frozen=True)
 class Thresholds:
@@ -62,3 +64,15 @@ HOT_FROM_C = 85.0
 POWER_CAPPED_FROM = 0.98  # power at >= 98 % of its limit
 STRAGGLER_POINTS = 15.0  # an hour this far below its pod's median
 ROI_TARGET_RFU_PCT = 60.0
+
+
+# Categorical columns are Enums: one byte a row instead of a string, and cheap to compare
+UTIL_SOURCES = ("gpu_util", "prof_gr_engine_active", "mig_instances")
+POWER_BASES = ("catalog", "power_limit")
+DIAGNOSIS_BASES = ("dcgm_profiling", "utilization", "none")
+PHASE_ENUM = pl.Enum(PHASES)
+CLASS_ENUM = pl.Enum(EFFICIENCY_CLASSES)
+DIAGNOSIS_ENUM = pl.Enum(DIAGNOSES)
+UTIL_SOURCE_ENUM = pl.Enum(UTIL_SOURCES)
+POWER_BASIS_ENUM = pl.Enum(POWER_BASES)
+DIAGNOSIS_BASIS_ENUM = pl.Enum(DIAGNOSIS_BASES)

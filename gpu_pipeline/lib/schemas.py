@@ -10,7 +10,17 @@ import pandera.polars as pa
 import polars as pl
 
 from gpu_pipeline.lib.fields import FIELD_COLUMNS, FIELDS
-from gpu_pipeline.lib.rules import DIAGNOSES, EFFICIENCY_CLASSES, PHASES
+from gpu_pipeline.lib.rules import (
+    CLASS_ENUM,
+    DIAGNOSES,
+    DIAGNOSIS_BASIS_ENUM,
+    DIAGNOSIS_ENUM,
+    EFFICIENCY_CLASSES,
+    PHASE_ENUM,
+    PHASES,
+    POWER_BASIS_ENUM,
+    UTIL_SOURCE_ENUM,
+)
 
 TS = pl.Datetime("ms", "UTC")
 
@@ -71,19 +81,19 @@ GPU_MINUTES_SCHEMA: dict[str, pl.DataType] = {
     "gpu_model": pl.String,
     "samples": pl.UInt32,
     "gpu_util_pct": pl.Float64,
-    "util_source": pl.String,
+    "util_source": UTIL_SOURCE_ENUM,
     "power_w": pl.Float64,
     "max_power_w": pl.Float64,
-    "max_power_basis": pl.String,
+    "max_power_basis": POWER_BASIS_ENUM,
     "pif": pl.Float64,
     "achievable_tflops": pl.Float64,
     "realized_tflops": pl.Float64,
     "rfu_pct": pl.Float64,
     "efficiency_gap_pct": pl.Float64,
-    "phase": pl.String,
-    "efficiency_class": pl.String,
-    "diagnosis": pl.String,
-    "diagnosis_basis": pl.String,
+    "phase": PHASE_ENUM,
+    "efficiency_class": CLASS_ENUM,
+    "diagnosis": DIAGNOSIS_ENUM,
+    "diagnosis_basis": DIAGNOSIS_BASIS_ENUM,
     "price_usd_per_hour": pl.Float64,
     "gpu_temp_c": pl.Float64,
     "fb_used_mib": pl.Float64,
