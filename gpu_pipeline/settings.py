@@ -28,9 +28,15 @@ def start_date() -> str:
     return os.environ.get("GPU_PIPELINE_START_DATE", DEFAULT_START_DATE)
 
 
+def _local_home(lake: str | None) -> Path:
+    """The local folder beside the lake (data/ for data/lake); data/ when the lake is an object store."""
+    lake = lake or lake_root()
+    return Path("data").resolve() if "://" in str(lake) else Path(lake).resolve().parent
+
+
 def warehouse_path(lake: str | None = None) -> Path:
     """The views-only DuckDB file sits beside the lake: data/lake -> data/warehouse.duckdb."""
-    return Path(lake or lake_root()).resolve().parent / "warehouse.duckdb"
+    return _local_home(lake) / "warehouse.duckdb"
 
 
 def dagster_home() -> Path:
@@ -39,4 +45,4 @@ def dagster_home() -> Path:
 
 def reports_dir(lake: str | None = None) -> Path:
     """Reports sit beside the lake: data/lake -> data/reports/."""
-    return Path(lake or lake_root()).resolve().parent / "reports"
+    return _local_home(lake) / "reports"

@@ -1,12 +1,15 @@
 """The Parquet lake: `<root>/<table>/date=YYYY-MM-DD/data.parquet`, one file per partition.
 
-A partition is one file, written beside its final name and swapped in with an atomic rename, so a
-reader (or a run killed mid-write) always sees a complete previous or new version. Rows are
-sorted by the caller and nothing run-specific is written, so a re-run gives the same bytes.
+A partition is one file. On a local disk it is written beside its final name and swapped in with
+an atomic rename; on an object store (`s3://bucket/prefix`, credentials and endpoint from the
+usual AWS_* variables) it is one PUT, which stores publish atomically. Either way a reader, or a
+run killed mid-write, sees a complete previous or new version. Rows are sorted by the caller and
+nothing run-specific is written, so a re-run gives the same bytes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import uuid
@@ -23,46 +26,81 @@ DATA_FILE = "data.parquet"
 # before the first partition exists (and picks partitions up as they appear)
 SCHEMA_DIR = "_schema"
 _SAFE = re.compile(r"^[a-z_][a-z0-9_]*$")
+WRITE_OPTIONS = {"compression": "zstd", "statistics": True, "row_group_size": 262144}
+
+
+def is_uri(root: str | os.PathLike) -> bool:
+    return "://" in str(root)
 
 
 class Lake:
     def __init__(self, root: str | os.PathLike):
-        self.root = Path(root)
+        self.uri = str(root)
+        self.remote = is_uri(root)
+        if self.remote:
+            import pyarrow.fs as pafs
 
-    def table_dir(self, table: str) -> Path:
+            self.fs, self.base = pafs.FileSystem.from_uri(self.uri)
+            self.root = self.uri
+        else:
+            self.fs, self.base = None, None
+            self.root = Path(root)
+
+    # -- paths -------------------------------------------------------------------------------
+    def table_dir(self, table: str) -> Path | str:
         if not _SAFE.match(table):
             raise ValueError(f"not a table name: {table!r}")
-        return self.root / table
+        return f"{self.base}/{table}" if self.remote else self.root / table
 
-    def partition_file(self, table: str, day: date) -> Path:
-        return self.table_dir(table) / f"date={day.isoformat()}" / DATA_FILE
+    def partition_file(self, table: str, day: date) -> Path | str:
+        d = self.table_dir(table)
+        name = f"date={day.isoformat()}"
+        return f"{d}/{name}/{DATA_FILE}" if self.remote else d / name / DATA_FILE
 
     @property
     def cache_dir(self) -> Path:
+        """Parsed landing files; always on local disk (GPU_PIPELINE_CACHE, else beside the lake)."""
+        if os.environ.get("GPU_PIPELINE_CACHE"):
+            return Path(os.environ["GPU_PIPELINE_CACHE"])
+        if self.remote:
+            return Path("data") / "cache" / hashlib.sha256(self.uri.encode()).hexdigest()[:12]
         return self.root / "_ingest_cache"
 
-    def ensure_schema(self, table: str) -> Path:
-        """Write the table's zero-row schema file if it is missing (or its columns changed)."""
-        path = self.table_dir(table) / SCHEMA_DIR / DATA_FILE
-        schema = TABLES[table]
-        if path.is_file() and pl.read_parquet_schema(path) == schema:
-            return path
-        self._replace(path, pl.DataFrame(schema=schema))
-        return path
+    # -- writing -----------------------------------------------------------------------------
+    def _replace(self, final: Path | str, df: pl.DataFrame) -> None:
+        """Publish `df` at `final` atomically."""
+        if self.remote:
+            import pyarrow.parquet as pq
 
-    def _replace(self, final: Path, df: pl.DataFrame) -> None:
-        """Write `df` beside `final` and swap it in atomically."""
+            self.fs.create_dir(final.rsplit("/", 1)[0], recursive=True)
+            pq.write_table(
+                df.to_arrow(),
+                final,
+                filesystem=self.fs,
+                compression="zstd",
+                row_group_size=WRITE_OPTIONS["row_group_size"],
+            )
+            return
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = final.with_name(f".{DATA_FILE}.{uuid.uuid4().hex}.tmp")
         try:
-            df.write_parquet(tmp, compression="zstd", statistics=True, row_group_size=262144)
+            df.write_parquet(tmp, **WRITE_OPTIONS)
             with open(tmp, "rb") as f:
                 os.fsync(f.fileno())
             os.replace(tmp, final)
         finally:
             tmp.unlink(missing_ok=True)
 
-    def write(self, table: str, day: date, df: pl.DataFrame) -> Path:
+    def ensure_schema(self, table: str) -> None:
+        """Write the table's zero-row schema file if it is missing (or its columns changed)."""
+        d = self.table_dir(table)
+        path = f"{d}/{SCHEMA_DIR}/{DATA_FILE}" if self.remote else d / SCHEMA_DIR / DATA_FILE
+        schema = TABLES[table]
+        if self._exists(path) and self._read(path).schema == pl.Schema(schema):
+            return
+        self._replace(path, pl.DataFrame(schema=schema))
+
+    def write(self, table: str, day: date, df: pl.DataFrame) -> Path | str:
         """Replace the day's partition of `table` with `df` (conformed to the table's contract)."""
         if table in TABLES:
             df = conform(df.with_columns(pl.lit(day).alias("date")), TABLES[table])
@@ -71,27 +109,52 @@ class Lake:
         self._replace(final, df)
         return final
 
+    # -- reading -----------------------------------------------------------------------------
+    def _exists(self, path: Path | str) -> bool:
+        if self.remote:
+            import pyarrow.fs as pafs
+
+            return self.fs.get_file_info(path).type == pafs.FileType.File
+        return Path(path).is_file()
+
+    def _read(self, path: Path | str) -> pl.DataFrame:
+        if self.remote:
+            import pyarrow.parquet as pq
+
+            return pl.from_arrow(pq.read_table(path, filesystem=self.fs))
+        return pl.read_parquet(path)
+
     def exists(self, table: str, day: date) -> bool:
-        return self.partition_file(table, day).is_file()
+        return self._exists(self.partition_file(table, day))
 
     def read(self, table: str, day: date) -> pl.DataFrame:
-        return pl.read_parquet(self.partition_file(table, day))
+        return self._read(self.partition_file(table, day))
 
     def scan_days(self, table: str, days: list[date]) -> pl.LazyFrame:
         """The given days of `table` that exist, as one frame (an empty, typed frame if none do)."""
         files = [self.partition_file(table, d) for d in days if self.exists(table, d)]
         if not files:
             return pl.LazyFrame(schema=TABLES[table])
+        if self.remote:
+            return pl.concat([self._read(f) for f in files]).lazy()
         return pl.scan_parquet(files)
 
     def days(self, table: str) -> list[date]:
-        d = self.table_dir(table)
-        if not d.is_dir():
-            return []
+        if self.remote:
+            import pyarrow.fs as pafs
+
+            infos = self.fs.get_file_info(
+                pafs.FileSelector(self.table_dir(table), allow_not_found=True)
+            )
+            names = [i.base_name for i in infos if i.type == pafs.FileType.Directory]
+            names = [n for n in names if self._exists(f"{self.table_dir(table)}/{n}/{DATA_FILE}")]
+        else:
+            d = self.table_dir(table)
+            names = [p.parent.name for p in d.glob(f"date=*/{DATA_FILE}")] if d.is_dir() else []
         out = []
-        for p in d.glob(f"date=*/{DATA_FILE}"):
+        for n in names:
             try:
-                out.append(date.fromisoformat(p.parent.name.removeprefix("date=")))
+                out.append(date.fromisoformat(n.removeprefix("date=")))
             except ValueError:
                 continue
         return sorted(out)
