@@ -19,6 +19,7 @@ import polars as pl
 
 from gpu_pipeline.lib.marts import minute_costs
 from gpu_pipeline.lib.reference import model_key
+from gpu_pipeline.lib.rules import BOTTLENECK_DIAGNOSES
 from gpu_pipeline.lib.schemas import RECOMMENDATIONS_SCHEMA
 
 VOCABULARY = (
@@ -228,17 +229,7 @@ def namespace_stats(minutes: pl.LazyFrame, prices: pl.DataFrame) -> pl.DataFrame
                 "underutilized"
             ),
             (pl.col("diagnosis") == "unknown").filter(active).mean().fill_null(0).alias("_unknown"),
-            *[
-                share(d).alias(d)
-                for d in (
-                    "data_starved",
-                    "communication_bound",
-                    "memory_bound",
-                    "compute_bound",
-                    "tensor_cores_unused",
-                    "low_occupancy",
-                )
-            ],
+            *[share(d).alias(d) for d in BOTTLENECK_DIAGNOSES],
             # what spot would have cost for the same minutes (on-demand where a model has no spot price)
             (pl.coalesce("_spot", "price_usd_per_hour") / 60.0).sum().alias("_spot_cost"),
             pl.col("gpu_model").drop_nulls().unique().sort().alias("models"),

@@ -58,6 +58,8 @@ DIAGNOSES = (
     "mixed",
     "unknown",
 )
+# the diagnoses a recommendation rule can act on (not idle, mixed or unknown)
+BOTTLENECK_DIAGNOSES = DIAGNOSES[1:7]
 
 # GPU-level health and stragglers
 HOT_FROM_C = 85.0
