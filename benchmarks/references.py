@@ -2,7 +2,7 @@
 
 - pandas: the seed notebook's method (row-wise metrics with numpy, then groupby per mart).
 - DuckDB: hand-written SQL of the same marts.
-They compute the same numbers as gpu_pipeline's marts (checked in the benchmark).
+They compute the same numbers as gpu_pipeline's marts (tests/test_bench_references.py checks it).
 """
 
 from __future__ import annotations

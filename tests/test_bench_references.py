@@ -1,0 +1,68 @@
+"""The benchmark's references compute the same marts as gpu_pipeline (so the timings compare like with like)."""
+
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from references import duckdb_marts, pandas_marts  # noqa: E402
+
+from data import gpu_minutes_day  # noqa: E402
+from gpu_pipeline.lib.marts import hourly_fleet_metrics, priced_waste  # noqa: E402
+from gpu_pipeline.lib.metrics import gpu_daily, gpu_minutes  # noqa: E402
+from gpu_pipeline.lib.reference import load_catalog, load_prices  # noqa: E402
+from gpu_pipeline.lib.samples import collect_stable  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def ours_and_refs():
+    samples = gpu_minutes_day(30)
+    m = collect_stable(
+        gpu_minutes(samples.lazy(), load_catalog(), load_prices(), already_minutes=True, mig=False)
+    )
+    ours = {
+        "hourly": collect_stable(hourly_fleet_metrics(m.lazy())),
+        "waste": collect_stable(priced_waste(m.lazy())),
+        "daily": collect_stable(gpu_daily(m.lazy())),
+    }
+    return ours, pandas_marts(samples.to_pandas()), duckdb_marts(samples)
+
+
+def test_priced_waste_matches_both_references(ours_and_refs):
+    ours, pd_out, duck = ours_and_refs
+    w = (
+        ours["waste"]
+        .select(
+            pl.col(
+                "cost_usd",
+                "productive_usd",
+                "idle_waste_usd",
+                "stall_waste_usd",
+                "headroom_waste_usd",
+            ).sum()
+        )
+        .row(0)
+    )
+    p = pd_out["waste"][["cost", "productive", "idle", "stall", "headroom"]].sum().tolist()
+    d = (
+        pl.from_arrow(duck["waste"])
+        .select(pl.col("cost", "productive", "idle", "stall", "headroom").sum())
+        .row(0)
+    )
+    assert w == pytest.approx(p, rel=1e-9) and w == pytest.approx(d, rel=1e-9)
+    assert ours["waste"].height == len(pd_out["waste"]) == duck["waste"].num_rows
+
+
+def test_hourly_and_daily_match(ours_and_refs):
+    ours, pd_out, duck = ours_and_refs
+    h = ours["hourly"].sort("hour", "cluster", "gpu_model")
+    ph = pd_out["hourly"].reset_index().sort_values(["hour", "cluster", "gpu_model"])
+    assert h["avg_pif"].to_list() == pytest.approx(ph["avg_pif"].tolist(), rel=1e-9)
+    assert h["pct_idle"].to_list() == pytest.approx((100 * ph["pct_idle"]).tolist(), rel=1e-9)
+    assert h.height == duck["hourly"].num_rows
+    d = ours["daily"].sort("gpu_uuid")
+    pdd = pd_out["daily"].reset_index().sort_values("gpu_uuid")
+    assert d["bottlenecked_minutes"].to_list() == pdd["bottlenecked"].tolist()
+    assert d["active_minutes"].to_list() == pdd["active"].tolist()
