@@ -429,8 +429,3 @@ def assemble_day(files: list[ParsedFile], day: date) -> DayIngest:
 
 def hash_memo(cache_root: str | os.PathLike) -> Path:
     return Path(cache_root) / "_hashes.json"
-
-
-def ingest_day(raw_root: str | os.PathLike, cache_root: str | os.PathLike, day: date) -> DayIngest:
-    files = [load_or_parse(lf, cache_root) for lf in list_landing(raw_root, hash_memo(cache_root))]
-    return assemble_day(files, day)

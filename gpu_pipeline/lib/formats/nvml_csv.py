@@ -12,25 +12,6 @@ from gpu_pipeline.lib.formats.wide_csv import cell, split_rows, to_long
 from gpu_pipeline.lib.samples import ParsedLines
 
 MAGIC = "# gpu-pipeline nvml-sampler v1"
-COLUMNS = (
-    "timestamp_ms",
-    "hostname",
-    "gpu_uuid",
-    "gpu_index",
-    "gpu_model",
-    "gpu_instance_id",
-    "gpu_instance_profile",
-    "util_gpu_pct",
-    "util_mem_pct",
-    "power_mw",
-    "power_limit_mw",
-    "mem_used_bytes",
-    "mem_total_bytes",
-    "temp_c",
-    "sm_clock_mhz",
-    "mem_clock_mhz",
-    "driver_version",
-)
 FIELDS = {
     "gpu_util_pct": ("util_gpu_pct", 1.0),
     "mem_copy_util_pct": ("util_mem_pct", 1.0),
@@ -50,6 +31,19 @@ IDS = (
     "gpu_instance_profile",
     "driver_version",
 )
+MEASURES = (
+    "util_gpu_pct",
+    "util_mem_pct",
+    "power_mw",
+    "power_limit_mw",
+    "mem_used_bytes",
+    "mem_total_bytes",
+    "temp_c",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+)
+# the file's header, written by the sampler and read here
+COLUMNS = ("timestamp_ms", *IDS, *MEASURES)
 
 
 def detect(head: str, name: str) -> bool:

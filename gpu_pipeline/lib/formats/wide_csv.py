@@ -8,7 +8,6 @@ and which columns carry identity.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 
 import polars as pl
 
@@ -102,6 +101,3 @@ def parse_local_time(col: pl.Expr, formats: list[str], tz: str) -> pl.Expr:
     """Zone-less timestamp text in `tz` -> epoch ms (null when no format fits)."""
     parsed = pl.coalesce([col.str.to_datetime(f, strict=False, time_unit="ms") for f in formats])
     return parsed.dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null").dt.epoch("ms")
-
-
-Builder = Callable[[str], pl.DataFrame]
