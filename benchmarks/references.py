@@ -106,7 +106,8 @@ FROM m GROUP BY ALL;
 """
 
 
-def duckdb_marts(samples: pl.DataFrame) -> dict[str, object]:
+def duckdb_marts(samples: pl.DataFrame | str) -> dict[str, object]:
+    """`samples`: a frame, or the path of a Parquet file DuckDB reads itself."""
     con = duckdb.connect()
     catalog = pl.DataFrame(
         {
@@ -116,7 +117,10 @@ def duckdb_marts(samples: pl.DataFrame) -> dict[str, object]:
             "price": [PRICE[m] for m in MAX_POWER],
         }
     )
-    con.register("samples", samples.to_arrow())
+    if isinstance(samples, str):
+        con.execute(f"CREATE VIEW samples AS SELECT * FROM read_parquet('{samples}')")
+    else:
+        con.register("samples", samples.to_arrow())
     con.register("catalog", catalog.to_arrow())
     con.execute(DUCKDB_SQL)
     out = {t: con.sql(f"SELECT * FROM {t}").to_arrow_table() for t in ("hourly", "waste", "daily")}

@@ -14,8 +14,9 @@ MIN_PASS_RATE = 0.95
 CENT = 0.005
 
 
-def merge(results: list[dg.AssetCheckResult]) -> dg.AssetCheckResult:
-    """One result for a run over several days: passed when every day passed; counts summed."""
+def merge(results: list[dg.AssetCheckResult], parts: str = "days") -> dg.AssetCheckResult:
+    """One result for a run over several days (or a day's chunks): passed when every part
+    passed; counts summed."""
     first = results[0]
     meta: dict = {}
     for r in results:
@@ -26,8 +27,8 @@ def merge(results: list[dg.AssetCheckResult]) -> dg.AssetCheckResult:
             else:
                 meta[k] = v  # markdown and rates: the last day's
     if len(results) > 1:
-        meta["days"] = len(results)
-        meta["days_failed"] = sum(not r.passed for r in results)
+        meta[parts] = len(results)
+        meta[f"{parts}_failed"] = sum(not r.passed for r in results)
     return dg.AssetCheckResult(
         asset_key=first.asset_key,
         check_name=first.check_name,
@@ -89,6 +90,7 @@ def row_conservation(log: pl.DataFrame) -> dg.AssetCheckResult:
 def one_row_per_gpu_minute(m: pl.DataFrame) -> dg.AssetCheckResult:
     dup = m.height - m.unique(["gpu_uuid", "gpu_instance_id", "minute"]).height
     return dg.AssetCheckResult(
+        asset_key="gpu_minutes",
         check_name="one_row_per_gpu_minute",
         passed=dup == 0,
         metadata={"rows": m.height, "duplicate_rows": dup},
@@ -101,6 +103,7 @@ def phase_shares_sum_to_100(h: pl.DataFrame) -> dg.AssetCheckResult:
     )
     off = total.filter((pl.col("t") - 100).abs() > 1e-6).height
     return dg.AssetCheckResult(
+        asset_key="hourly_fleet_metrics",
         check_name="phase_shares_sum_to_100",
         passed=off == 0,
         metadata={"groups": total.height, "groups_off": off},
@@ -121,6 +124,7 @@ def cost_split_sums_to_cost(w: pl.DataFrame) -> dg.AssetCheckResult:
         (pl.col("monthly_waste_usd") - (pl.col("hourly_waste_usd") * 720).round(2)).abs() > CENT
     )
     return dg.AssetCheckResult(
+        asset_key="priced_waste",
         check_name="cost_split_sums_to_cost",
         passed=off.height == 0 and monthly_off.height == 0,
         metadata={

@@ -6,6 +6,7 @@ partition time window and replace each day's partition atomically, keeping only 
 """
 
 import warnings
+from collections.abc import Iterable, Iterator
 from datetime import date, timedelta
 
 import dagster as dg
@@ -53,6 +54,20 @@ class DayWriter:
         self.rows[day] = df.height
         self.last = (df, path)
         return df
+
+    def write_frames(self, day: date, frames: Iterable[pl.DataFrame]) -> None:
+        """Stream a day written a chunk at a time (see Lake.write_frames)."""
+        first: list[pl.DataFrame] = []
+
+        def keep_first(frames: Iterable[pl.DataFrame]) -> Iterator[pl.DataFrame]:
+            for df in frames:
+                if not first:
+                    first.append(df.head(10))
+                yield df
+
+        path, rows = self.lake.write_frames(self.table, day, keep_first(frames))
+        self.rows[day] = rows
+        self.last = (first[0] if first else pl.DataFrame(), path)
 
     def result(self) -> dg.MaterializeResult:
         df, path = self.last

@@ -1,4 +1,7 @@
-"""Marts: hourly fleet metrics, persistent bottlenecks, priced waste, recommendations, health, ROI."""
+"""Marts over the staged tables: persistent bottlenecks, recommendations, health, ROI.
+
+(hourly_fleet_metrics and priced_waste come out of the staging pass, defs/staging.py.)
+"""
 
 import warnings
 from collections.abc import Callable
@@ -45,27 +48,6 @@ def from_minutes(
 
 
 @dg.asset(
-    **daily("hourly_fleet_metrics", "marts", deps=["gpu_minutes"]),
-    check_specs=[
-        checks.spec(
-            "hourly_fleet_metrics",
-            "phase_shares_sum_to_100",
-            "phase shares of each group sum to 100",
-        )
-    ],
-)
-def hourly_fleet_metrics(context: dg.AssetExecutionContext, lake: LakeResource):
-    """Hour x cluster x GPU model: GPUs, GPU-minutes, average util/PIF/RFU/gap/TFLOPS and phase shares."""
-    yield from from_minutes(
-        context,
-        lake.lake(),
-        "hourly_fleet_metrics",
-        lambda m: collect_stable(marts.hourly_fleet_metrics(m)),
-        checks.phase_shares_sum_to_100,
-    )
-
-
-@dg.asset(
     **daily(
         "persistent_bottlenecks",
         "marts",
@@ -80,27 +62,6 @@ def persistent_bottlenecks(context: dg.AssetExecutionContext, lake: LakeResource
         daily_frames = the_lake.scan_days("gpu_daily", marts.window(day))
         out.write(day, collect_stable(marts.persistent_bottlenecks(daily_frames, day)))
     return out.result()
-
-
-@dg.asset(
-    **daily("priced_waste", "marts", deps=["gpu_minutes"]),
-    check_specs=[
-        checks.spec(
-            "priced_waste",
-            "cost_split_sums_to_cost",
-            "productive + idle + stall + headroom = cost, to the cent",
-        )
-    ],
-)
-def priced_waste(context: dg.AssetExecutionContext, lake: LakeResource):
-    """Day x cluster x namespace x GPU model: cost split into productive, idle, stall and headroom waste."""
-    yield from from_minutes(
-        context,
-        lake.lake(),
-        "priced_waste",
-        lambda m: collect_stable(marts.priced_waste(m)),
-        checks.cost_split_sums_to_cost,
-    )
 
 
 @dg.asset(

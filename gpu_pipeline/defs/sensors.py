@@ -8,7 +8,7 @@ from datetime import date, timedelta
 import dagster as dg
 
 from gpu_pipeline.defs.jobs import daily_pipeline
-from gpu_pipeline.defs.marts import persistent_bottlenecks, priced_waste, recommendations
+from gpu_pipeline.defs.marts import persistent_bottlenecks, recommendations
 from gpu_pipeline.defs.partitions import daily_partitions
 from gpu_pipeline.defs.report import daily_report
 from gpu_pipeline.defs.resources import LakeResource, LandingResource
@@ -80,7 +80,7 @@ def landing_zone_sensor(
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     freshness_checks = dg.build_time_partition_freshness_checks(
-        assets=[priced_waste, recommendations, persistent_bottlenecks, daily_report],
+        assets=[dg.AssetKey("priced_waste"), recommendations, persistent_bottlenecks, daily_report],
         deadline_cron="0 6 * * *",  # yesterday's marts are expected by 06:00 UTC
         timezone="UTC",
     )

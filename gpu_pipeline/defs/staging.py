@@ -1,44 +1,112 @@
-"""Staging layer: per-minute metrics and per GPU-day counts."""
+"""Staging and the minute-level marts: one pass over each day's samples, in GPU chunks.
+
+gpu_minutes, gpu_daily, hourly_fleet_metrics and priced_waste come out of the same pass
+(gpu_pipeline.lib.chunked): each chunk of GPUs is read, its minutes computed, streamed into the
+gpu_minutes partition and aggregated while in memory, so memory stays bounded by the chunk size
+(GPU_PIPELINE_CHUNK_GPUS) however large the fleet, and the day's minutes are not read back.
+"""
+
+from collections.abc import Iterator
 
 import dagster as dg
+import polars as pl
 
 from gpu_pipeline.defs import checks
-from gpu_pipeline.defs.daily import DayWriter, daily, partition_days
+from gpu_pipeline.defs.daily import BACKFILL_POLICY, DayWriter, partition_days
+from gpu_pipeline.defs.metadata import spec_metadata
+from gpu_pipeline.defs.partitions import daily_partitions
 from gpu_pipeline.defs.resources import LakeResource, ReferenceResource
-from gpu_pipeline.lib.metrics import gpu_daily as gpu_daily_fn
-from gpu_pipeline.lib.metrics import gpu_minutes as gpu_minutes_fn
-from gpu_pipeline.lib.samples import collect_stable
-from gpu_pipeline.lib.schemas import validate
+from gpu_pipeline.lib.chunked import DayTables, chunk_gpus, minutes_by_chunk, split_mode
+from gpu_pipeline.lib.schemas import GPU_MINUTES_SCHEMA, validate
+
+TABLES = {
+    "gpu_minutes": (
+        "staging",
+        "GPU x minute: utilization, power, PIF, realized TFLOPS, RFU, efficiency gap, phase, "
+        "class, diagnosis, price.",
+    ),
+    "gpu_daily": (
+        "staging",
+        "GPU-day minute counts by phase and efficiency class, and whether the day was bottlenecked.",
+    ),
+    "hourly_fleet_metrics": (
+        "marts",
+        "Hour x cluster x GPU model: GPUs, GPU-minutes, average util/PIF/RFU/gap/TFLOPS and "
+        "phase shares.",
+    ),
+    "priced_waste": (
+        "marts",
+        "Day x cluster x namespace x GPU model: cost split into productive, idle, stall and "
+        "headroom waste.",
+    ),
+}
 
 
-@dg.asset(
-    **daily("gpu_minutes", "staging", deps=["gpu_samples"]),
+@dg.multi_asset(
+    specs=[
+        dg.AssetSpec(
+            name,
+            description=desc,
+            group_name=group,
+            deps=["gpu_samples"],
+            metadata=spec_metadata(name),
+        )
+        for name, (group, desc) in TABLES.items()
+    ],
+    partitions_def=daily_partitions,
+    backfill_policy=BACKFILL_POLICY,
     check_specs=[
-        checks.spec("gpu_minutes", "one_row_per_gpu_minute", "no GPU-minute appears twice")
+        checks.spec("gpu_minutes", "one_row_per_gpu_minute", "no GPU-minute appears twice"),
+        checks.spec(
+            "hourly_fleet_metrics",
+            "phase_shares_sum_to_100",
+            "phase shares of each group sum to 100",
+        ),
+        checks.spec(
+            "priced_waste",
+            "cost_split_sums_to_cost",
+            "productive + idle + stall + headroom = cost, to the cent",
+        ),
     ],
 )
-def gpu_minutes(
-    context: dg.AssetExecutionContext, lake: LakeResource, reference: ReferenceResource
-):
-    """GPU x minute: utilization, power, PIF, realized TFLOPS, RFU, efficiency gap, phase, class, diagnosis, price."""
+def staging(context: dg.AssetExecutionContext, lake: LakeResource, reference: ReferenceResource):
+    """Each day's samples -> gpu_minutes (streamed) and gpu_daily, hourly_fleet_metrics and
+    priced_waste, one chunk of GPUs at a time."""
     the_lake = lake.lake()
     catalog, prices = reference.load_catalog(), reference.load_prices()
-    out, results = DayWriter(the_lake, "gpu_minutes"), []
+    writers = {t: DayWriter(the_lake, t) for t in TABLES}
+    results: dict[str, list] = {"minutes": [], "hourly": [], "waste": []}
     for day in partition_days(context):
         samples = the_lake.scan_days("gpu_samples", [day])
-        df = out.write(
-            day, validate("gpu_minutes", collect_stable(gpu_minutes_fn(samples, catalog, prices)))
+        tables, unique = DayTables(), []
+        writers["gpu_minutes"].write_frames(
+            day, _checked(minutes_by_chunk(samples, catalog, prices), tables, unique)
         )
-        results.append(checks.one_row_per_gpu_minute(df))
-    yield out.result()
-    yield checks.merge(results)
+        results["minutes"].append(
+            checks.merge(unique, "chunks")
+            if unique
+            else checks.one_row_per_gpu_minute(pl.DataFrame(schema=GPU_MINUTES_SCHEMA))
+        )
+        writers["gpu_daily"].write(day, tables.gpu_daily())
+        hourly = writers["hourly_fleet_metrics"].write(day, tables.hourly_fleet_metrics())
+        waste = writers["priced_waste"].write(day, tables.priced_waste())
+        results["hourly"].append(checks.phase_shares_sum_to_100(hourly))
+        results["waste"].append(checks.cost_split_sums_to_cost(waste))
+        context.log.info(
+            f"{day}: {tables.minutes_rows} GPU-minutes in {tables.chunks} chunk(s) of at most "
+            f"{chunk_gpus()} GPUs (split by {split_mode()})"
+        )
+    for w in writers.values():
+        yield w.result()
+    for name in ("minutes", "hourly", "waste"):
+        yield checks.merge(results[name])
 
 
-@dg.asset(**daily("gpu_daily", "staging", deps=["gpu_minutes"]))
-def gpu_daily(context: dg.AssetExecutionContext, lake: LakeResource):
-    """GPU-day minute counts by phase and efficiency class, and whether the day was bottlenecked."""
-    the_lake = lake.lake()
-    out = DayWriter(the_lake, "gpu_daily")
-    for day in partition_days(context):
-        out.write(day, collect_stable(gpu_daily_fn(the_lake.scan_days("gpu_minutes", [day]))))
-    return out.result()
+def _checked(
+    chunks: Iterator[pl.DataFrame], tables: DayTables, unique: list[dg.AssetCheckResult]
+) -> Iterator[pl.DataFrame]:
+    """Validate each chunk's minutes, check it, and add it to the day's tables on its way out."""
+    for m in chunks:
+        m = validate("gpu_minutes", m)
+        unique.append(checks.one_row_per_gpu_minute(m))  # chunks never share a GPU
+        yield tables.add(m)

@@ -29,6 +29,7 @@ from gpu_pipeline.lib.samples import (
     ATTR_COLUMNS,
     LONG_SCHEMA,
     QUARANTINE_LINE_SCHEMA,
+    SAMPLE_ORDER,
     ParsedLines,
     collect_stable,
     conform,
@@ -388,7 +389,7 @@ def assemble_day(files: list[ParsedFile], day: date) -> DayIngest:
     gpu_samples = (
         ids.join(wide, on=list(KEY), how="left", nulls_equal=True)
         .with_columns(pl.lit(day).alias("date"))
-        .sort("timestamp", "gpu_uuid", "gpu_instance_id", nulls_last=False)
+        .sort(*SAMPLE_ORDER, nulls_last=False)
     )
     gpu_samples = conform(gpu_samples, GPU_SAMPLES_SCHEMA)
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import uuid
+from collections.abc import Iterable
 from datetime import date
 from pathlib import Path
 
@@ -90,6 +92,55 @@ class Lake:
             os.replace(tmp, final)
         finally:
             tmp.unlink(missing_ok=True)
+
+    def write_frames(
+        self, table: str, day: date, frames: Iterable[pl.DataFrame]
+    ) -> tuple[Path | str, int]:
+        """Replace the day's partition of `table` with the frames one after another, streamed
+        into one file: only one frame is in memory at a time. Returns the file and its rows.
+
+        Published like `write`: renamed into place (local) or uploaded in one go (object store)
+        once every frame is written; an error in a frame leaves the previous version.
+        """
+        from polars.io.plugins import register_io_source
+
+        schema = TABLES[table]
+        self.ensure_schema(table)
+        rows = 0
+
+        def source(*_):
+            nonlocal rows
+            for df in frames:
+                df = conform(df.with_columns(pl.lit(day).alias("date")), schema)
+                rows += df.height
+                yield df
+
+        final = self.partition_file(table, day)
+        if self.remote:
+            staging = self.cache_dir / "_upload"
+            staging.mkdir(parents=True, exist_ok=True)
+            tmp = staging / f"{table}.{uuid.uuid4().hex}.parquet"
+        else:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            tmp = final.with_name(f".{DATA_FILE}.{uuid.uuid4().hex}.tmp")
+        try:
+            register_io_source(source, schema=schema).sink_parquet(
+                tmp,
+                compression=WRITE_OPTIONS["compression"],
+                statistics=True,
+                row_group_size=WRITE_OPTIONS["row_group_size"],
+            )
+            if self.remote:
+                self.fs.create_dir(final.rsplit("/", 1)[0], recursive=True)
+                with open(tmp, "rb") as src, self.fs.open_output_stream(final) as dst:
+                    shutil.copyfileobj(src, dst, 8 << 20)
+            else:
+                with open(tmp, "rb") as f:
+                    os.fsync(f.fileno())
+                os.replace(tmp, final)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return final, rows
 
     def ensure_schema(self, table: str) -> None:
         """Write the table's zero-row schema file if it is missing (or its columns changed)."""

@@ -23,30 +23,59 @@ def _gpu_id() -> pl.Expr:
     return pl.col("gpu_uuid").hash(1) ^ pl.col("gpu_instance_id").hash(2)
 
 
-def _phase_share(p: str) -> pl.Expr:
-    # share of minutes with a phase; minutes without a utilization reading have none
-    return 100.0 * (pl.col("phase") == p).sum() / pl.col("phase").is_not_null().sum()
+def _ratio(num: str, den: str, scale: float = 1.0) -> pl.Expr:
+    """num / den, null (not NaN) where nothing was counted."""
+    return pl.when(pl.col(den) > 0).then(scale * pl.col(num) / pl.col(den))
 
 
-def hourly_fleet_metrics(minutes: pl.LazyFrame) -> pl.LazyFrame:
-    """Hour x cluster x gpu_model: fleet averages and phase shares (summing to 100)."""
-    h = (
+# Marts over GPU-minutes are built from partial aggregates: sums, counts and GPU counts per group.
+# They add up exactly over disjoint sets of GPUs, so a day processed in GPU chunks
+# (gpu_pipeline.lib.chunked) and a day processed at once give the same table.
+HOURLY_KEYS = ("date", "hour", "cluster", "gpu_model")
+HOURLY_MEANS = {
+    "gpu_util_pct": "avg_gpu_util_pct",
+    "pif": "avg_pif",
+    "rfu_pct": "avg_rfu_pct",
+    "efficiency_gap_pct": "avg_efficiency_gap_pct",
+    "realized_tflops": "avg_realized_tflops",
+}
+
+
+def hourly_partial(minutes: pl.LazyFrame) -> pl.LazyFrame:
+    """Per hour x cluster x model: GPUs, minutes, sums and non-null counts, phase counts."""
+    return (
         minutes.with_columns(pl.col("minute").dt.truncate("1h").alias("hour"))
-        .group_by("date", "hour", "cluster", "gpu_model")
+        .group_by(*HOURLY_KEYS)
         .agg(
             _gpu_id().n_unique().alias("gpus"),
             pl.len().alias("gpu_minutes"),
-            pl.col("gpu_util_pct").mean().alias("avg_gpu_util_pct"),
-            pl.col("pif").mean().alias("avg_pif"),
-            pl.col("rfu_pct").mean().alias("avg_rfu_pct"),
-            pl.col("efficiency_gap_pct").mean().alias("avg_efficiency_gap_pct"),
-            pl.col("realized_tflops").mean().alias("avg_realized_tflops"),
-            *[_phase_share(p).alias(f"pct_{p}") for p in PHASES],
+            *[pl.col(c).sum().alias(f"_sum_{c}") for c in HOURLY_MEANS],
+            *[pl.col(c).count().alias(f"_n_{c}") for c in HOURLY_MEANS],
+            *[(pl.col("phase") == p).sum().alias(f"_n_{p}") for p in PHASES],
+            # minutes without a utilization reading have no phase and no share
+            pl.col("phase").count().alias("_n_phase"),
+        )
+    )
+
+
+def hourly_final(partials: pl.LazyFrame) -> pl.LazyFrame:
+    """Partial aggregates (of one pass or of GPU chunks) -> hourly_fleet_metrics."""
+    h = (
+        partials.group_by(*HOURLY_KEYS)
+        .agg(pl.all().sum())
+        .with_columns(
+            *[_ratio(f"_sum_{c}", f"_n_{c}").alias(name) for c, name in HOURLY_MEANS.items()],
+            *[_ratio(f"_n_{p}", "_n_phase", 100.0).alias(f"pct_{p}") for p in PHASES],
         )
     )
     return conform_lazy(h, HOURLY_FLEET_METRICS_SCHEMA).sort(
         "hour", "cluster", "gpu_model", nulls_last=False
     )
+
+
+def hourly_fleet_metrics(minutes: pl.LazyFrame) -> pl.LazyFrame:
+    """Hour x cluster x gpu_model: fleet averages and phase shares (summing to 100)."""
+    return hourly_final(hourly_partial(minutes))
 
 
 def window(day: date, t: Thresholds = DEFAULT) -> list[date]:
@@ -111,28 +140,45 @@ def minute_costs(minutes: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def priced_waste(minutes: pl.LazyFrame) -> pl.LazyFrame:
-    """Day x cluster x namespace x gpu_model: cost and its waste components, with run rates."""
-    money = (
-        "cost_usd",
-        "productive_usd",
-        "idle_waste_usd",
-        "stall_waste_usd",
-        "headroom_waste_usd",
-        "unmeasured_usd",
-    )
-    w = (
+WASTE_KEYS = ("date", "cluster", "namespace", "gpu_model")
+MONEY = (
+    "cost_usd",
+    "productive_usd",
+    "idle_waste_usd",
+    "stall_waste_usd",
+    "headroom_waste_usd",
+    "unmeasured_usd",
+)
+
+
+def priced_waste_partial(minutes: pl.LazyFrame) -> pl.LazyFrame:
+    """Per day x cluster x namespace x model: GPUs, minutes, highest price, money sums."""
+    return (
         minute_costs(minutes)
-        .group_by("date", "cluster", "namespace", "gpu_model")
+        .group_by(*WASTE_KEYS)
         .agg(
             _gpu_id().n_unique().alias("gpus"),
-            (pl.len() / 60.0).alias("gpu_hours"),
+            pl.len().alias("_minutes"),
             pl.col("price_usd_per_hour").max(),
+            pl.col("cost_usd").is_not_null().any().alias("_priced"),
+            *[pl.col(c).sum() for c in MONEY],
+        )
+    )
+
+
+def priced_waste_final(partials: pl.LazyFrame) -> pl.LazyFrame:
+    """Partial aggregates (of one pass or of GPU chunks) -> priced_waste, with run rates."""
+    w = (
+        partials.group_by(*WASTE_KEYS)
+        .agg(
+            pl.col("gpus", "_minutes", *MONEY).sum(),
+            pl.col("price_usd_per_hour").max(),
+            pl.col("_priced").any(),
+        )
+        .with_columns(
+            (pl.col("_minutes") / 60.0).alias("gpu_hours"),
             # a group without a price has no cost: null, not zero
-            *[
-                pl.when(pl.col("cost_usd").is_not_null().any()).then(pl.col(c).sum()).alias(c)
-                for c in money
-            ],
+            *[pl.when(pl.col("_priced")).then(pl.col(c)).alias(c) for c in MONEY],
         )
         .with_columns(
             (
@@ -151,3 +197,8 @@ def priced_waste(minutes: pl.LazyFrame) -> pl.LazyFrame:
     return conform_lazy(w, PRICED_WASTE_SCHEMA).sort(
         "cluster", "namespace", "gpu_model", nulls_last=False
     )
+
+
+def priced_waste(minutes: pl.LazyFrame) -> pl.LazyFrame:
+    """Day x cluster x namespace x gpu_model: cost and its waste components, with run rates."""
+    return priced_waste_final(priced_waste_partial(minutes))

@@ -19,7 +19,7 @@ from gpu_pipeline.lib.rules import (
     DiagnosisThresholds,
     Thresholds,
 )
-from gpu_pipeline.lib.samples import conform_lazy
+from gpu_pipeline.lib.samples import SAMPLE_ORDER, conform_lazy
 from gpu_pipeline.lib.schemas import GPU_DAILY_SCHEMA, GPU_MINUTES_SCHEMA
 
 GPU_KEY = ("gpu_uuid", "gpu_instance_id")
@@ -100,7 +100,11 @@ def _utilization(per_minute: pl.LazyFrame, mig: bool | None = None) -> pl.LazyFr
         joined = per_minute.with_columns(pl.lit(None, pl.Float64).alias("_mig_util"))
     else:
         joined = per_minute.join(
-            inst, on=["gpu_uuid", "gpu_instance_id", "minute"], how="left", nulls_equal=True
+            inst,
+            on=["gpu_uuid", "gpu_instance_id", "minute"],
+            how="left",
+            nulls_equal=True,
+            maintain_order="left",
         )
     return joined.with_columns(
         pl.coalesce("gpu_util_pct", gr, "_mig_util").alias("gpu_util_pct"),
@@ -162,11 +166,11 @@ _ATTRS = ("hostname", "cluster", "namespace", "pod", "gpu_model", "gpu_instance_
 
 
 def to_minutes(samples: pl.LazyFrame) -> pl.LazyFrame:
-    """Samples -> one row per GPU (and MIG instance) per minute: means, maxima, last attributes."""
+    """Samples in SAMPLE_ORDER -> one row per GPU (and MIG instance) per minute, in that order:
+    means, maxima, last attributes."""
     return (
         samples.with_columns(pl.col("timestamp").dt.truncate("1m").alias("minute"))
-        .sort("timestamp")
-        .group_by(*GPU_KEY, "minute")
+        .group_by(*GPU_KEY, "minute", maintain_order=True)
         .agg(
             pl.col("date").first(),
             *[pl.col(c).drop_nulls().last() for c in _ATTRS],
@@ -208,13 +212,18 @@ def gpu_minutes(
     t: Thresholds = DEFAULT,
     already_minutes: bool = False,
     mig: bool | None = None,
+    presorted: bool = False,
 ) -> pl.LazyFrame:
-    """One row per GPU (and MIG instance) per minute with the SPEC metric stack.
+    """One row per GPU (and MIG instance) per minute with the SPEC metric stack, in SAMPLE_ORDER.
 
     `already_minutes`: the input holds one row per GPU-minute (a minute-level export), so the
     per-minute regroup is skipped. `mig=False`: no MIG instances in the input (skips their
-    aggregation); None: find out.
+    aggregation); None: find out. `presorted`: the input is already in SAMPLE_ORDER (as the lake
+    stores it, checked by `chunked.inspect`), so it is not sorted again; every later step keeps
+    the order.
     """
+    if not presorted:
+        samples = samples.sort(*SAMPLE_ORDER, nulls_last=False)
     per_minute = _utilization(
         rows_as_minutes(samples) if already_minutes else to_minutes(samples), mig=mig
     )
@@ -268,7 +277,7 @@ def gpu_minutes(
         ignore_nulls=True,
     )
     m = (
-        per_minute.join(models, on="gpu_model", how="left", nulls_equal=True)
+        per_minute.join(models, on="gpu_model", how="left", nulls_equal=True, maintain_order="left")
         .with_columns(
             # a MIG instance's power and price live on its physical GPU's row, counted once
             pl.when(mig_instance)
@@ -310,20 +319,18 @@ def gpu_minutes(
             .alias("note"),
         )
     )
-    return conform_lazy(m, GPU_MINUTES_SCHEMA).sort(
-        "minute", "gpu_uuid", "gpu_instance_id", nulls_last=False
-    )
+    return conform_lazy(m, GPU_MINUTES_SCHEMA)
 
 
 def gpu_daily(minutes: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
     """Per GPU-day minute counts by phase and class, and whether the day was bottlenecked."""
     active = pl.col("gpu_util_pct") >= t.idle_below
     d = (
-        minutes.sort("minute")
-        .group_by("date", *GPU_KEY)
+        minutes.group_by("date", *GPU_KEY)
         .agg(
+            # the last attributes seen, in minute order whatever the row order
             *[
-                pl.col(c).drop_nulls().last()
+                pl.col(c).sort_by("minute").drop_nulls().last()
                 for c in ("hostname", "cluster", "namespace", "gpu_model")
             ],
             pl.len().alias("minutes"),

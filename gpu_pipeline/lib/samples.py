@@ -11,6 +11,9 @@ from gpu_pipeline.lib.fields import ID_COLUMNS
 # identity/attribution columns a parser attaches to each sample (all but timestamp)
 ATTR_COLUMNS: tuple[str, ...] = tuple(c for c in ID_COLUMNS if c != "timestamp")
 INT_ATTRS = ("gpu_instance_id", "gpu_index")
+# the order of rows in the lake's gpu_samples and gpu_minutes: one GPU (and MIG instance) after
+# another, in time order; a day can then be read a range of GPUs at a time (row-group statistics)
+SAMPLE_ORDER = ("gpu_uuid", "gpu_instance_id", "timestamp")
 
 LONG_SCHEMA: dict[str, pl.DataType] = {
     "line": pl.Int64,
