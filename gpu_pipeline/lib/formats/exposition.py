@@ -129,8 +129,13 @@ def _regex_candidates(lines: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     return candidates(g.join(attrs, on="labels", how="left"))
 
 
-def _split(source: bytes | Path) -> pl.DataFrame | None:
-    """Every line split at its first `}` into (s, rest), in one CSV pass; None if it can't be."""
+def _split(source: bytes | Path) -> tuple[pl.DataFrame, pl.Series] | None:
+    """Every line split at its first `}` into (s, rest), in one CSV pass; None if it can't be.
+
+    `s` is read as a categorical of this file's own: the reader dedups the series as it goes,
+    the distinct series come back in code order and each line carries just its code.
+    """
+    cats = pl.Categories.random()
     try:
         d = pl.read_csv(
             source,
@@ -139,17 +144,19 @@ def _split(source: bytes | Path) -> pl.DataFrame | None:
             quote_char=None,
             infer_schema=False,
             truncate_ragged_lines=True,  # a `}` inside a label value: that line goes the slow way
-            schema={"s": pl.String, "rest": pl.String},
+            schema={"s": pl.Categorical(cats), "rest": pl.String},
             missing_columns="insert",  # lines without `}` (comments): rest is null
             raise_if_empty=False,
         )
     except pl.exceptions.PolarsError:
         return None
-    return d.with_row_index("line", offset=1).with_columns(pl.col("line").cast(pl.Int64))
+    d = d.with_row_index("line", offset=1).with_columns(pl.col("line").cast(pl.Int64))
+    return d, cats.to_series()
 
 
 def _series_table(keys: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
-    """Distinct series -> metric, column, unit scale, valid range and attributes, parsed once each."""
+    """Distinct series -> metric, column, unit scale, valid range and attributes, parsed once each
+    (`keys`: the series `s` in code order; the table keeps that order, one row per code)."""
     series = (
         keys.with_columns(pl.col("s").str.extract_groups(SERIES_RX).alias("m"))
         .unnest("m")
@@ -158,7 +165,7 @@ def _series_table(keys: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     )
     attrs = normalize_series(_label_attrs(series.get_column("labels").drop_nulls().unique()))
     series = (
-        series.join(attrs, on="labels", how="left")
+        series.join(attrs, on="labels", how="left", maintain_order="left")
         .with_columns(
             metric_column(pl.col("metric")).alias("column"),
             metric_scale(pl.col("metric")).alias("scale"),
@@ -189,52 +196,77 @@ def parse(text: str | bytes | Path, ctx: Context) -> ParsedLines:
         samples, quarantine = finalize(g, normalized=True)
         return ParsedLines(samples, quarantine, lines.height, lines.height - body.height, basis)
 
-    s = pl.col("s")
+    split, distinct = split
+    series, attr_cols = _series_table(pl.DataFrame({"s": distinct}))
     # comments and blank lines (indented comments are rare: the slow path tells them apart)
-    skip = s.is_null() | s.str.starts_with("#")
-    # the rest, exactly " value" or " value timestamp"
-    vt = pl.col("rest").str.strip_suffix("\r").str.split_exact(" ", 3)
-    d = split.with_columns(
-        skip.alias("_skip"),
-        s.hash().alias("key"),
-        vt.struct.field("field_0").alias("_lead"),
-        vt.struct.field("field_1").alias("value_s"),
-        vt.struct.field("field_2").alias("ts_s"),
-        vt.struct.field("field_3").alias("_extra"),
+    comments = pl.Series(
+        [i for i, c in enumerate(distinct.str.starts_with("#").to_list()) if c], dtype=pl.UInt32
     )
-    keys = d.filter(~pl.col("_skip")).select("key", "s").unique("key")
-    d = d.drop("s", "rest")  # the split frame keeps them for rebuilding rejected lines
-    series, attr_cols = _series_table(keys)
-    file_ms = None if ctx.file_time is None else int(ctx.file_time.timestamp() * 1000)
-    d = d.join(series, on="key", how="left").with_columns(
+    code = pl.col("s").to_physical()
+    # the rest, exactly " value" or " value timestamp": anything else fails a cast below
+    rest = pl.col("rest")
+    vt = rest.str.strip_prefix(" ").str.split_exact(" ", 1)
+    d = split.select(
+        "line",
+        code.alias("_code"),
+        (pl.col("s").is_null() | code.is_in(comments.implode())).alias("_skip"),
+        rest.str.starts_with(" ").alias("_lead"),
+        vt.struct.field("field_0").alias("value_s"),
+        vt.struct.field("field_1").alias("ts_s"),
+    ).with_columns(
         pl.col("value_s").cast(pl.Float64, strict=False).alias("value"),
-        _ts_ms(pl.col("ts_s"), file_ms, pl.lit(True)).alias("ts_ms"),
+        pl.col("ts_s").cast(pl.Int64, strict=False).alias("_ts_int"),
     )
+    file_ms = None if ctx.file_time is None else int(ctx.file_time.timestamp() * 1000)
+    floats = d.select((pl.col("_ts_int").is_null() & pl.col("ts_s").is_not_null()).any()).item()
+    if floats or file_ms is not None:  # OpenMetrics seconds, or the file's time for bare samples
+        ts_ms = _ts_ms(pl.col("ts_s"), file_ms, pl.lit(True))
+    else:  # Prometheus integer ms (or seconds, if small)
+        ts_int = pl.col("_ts_int")
+        ts_ms = pl.when(ts_int >= 100_000_000_000).then(ts_int).otherwise(ts_int * 1000)
+    d = d.with_columns(ts_ms.alias("ts_ms"))
     fast_ok = (
-        pl.col("metric").is_not_null()
-        & (pl.col("_lead") == "")
+        pl.col("_lead")
         & pl.col("value").is_not_null()
-        & pl.col("_extra").is_null()
         & (pl.col("ts_s").is_null() | pl.col("ts_ms").is_not_null())
     ).fill_null(False)
     d = d.with_columns(
         pl.when(pl.col("_skip")).then(0).when(fast_ok).then(1).otherwise(2).alias("_path")
     )
-    skipped = int((d.get_column("_path") == 0).sum())
-    fast = d.filter(pl.col("_path") == 1).select(
-        "line",
-        pl.lit(None, pl.String).alias("raw"),
-        "metric",
-        "value_s",
-        "value",
-        "ts_s",
-        "ts_ms",
-        "column",
-        "scale",
-        "_lo",
-        "_hi",
-        *attr_cols,
+    # each line takes its series' parsed columns by code (a gather, no hashing per line)
+    fast = d.filter(pl.col("_path") == 1)
+    # (attributes no series carries stay out: `candidates` adds them as null columns)
+    attr_cols = [c for c in attr_cols if series.get_column(c).null_count() < series.height]
+    per_line = series.select(
+        pl.col("metric", "column", "scale", "_lo", "_hi", *attr_cols).gather(
+            fast.get_column("_code")
+        )
     )
+    fast = pl.concat(
+        [
+            fast.select(
+                "line",
+                pl.lit(None, pl.String).alias("raw"),
+                "value_s",
+                "value",
+                "ts_s",
+                "ts_ms",
+            ),
+            per_line,
+        ],
+        how="horizontal",
+    )
+    # a series the series pattern rejects (odd label syntax) goes the slow way, line by line
+    odd = fast.get_column("metric").is_null()
+    if odd.any():
+        d = d.with_columns(
+            pl.when(pl.col("line").is_in(fast.filter(odd).get_column("line").implode()))
+            .then(2)
+            .otherwise(pl.col("_path"))
+            .alias("_path")
+        )
+        fast = fast.filter(~odd)
+    skipped = int((d.get_column("_path") == 0).sum())
     frames = [candidates(fast)]
     slow_lines = d.filter(pl.col("_path") == 2).get_column("line")
     if slow_lines.len():
@@ -252,7 +284,10 @@ def parse(text: str | bytes | Path, ctx: Context) -> ParsedLines:
         rebuilt = split.filter(
             pl.col("line").is_in(quarantine.get_column("line").implode())
         ).select(
-            "line", pl.concat_str("s", pl.lit("}"), pl.col("rest").fill_null("")).alias("_raw")
+            "line",
+            pl.concat_str(
+                pl.col("s").cast(pl.String), pl.lit("}"), pl.col("rest").fill_null("")
+            ).alias("_raw"),
         )
         quarantine = (
             quarantine.join(rebuilt, on="line", how="left")
