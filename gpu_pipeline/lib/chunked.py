@@ -3,9 +3,9 @@
 The lake stores gpu_samples in SAMPLE_ORDER (one GPU after another), so a range of GPU UUIDs is
 a run of Parquet row groups: each chunk reads only its own rows. A chunk holds whole GPUs (every
 MIG instance with its physical GPU), computes their gpu_minutes and, while they are in memory,
-their gpu_daily rows and the partial aggregates of hourly_fleet_metrics and priced_waste. Chunks
-never share a GPU, so gpu_daily is their concatenation and the two marts add up exactly from
-partial sums, counts and GPU counts (`marts.hourly_final`, `marts.priced_waste_final`).
+their minute runs (`marts.minute_runs`: per GPU and hour, sums and counts). Runs never span two
+chunks, so gpu_daily, hourly_fleet_metrics and priced_waste computed from all of a day's runs
+are exactly the tables of the day processed at once.
 
 `split="cluster"` makes chunk boundaries follow clusters as well (a chunk never mixes two
 clusters' GPUs, a cluster larger than `max_gpus` is cut further), so a cluster's rows are
@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from gpu_pipeline.lib import marts
-from gpu_pipeline.lib.metrics import gpu_daily, gpu_minutes
+from gpu_pipeline.lib.metrics import gpu_daily_final, gpu_minutes
 from gpu_pipeline.lib.rules import DEFAULT, Thresholds
 from gpu_pipeline.lib.samples import SAMPLE_ORDER, collect_stable
+from gpu_pipeline.lib.schemas import GPU_MINUTES_SCHEMA
 
 DEFAULT_CHUNK_GPUS = 1000
 SPLITS = ("gpus", "cluster")
@@ -128,53 +129,33 @@ def inspect(df: pl.DataFrame) -> tuple[pl.DataFrame, Shape]:
 
 @dataclass
 class DayTables:
-    """What a day's chunks add up to: gpu_daily and the partials of the two marts."""
+    """What a day's chunks add up to: their minute runs, from which gpu_daily and the two
+    marts are computed (runs never span two chunks: they belong to one GPU)."""
 
-    daily: list[pl.DataFrame] = field(default_factory=list)
-    hourly: list[pl.DataFrame] = field(default_factory=list)
-    waste: list[pl.DataFrame] = field(default_factory=list)
+    runs: list[pl.DataFrame] = field(default_factory=list)
     minutes_rows: int = 0
     chunks: int = 0
 
     def add(self, minutes: pl.DataFrame) -> pl.DataFrame:
         """Take in one chunk's gpu_minutes (whole GPUs); returns it unchanged."""
-        m = minutes.lazy()
-        d, h, w = pl.collect_all(
-            [gpu_daily(m), marts.hourly_partial(m), marts.priced_waste_partial(m)],
-            engine="in-memory",
-        )
-        self.daily.append(d)
-        self.hourly.append(h)
-        self.waste.append(w)
+        self.runs.append(collect_stable(marts.minute_runs(minutes.lazy())))
         self.minutes_rows += minutes.height
         self.chunks += 1
         return minutes
 
-    def _all(self, parts: list[pl.DataFrame]) -> pl.LazyFrame:
-        return pl.concat(parts).lazy()
+    def _runs(self) -> pl.LazyFrame:
+        if not self.runs:
+            return marts.minute_runs(pl.LazyFrame(schema=GPU_MINUTES_SCHEMA))
+        return pl.concat(self.runs).lazy()
 
     def gpu_daily(self) -> pl.DataFrame:
-        if not self.daily:
-            return collect_stable(gpu_daily(pl.LazyFrame(schema=_minutes_schema())))
-        return pl.concat(self.daily).sort("gpu_uuid", "gpu_instance_id", nulls_last=False)
+        return collect_stable(gpu_daily_final(self._runs()))
 
     def hourly_fleet_metrics(self) -> pl.DataFrame:
-        parts = self.hourly or [collect_stable(marts.hourly_partial(_empty_minutes()))]
-        return collect_stable(marts.hourly_final(self._all(parts)))
+        return collect_stable(marts.hourly_final(self._runs()))
 
     def priced_waste(self) -> pl.DataFrame:
-        parts = self.waste or [collect_stable(marts.priced_waste_partial(_empty_minutes()))]
-        return collect_stable(marts.priced_waste_final(self._all(parts)))
-
-
-def _minutes_schema() -> dict:
-    from gpu_pipeline.lib.schemas import GPU_MINUTES_SCHEMA
-
-    return GPU_MINUTES_SCHEMA
-
-
-def _empty_minutes() -> pl.LazyFrame:
-    return pl.LazyFrame(schema=_minutes_schema())
+        return collect_stable(marts.priced_waste_final(self._runs()))
 
 
 def minutes_by_chunk(

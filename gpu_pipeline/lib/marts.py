@@ -6,7 +6,7 @@ from datetime import date, timedelta
 
 import polars as pl
 
-from gpu_pipeline.lib.rules import DEFAULT, PHASES, Thresholds
+from gpu_pipeline.lib.rules import DEFAULT, EFFICIENCY_CLASSES, PHASES, Thresholds
 from gpu_pipeline.lib.samples import conform_lazy
 from gpu_pipeline.lib.schemas import (
     HOURLY_FLEET_METRICS_SCHEMA,
@@ -28,9 +28,11 @@ def _ratio(num: str, den: str, scale: float = 1.0) -> pl.Expr:
     return pl.when(pl.col(den) > 0).then(scale * pl.col(num) / pl.col(den))
 
 
-# Marts over GPU-minutes are built from partial aggregates: sums, counts and GPU counts per group.
-# They add up exactly over disjoint sets of GPUs, so a day processed in GPU chunks
-# (gpu_pipeline.lib.chunked) and a day processed at once give the same table.
+# Marts over GPU-minutes are built from minute runs: consecutive minutes of one GPU within one
+# hour whose attributes do not change, summed and counted once. Runs add up exactly over
+# disjoint sets of GPUs, so a day processed in GPU chunks (gpu_pipeline.lib.chunked) and a day
+# processed at once give the same tables; on minutes in the lake's order (GPU, then time) a
+# day of 1,440 rows per GPU becomes about 24 runs, and every mart is a small group-by of them.
 HOURLY_KEYS = ("date", "hour", "cluster", "gpu_model")
 HOURLY_MEANS = {
     "gpu_util_pct": "avg_gpu_util_pct",
@@ -39,30 +41,62 @@ HOURLY_MEANS = {
     "efficiency_gap_pct": "avg_efficiency_gap_pct",
     "realized_tflops": "avg_realized_tflops",
 }
+RUN_KEYS = ("date", "gpu_uuid", "gpu_instance_id", "cluster", "gpu_model", "namespace", "hostname")
+WASTE_KEYS = ("date", "cluster", "namespace", "gpu_model")
+MONEY = (
+    "cost_usd",
+    "productive_usd",
+    "idle_waste_usd",
+    "stall_waste_usd",
+    "headroom_waste_usd",
+    "unmeasured_usd",
+)
 
 
-def hourly_partial(minutes: pl.LazyFrame) -> pl.LazyFrame:
-    """Per hour x cluster x model: GPUs, minutes, sums and non-null counts, phase counts."""
+def minute_runs(minutes: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
+    """Runs of minutes (one GPU, one hour, the same attributes): minutes, sums and non-null
+    counts of the averaged metrics, phase/class/active counts, money, highest price.
+
+    Correct in any row order (a run is just a group with one key); rows in GPU-then-time order
+    make the runs long and the grouping a pass over contiguous slices.
+    """
+    hour = pl.col("minute").dt.truncate("1h")
+    keys = [pl.col(c) for c in RUN_KEYS] + [hour]
+    starts = pl.any_horizontal([k.ne_missing(k.shift()) for k in keys])
     return (
-        minutes.with_columns(pl.col("minute").dt.truncate("1h").alias("hour"))
-        .group_by(*HOURLY_KEYS)
+        minute_costs(minutes)
+        .with_columns(starts.cum_sum().alias("_run"), hour.alias("hour"))
+        .with_columns(pl.col("_run").set_sorted())
+        .group_by("_run")
         .agg(
-            _gpu_id().n_unique().alias("gpus"),
-            pl.len().alias("gpu_minutes"),
+            *[pl.col(c).first() for c in (*RUN_KEYS, "hour")],
+            pl.col("minute").max().alias("_last_minute"),
+            pl.len().alias("_minutes"),
             *[pl.col(c).sum().alias(f"_sum_{c}") for c in HOURLY_MEANS],
             *[pl.col(c).count().alias(f"_n_{c}") for c in HOURLY_MEANS],
             *[(pl.col("phase") == p).sum().alias(f"_n_{p}") for p in PHASES],
             # minutes without a utilization reading have no phase and no share
             pl.col("phase").count().alias("_n_phase"),
+            *[(pl.col("efficiency_class") == c).sum().alias(f"_c_{c}") for c in EFFICIENCY_CLASSES],
+            (pl.col("gpu_util_pct") >= t.idle_below).sum().alias("_active"),
+            pl.col("price_usd_per_hour").max(),
+            pl.col("cost_usd").is_not_null().any().alias("_priced"),
+            *[pl.col(c).sum() for c in MONEY],
         )
+        .drop("_run")
     )
 
 
-def hourly_final(partials: pl.LazyFrame) -> pl.LazyFrame:
-    """Partial aggregates (of one pass or of GPU chunks) -> hourly_fleet_metrics."""
+def hourly_final(runs: pl.LazyFrame) -> pl.LazyFrame:
+    """Minute runs (of one pass or of GPU chunks) -> hourly_fleet_metrics."""
+    sums = [f"_sum_{c}" for c in HOURLY_MEANS] + [f"_n_{c}" for c in HOURLY_MEANS]
     h = (
-        partials.group_by(*HOURLY_KEYS)
-        .agg(pl.all().sum())
+        runs.group_by(*HOURLY_KEYS)
+        .agg(
+            _gpu_id().n_unique().alias("gpus"),
+            pl.col("_minutes").sum().alias("gpu_minutes"),
+            pl.col(*sums, *[f"_n_{p}" for p in PHASES], "_n_phase").sum(),
+        )
         .with_columns(
             *[_ratio(f"_sum_{c}", f"_n_{c}").alias(name) for c, name in HOURLY_MEANS.items()],
             *[_ratio(f"_n_{p}", "_n_phase", 100.0).alias(f"pct_{p}") for p in PHASES],
@@ -75,7 +109,7 @@ def hourly_final(partials: pl.LazyFrame) -> pl.LazyFrame:
 
 def hourly_fleet_metrics(minutes: pl.LazyFrame) -> pl.LazyFrame:
     """Hour x cluster x gpu_model: fleet averages and phase shares (summing to 100)."""
-    return hourly_final(hourly_partial(minutes))
+    return hourly_final(minute_runs(minutes))
 
 
 def window(day: date, t: Thresholds = DEFAULT) -> list[date]:
@@ -140,38 +174,13 @@ def minute_costs(minutes: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-WASTE_KEYS = ("date", "cluster", "namespace", "gpu_model")
-MONEY = (
-    "cost_usd",
-    "productive_usd",
-    "idle_waste_usd",
-    "stall_waste_usd",
-    "headroom_waste_usd",
-    "unmeasured_usd",
-)
-
-
-def priced_waste_partial(minutes: pl.LazyFrame) -> pl.LazyFrame:
-    """Per day x cluster x namespace x model: GPUs, minutes, highest price, money sums."""
-    return (
-        minute_costs(minutes)
-        .group_by(*WASTE_KEYS)
+def priced_waste_final(runs: pl.LazyFrame) -> pl.LazyFrame:
+    """Minute runs (of one pass or of GPU chunks) -> priced_waste, with run rates."""
+    w = (
+        runs.group_by(*WASTE_KEYS)
         .agg(
             _gpu_id().n_unique().alias("gpus"),
-            pl.len().alias("_minutes"),
-            pl.col("price_usd_per_hour").max(),
-            pl.col("cost_usd").is_not_null().any().alias("_priced"),
-            *[pl.col(c).sum() for c in MONEY],
-        )
-    )
-
-
-def priced_waste_final(partials: pl.LazyFrame) -> pl.LazyFrame:
-    """Partial aggregates (of one pass or of GPU chunks) -> priced_waste, with run rates."""
-    w = (
-        partials.group_by(*WASTE_KEYS)
-        .agg(
-            pl.col("gpus", "_minutes", *MONEY).sum(),
+            pl.col("_minutes", *MONEY).sum(),
             pl.col("price_usd_per_hour").max(),
             pl.col("_priced").any(),
         )
@@ -201,4 +210,4 @@ def priced_waste_final(partials: pl.LazyFrame) -> pl.LazyFrame:
 
 def priced_waste(minutes: pl.LazyFrame) -> pl.LazyFrame:
     """Day x cluster x namespace x gpu_model: cost and its waste components, with run rates."""
-    return priced_waste_final(priced_waste_partial(minutes))
+    return priced_waste_final(minute_runs(minutes))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from gpu_pipeline.lib.marts import minute_runs
 from gpu_pipeline.lib.reference import model_key
 from gpu_pipeline.lib.rules import (
     CLASS_ENUM,
@@ -324,26 +325,34 @@ def gpu_minutes(
 
 def gpu_daily(minutes: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
     """Per GPU-day minute counts by phase and class, and whether the day was bottlenecked."""
-    active = pl.col("gpu_util_pct") >= t.idle_below
+    return gpu_daily_final(minute_runs(minutes, t), t)
+
+
+def gpu_daily_final(runs: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
+    """Minute runs (`marts.minute_runs`, of one pass or of GPU chunks) -> gpu_daily."""
     d = (
-        minutes.group_by("date", *GPU_KEY)
+        runs.group_by("date", *GPU_KEY)
         .agg(
             # the last attributes seen, in minute order whatever the row order
             *[
-                pl.col(c).sort_by("minute").drop_nulls().last()
+                pl.col(c).sort_by("_last_minute").drop_nulls().last()
                 for c in ("hostname", "cluster", "namespace", "gpu_model")
             ],
-            pl.len().alias("minutes"),
-            active.sum().alias("active_minutes"),
-            (pl.col("efficiency_class") == "bottlenecked").sum().alias("bottlenecked_minutes"),
-            *[(pl.col("phase") == p).sum().alias(f"{p}_minutes") for p in PHASES],
+            pl.col("_minutes").sum().alias("minutes"),
+            pl.col("_active").sum().alias("active_minutes"),
+            pl.col("_c_bottlenecked").sum().alias("bottlenecked_minutes"),
+            *[pl.col(f"_n_{p}").sum().alias(f"{p}_minutes") for p in PHASES],
+            *[pl.col(f"_c_{c}").sum().alias(f"class_{c}_minutes") for c in EFFICIENCY_CLASSES],
             *[
-                (pl.col("efficiency_class") == c).sum().alias(f"class_{c}_minutes")
-                for c in EFFICIENCY_CLASSES
+                pl.when(pl.col(f"_n_{c}").sum() > 0)
+                .then(pl.col(f"_sum_{c}").sum() / pl.col(f"_n_{c}").sum())
+                .alias(name)
+                for c, name in (
+                    ("gpu_util_pct", "avg_gpu_util_pct"),
+                    ("pif", "avg_pif"),
+                    ("rfu_pct", "avg_rfu_pct"),
+                )
             ],
-            pl.col("gpu_util_pct").mean().alias("avg_gpu_util_pct"),
-            pl.col("pif").mean().alias("avg_pif"),
-            pl.col("rfu_pct").mean().alias("avg_rfu_pct"),
         )
         .with_columns(
             (
