@@ -213,28 +213,28 @@ def parse(text: str | bytes | Path, ctx: Context) -> ParsedLines:
         rest.str.starts_with(" ").alias("_lead"),
         vt.struct.field("field_0").alias("value_s"),
         vt.struct.field("field_1").alias("ts_s"),
-    ).with_columns(
-        pl.col("value_s").cast(pl.Float64, strict=False).alias("value"),
-        pl.col("ts_s").cast(pl.Int64, strict=False).alias("_ts_int"),
     )
+    value = pl.col("value_s").cast(pl.Float64, strict=False)
+    ts_int = pl.col("ts_s").cast(pl.Int64, strict=False)
     file_ms = None if ctx.file_time is None else int(ctx.file_time.timestamp() * 1000)
-    floats = d.select((pl.col("_ts_int").is_null() & pl.col("ts_s").is_not_null()).any()).item()
-    if floats or file_ms is not None:  # OpenMetrics seconds, or the file's time for bare samples
-        ts_ms = _ts_ms(pl.col("ts_s"), file_ms, pl.lit(True))
-    else:  # Prometheus integer ms (or seconds, if small)
-        ts_int = pl.col("_ts_int")
-        ts_ms = pl.when(ts_int >= 100_000_000_000).then(ts_int).otherwise(ts_int * 1000)
-    d = d.with_columns(ts_ms.alias("ts_ms"))
+    d = d.with_columns(
+        value.alias("value"),
+        # Prometheus integer ms (or seconds, if small); OpenMetrics float seconds below
+        pl.when(ts_int >= 100_000_000_000).then(ts_int).otherwise(ts_int * 1000).alias("ts_ms"),
+    )
+    if file_ms is not None or bool(
+        d.select((pl.col("ts_ms").is_null() & pl.col("ts_s").is_not_null()).any()).item()
+    ):
+        d = d.with_columns(_ts_ms(pl.col("ts_s"), file_ms, pl.lit(True)).alias("ts_ms"))
     fast_ok = (
         pl.col("_lead")
         & pl.col("value").is_not_null()
         & (pl.col("ts_s").is_null() | pl.col("ts_ms").is_not_null())
     ).fill_null(False)
-    d = d.with_columns(
-        pl.when(pl.col("_skip")).then(0).when(fast_ok).then(1).otherwise(2).alias("_path")
-    )
+    path = d.select(pl.when(pl.col("_skip")).then(0).when(fast_ok).then(1).otherwise(2)).to_series()
+    d = d.with_columns(path.alias("_path"))
     # each line takes its series' parsed columns by code (a gather, no hashing per line)
-    fast = d.filter(pl.col("_path") == 1)
+    fast = d if bool((path == 1).all()) else d.filter(pl.col("_path") == 1)
     # (attributes no series carries stay out: `candidates` adds them as null columns)
     attr_cols = [c for c in attr_cols if series.get_column(c).null_count() < series.height]
     per_line = series.select(
