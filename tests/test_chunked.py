@@ -153,7 +153,8 @@ def test_streamed_write_is_one_file_and_an_error_keeps_the_previous_version(tmp_
     lake = Lake(tmp_path / "lake")
     frames = list(chunked.minutes_by_chunk(samples.lazy(), CAT, PRICES, max_gpus=4))
     path, rows = lake.write_frames("gpu_minutes", D, iter(frames))
-    assert rows == sum(f.height for f in frames) == 12 * 1440 + 3 * 30  # the MIG GPU: a physical row and two instances
+    # twelve GPUs a day, and the MIG GPU's physical row and two instances for 30 minutes
+    assert rows == sum(f.height for f in frames) == 12 * 1440 + 3 * 30
     before = path.read_bytes()
     assert_frame_equal(pl.read_parquet(path), pl.concat(frames))
 

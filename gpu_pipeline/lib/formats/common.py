@@ -191,7 +191,8 @@ def finalize(g: pl.DataFrame, normalized: bool = False) -> tuple[pl.DataFrame, p
     )
     g = g.with_columns(rejected.alias("_rejected"))
     ts = pl.from_epoch("ts_ms", time_unit="ms").dt.replace_time_zone("UTC")
-    ok = g.filter(~pl.col("_rejected"))
+    any_rejected = bool(g.get_column("_rejected").any())
+    ok = g.filter(~pl.col("_rejected")) if any_rejected else g  # the usual file: no copy
     if ok.get_column("gpu_instance_id").is_not_null().any():
         ok = _mig_device_level(ok)
     samples = ok.select(
@@ -204,7 +205,7 @@ def finalize(g: pl.DataFrame, normalized: bool = False) -> tuple[pl.DataFrame, p
         .alias("value"),
         *ATTR_COLUMNS,
     )
-    bad = g.filter(pl.col("_rejected"))
+    bad = g.filter(pl.col("_rejected")) if any_rejected else g.clear()
     reason = (
         pl.when(pl.col("pre_reason").is_not_null())
         .then(pl.col("pre_reason"))
