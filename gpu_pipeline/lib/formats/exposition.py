@@ -35,8 +35,8 @@ _LABELS = r'\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\}'
 LINE_RX = rf"^({_NAME})[ \t]*({_LABELS})?[ \t]+(.*?)[ \t]*$"
 VALUE_TS_RX = r"^(\S+)(?:[ \t]+(\S+))?$"
 PAIR_RX = r'[a-zA-Z_][a-zA-Z0-9_]*[ \t]*=[ \t]*"(?:[^"\\]|\\.)*"'
-# a series as the fast path splits it: `name{labels` with the closing brace cut off
-SERIES_RX = "^(" + _NAME + r')(\{(?:[^"}]|"(?:[^"\\]|\\.)*")*)$'
+# a label block as the fast path splits it: `{labels` with the closing brace cut off
+_LABELS_OPEN = r'\{(?:[^"}]|"(?:[^"\\]|\\.)*")*'
 _HEAD = re.compile(r"^(# (HELP|TYPE) )?[a-zA-Z_:][a-zA-Z0-9_:]*(\{|\s)")
 
 
@@ -157,13 +157,23 @@ def _split(source: bytes | Path) -> tuple[pl.DataFrame, pl.Series] | None:
 def _series_table(keys: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     """Distinct series -> metric, column, unit scale, valid range and attributes, parsed once each
     (`keys`: the series `s` in code order; the table keeps that order, one row per code)."""
-    series = (
-        keys.with_columns(pl.col("s").str.extract_groups(SERIES_RX).alias("m"))
-        .unnest("m")
-        .rename({"1": "metric", "2": "labels"})
-        .with_columns((pl.col("labels") + "}").alias("labels"))
+    # split at the first `{` (a metric name has none), then validate each distinct metric name
+    # and label block once: label blocks repeat across a GPU's fields
+    parts = pl.col("s").str.split_exact("{", 1)
+    series = keys.with_columns(
+        parts.struct.field("field_0").alias("metric"),
+        ("{" + parts.struct.field("field_1")).alias("labels"),
     )
-    attrs = normalize_series(_label_attrs(series.get_column("labels").drop_nulls().unique()))
+    metric_ok = pl.col("metric").str.contains(f"^{_NAME}$")
+    blocks = series.get_column("labels").drop_nulls().unique().to_frame()
+    blocks = blocks.filter(pl.col("labels").str.contains(f"^{_LABELS_OPEN}$"))
+    series = series.with_columns(
+        pl.when(metric_ok & pl.col("labels").is_in(blocks.get_column("labels").implode()))
+        .then(pl.col("metric"))
+        .alias("metric"),
+        (pl.col("labels") + "}").alias("labels"),
+    )
+    attrs = normalize_series(_label_attrs(blocks.get_column("labels") + "}"))
     series = (
         series.join(attrs, on="labels", how="left", maintain_order="left")
         .with_columns(
@@ -205,14 +215,15 @@ def parse(text: str | bytes | Path, ctx: Context) -> ParsedLines:
     code = pl.col("s").to_physical()
     # the rest, exactly " value" or " value timestamp": anything else fails a cast below
     rest = pl.col("rest")
-    vt = rest.str.strip_prefix(" ").str.split_exact(" ", 1)
+    # (the timestamp field takes the rest of the line: extra tokens fail its cast)
+    vt = rest.str.splitn(" ", 3)
     d = split.select(
         "line",
         code.alias("_code"),
         (pl.col("s").is_null() | code.is_in(comments.implode())).alias("_skip"),
-        rest.str.starts_with(" ").alias("_lead"),
-        vt.struct.field("field_0").alias("value_s"),
-        vt.struct.field("field_1").alias("ts_s"),
+        (vt.struct.field("field_0") == "").alias("_lead"),
+        vt.struct.field("field_1").alias("value_s"),
+        vt.struct.field("field_2").alias("ts_s"),
     )
     value = pl.col("value_s").cast(pl.Float64, strict=False)
     ts_int = pl.col("ts_s").cast(pl.Int64, strict=False)
