@@ -446,3 +446,20 @@ def test_real_samples_ingest_and_are_accounted_for(tmp_path):
     q = pl.concat([o.quarantine for o in outs])
     assert q.filter(pl.col("reason").str.contains("ERROR - FAILED TO CONVERT")).height == 10
     assert q.filter(pl.col("raw").str.starts_with("* Connection #0")).height == 1
+
+
+def test_nvidia_smi_header_naming_no_field_quarantines_every_row():
+    """Found by hypothesis: a mangled header left no field to read; its rows were lost."""
+    from gpu_pipeline.lib.formats import nvidia_smi
+    from gpu_pipeline.lib.formats.common import Context
+
+    text = (
+        "timestamp, uuid,0 utilization.gpu [%], power.draw [W]\r0\r\r\n"
+        "2024/01/01 10:00:00.000, GPU-1, 50 %, 100 W\r\r\r\n"
+        "2024/01/01 10:01:00.000, GPU-1, [N/A], 90.5 W\r\r\r\n"
+    )
+    out = nvidia_smi.parse(text, Context("smi.csv"))
+    assert out.samples.height == 0
+    assert out.quarantine["line"].to_list() == [2, 3]
+    assert out.quarantine["reason"].str.contains("no telemetry field").all()
+    assert out.lines_total == out.lines_skipped + out.quarantine.height

@@ -150,7 +150,7 @@ def _split(source: bytes | Path) -> tuple[pl.DataFrame, pl.Series] | None:
         )
     except pl.exceptions.PolarsError:
         return None
-    d = d.with_row_index("line", offset=1).with_columns(pl.col("line").cast(pl.Int64))
+    d = d.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("line"))
     return d, cats.to_series()
 
 
@@ -213,26 +213,30 @@ def parse(text: str | bytes | Path, ctx: Context) -> ParsedLines:
         [i for i, c in enumerate(distinct.str.starts_with("#").to_list()) if c], dtype=pl.UInt32
     )
     code = pl.col("s").to_physical()
+    # a series the series pattern rejects (odd label syntax) goes the slow way, line by line
+    odd = series.with_row_index("_code").filter(pl.col("metric").is_null()).get_column("_code")
     # the rest, exactly " value" or " value timestamp": anything else fails a cast below
-    rest = pl.col("rest")
     # (the timestamp field takes the rest of the line: extra tokens fail its cast)
-    vt = rest.str.splitn(" ", 3)
     d = split.select(
         "line",
         code.alias("_code"),
         (pl.col("s").is_null() | code.is_in(comments.implode())).alias("_skip"),
-        (vt.struct.field("field_0") == "").alias("_lead"),
-        vt.struct.field("field_1").alias("value_s"),
-        vt.struct.field("field_2").alias("ts_s"),
-    )
-    value = pl.col("value_s").cast(pl.Float64, strict=False)
-    ts_int = pl.col("ts_s").cast(pl.Int64, strict=False)
-    file_ms = None if ctx.file_time is None else int(ctx.file_time.timestamp() * 1000)
-    d = d.with_columns(
-        value.alias("value"),
+        code.is_in(odd.implode()).alias("_odd"),
+        pl.col("rest").str.splitn(" ", 3).alias("_vt"),
+    ).unnest("_vt")
+    ts_int = pl.col("field_2").cast(pl.Int64, strict=False)
+    d = d.select(
+        "line",
+        "_code",
+        "_skip",
+        ((pl.col("field_0") == "") & ~pl.col("_odd")).alias("_lead"),
+        pl.col("field_1").alias("value_s"),
+        pl.col("field_2").alias("ts_s"),
+        pl.col("field_1").cast(pl.Float64, strict=False).alias("value"),
         # Prometheus integer ms (or seconds, if small); OpenMetrics float seconds below
         pl.when(ts_int >= 100_000_000_000).then(ts_int).otherwise(ts_int * 1000).alias("ts_ms"),
     )
+    file_ms = None if ctx.file_time is None else int(ctx.file_time.timestamp() * 1000)
     if file_ms is not None or bool(
         d.select((pl.col("ts_ms").is_null() & pl.col("ts_s").is_not_null()).any()).item()
     ):
@@ -244,14 +248,18 @@ def parse(text: str | bytes | Path, ctx: Context) -> ParsedLines:
     ).fill_null(False)
     path = d.select(pl.when(pl.col("_skip")).then(0).when(fast_ok).then(1).otherwise(2)).to_series()
     d = d.with_columns(path.alias("_path"))
-    # each line takes its series' parsed columns by code (a gather, no hashing per line)
+    # each line takes its series' parsed columns by code (a gather, no hashing per line); what
+    # no line needs stays out: attributes no series carries and unit factors of 1 (`candidates`
+    # fills them in), metric names unless some metric is unknown (its reason names it)
     fast = d if bool((path == 1).all()) else d.filter(pl.col("_path") == 1)
-    # (attributes no series carries stay out: `candidates` adds them as null columns)
     attr_cols = [c for c in attr_cols if series.get_column(c).null_count() < series.height]
+    extra = []
+    if series.select((pl.col("metric").is_not_null() & pl.col("column").is_null()).any()).item():
+        extra.append("metric")
+    if series.select((pl.col("scale").fill_null(1.0) != 1.0).any()).item():
+        extra.append("scale")
     per_line = series.select(
-        pl.col("metric", "column", "scale", "_lo", "_hi", *attr_cols).gather(
-            fast.get_column("_code")
-        )
+        pl.col(*extra, "column", "_lo", "_hi", *attr_cols).gather(fast.get_column("_code"))
     )
     fast = pl.concat(
         [
@@ -267,16 +275,6 @@ def parse(text: str | bytes | Path, ctx: Context) -> ParsedLines:
         ],
         how="horizontal",
     )
-    # a series the series pattern rejects (odd label syntax) goes the slow way, line by line
-    odd = fast.get_column("metric").is_null()
-    if odd.any():
-        d = d.with_columns(
-            pl.when(pl.col("line").is_in(fast.filter(odd).get_column("line").implode()))
-            .then(2)
-            .otherwise(pl.col("_path"))
-            .alias("_path")
-        )
-        fast = fast.filter(~odd)
     skipped = int((d.get_column("_path") == 0).sum())
     frames = [candidates(fast)]
     slow_lines = d.filter(pl.col("_path") == 2).get_column("line")

@@ -93,7 +93,17 @@ def to_long(
             ).drop("cells")
         )
     if not frames:
-        return base.drop("cells").with_columns(pl.lit(None, pl.String).alias("column")).head(0)
+        # a header naming no field gpu_pipeline reads: each row is one quarantine record
+        return base.drop("cells").with_columns(
+            pl.coalesce(
+                "pre_reason", pl.lit("no telemetry field recognized in the header: row not read")
+            ).alias("pre_reason"),
+            pl.lit(None, pl.String).alias("column"),
+            pl.lit(None, pl.String).alias("metric"),
+            pl.lit(1.0).alias("scale"),
+            pl.lit(None, pl.Float64).alias("value"),
+            pl.lit(None, pl.String).alias("value_s"),
+        )
     return pl.concat(frames).sort("line", maintain_order=True)
 
 
