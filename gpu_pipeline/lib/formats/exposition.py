@@ -137,20 +137,23 @@ def _split(source: bytes | Path) -> tuple[pl.DataFrame, pl.Series] | None:
     """
     cats = pl.Categories.random()
     try:
-        d = pl.read_csv(
-            source,
-            has_header=False,
-            separator="}",
-            quote_char=None,
-            infer_schema=False,
-            truncate_ragged_lines=True,  # a `}` inside a label value: that line goes the slow way
-            schema={"s": pl.Categorical(cats), "rest": pl.String},
-            missing_columns="insert",  # lines without `}` (comments): rest is null
-            raise_if_empty=False,
+        d = (
+            pl.scan_csv(
+                source,
+                has_header=False,
+                separator="}",
+                quote_char=None,
+                truncate_ragged_lines=True,  # a `}` inside a label value: that line goes slow
+                schema={"s": pl.Categorical(cats), "rest": pl.String},
+                missing_columns="insert",  # lines without `}` (comments): rest is null
+                raise_if_empty=False,
+            )
+            .with_row_index("line", offset=1)
+            .with_columns(pl.col("line").cast(pl.Int64))
+            .collect(engine="streaming")  # reading is row-wise: same rows, same order
         )
     except pl.exceptions.PolarsError:
         return None
-    d = d.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("line"))
     return d, cats.to_series()
 
 
@@ -217,24 +220,31 @@ def parse(text: str | bytes | Path, ctx: Context) -> ParsedLines:
     odd = series.with_row_index("_code").filter(pl.col("metric").is_null()).get_column("_code")
     # the rest, exactly " value" or " value timestamp": anything else fails a cast below
     # (the timestamp field takes the rest of the line: extra tokens fail its cast)
-    d = split.select(
+    skip = pl.col("s").is_null()
+    if comments.len():
+        skip = skip | code.is_in(comments.implode())
+    d = split.lazy().select(
         "line",
         code.alias("_code"),
-        (pl.col("s").is_null() | code.is_in(comments.implode())).alias("_skip"),
-        code.is_in(odd.implode()).alias("_odd"),
+        skip.alias("_skip"),
+        (code.is_in(odd.implode()) if odd.len() else pl.lit(False)).alias("_odd"),
         pl.col("rest").str.splitn(" ", 3).alias("_vt"),
-    ).unnest("_vt")
+    )
     ts_int = pl.col("field_2").cast(pl.Int64, strict=False)
-    d = d.select(
-        "line",
-        "_code",
-        "_skip",
-        ((pl.col("field_0") == "") & ~pl.col("_odd")).alias("_lead"),
-        pl.col("field_1").alias("value_s"),
-        pl.col("field_2").alias("ts_s"),
-        pl.col("field_1").cast(pl.Float64, strict=False).alias("value"),
-        # Prometheus integer ms (or seconds, if small); OpenMetrics float seconds below
-        pl.when(ts_int >= 100_000_000_000).then(ts_int).otherwise(ts_int * 1000).alias("ts_ms"),
+    d = (
+        d.unnest("_vt")
+        .select(
+            "line",
+            "_code",
+            "_skip",
+            ((pl.col("field_0") == "") & ~pl.col("_odd")).alias("_lead"),
+            pl.col("field_1").alias("value_s"),
+            pl.col("field_2").alias("ts_s"),
+            pl.col("field_1").cast(pl.Float64, strict=False).alias("value"),
+            # Prometheus integer ms (or seconds, if small); OpenMetrics float seconds below
+            pl.when(ts_int >= 100_000_000_000).then(ts_int).otherwise(ts_int * 1000).alias("ts_ms"),
+        )
+        .collect(engine="streaming")  # row-wise only: both cores, same rows, same order
     )
     file_ms = None if ctx.file_time is None else int(ctx.file_time.timestamp() * 1000)
     if file_ms is not None or bool(
@@ -275,10 +285,10 @@ def parse(text: str | bytes | Path, ctx: Context) -> ParsedLines:
         ],
         how="horizontal",
     )
-    skipped = int((d.get_column("_path") == 0).sum())
+    skipped = int((path == 0).sum())
     frames = [candidates(fast)]
-    slow_lines = d.filter(pl.col("_path") == 2).get_column("line")
-    if slow_lines.len():
+    if bool((path == 2).any()):
+        slow_lines = d.filter(pl.col("_path") == 2).get_column("line")
         raw = _read_lines(data()).filter(pl.col("line").is_in(slow_lines.implode()))
         blank_or_comment = pl.col("raw").str.contains(r"^[ \t]*(#|$)")
         skipped += int(raw.select(blank_or_comment.sum()).item())
