@@ -463,3 +463,27 @@ def test_nvidia_smi_header_naming_no_field_quarantines_every_row():
     assert out.quarantine["line"].to_list() == [2, 3]
     assert out.quarantine["reason"].str.contains("no telemetry field").all()
     assert out.lines_total == out.lines_skipped + out.quarantine.height
+
+
+def test_prometheus_json_timestamp_out_of_range_is_quarantined():
+    """Found by hypothesis: a timestamp beyond int64 milliseconds crashed the parser."""
+    from gpu_pipeline.lib.formats import prom_json
+    from gpu_pipeline.lib.formats.common import Context
+
+    text = json.dumps(
+        {
+            "status": "success",
+            "data": {
+                "resultType": "matrix",
+                "result": [
+                    {
+                        "metric": {"__name__": "DCGM_FI_DEV_GPU_UTIL", "UUID": "GPU-1"},
+                        "values": [[17041031704103260, "50"], [1704103200, "60"]],
+                    }
+                ],
+            },
+        }
+    )
+    out = prom_json.parse(text, Context("q.json"))
+    assert out.samples["value"].to_list() == [60.0]
+    assert out.quarantine["reason"].to_list() == ["timestamp out of range: 1.704103170410326e+16"]

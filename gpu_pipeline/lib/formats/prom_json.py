@@ -99,7 +99,7 @@ def parse(text: str, ctx: Context) -> ParsedLines:
         .join(per_series, on="series", how="left")
         .join(attrs, on="series", how="left")
         .with_columns(
-            (pl.col("ts") * 1000.0).round(0).cast(pl.Int64).alias("ts_ms"),
+            (pl.col("ts") * 1000.0).round(0).cast(pl.Int64, strict=False).alias("ts_ms"),
             pl.col("value_s").cast(pl.Float64, strict=False).alias("value"),
             metric_column(pl.col("metric")).alias("column"),
             metric_scale(pl.col("metric")).alias("scale"),
@@ -116,6 +116,11 @@ def parse(text: str, ctx: Context) -> ParsedLines:
             .then(pl.col("pre_reason"))
             .when(pl.col("metric").is_null())
             .then(pl.lit("series has no __name__ label (an expression result?)"))
+            .when(
+                pl.col("ts").is_not_null()
+                & (pl.col("ts") * 1000.0).round(0).cast(pl.Int64, strict=False).is_null()
+            )
+            .then(pl.format("timestamp out of range: {}", pl.col("ts").cast(pl.String)))
             .alias("pre_reason"),
         )
         .with_columns(pl.col("metric").fill_null("?"))
