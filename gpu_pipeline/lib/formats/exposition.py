@@ -56,16 +56,17 @@ def _label_attrs(blocks: pl.Series) -> pl.DataFrame:
         pl.DataFrame({"labels": blocks})
         .with_columns(pl.col("labels").str.extract_all(PAIR_RX).alias("pair"))
         .explode("pair")
-        .with_columns(
-            pl.col("pair").str.extract(r"^([^=\s]+)", 1).alias("k"),
-            pl.col("pair")
-            .str.extract(r'="(.*)"$', 1)
-            .str.replace_all(r"\\\\", "\x00")
+    )
+    v = pl.col("pair").str.extract(r'="(.*)"$', 1)
+    if pairs.get_column("pair").str.contains("\\", literal=True).any():  # escapes: undo them
+        v = (
+            v.str.replace_all(r"\\\\", "\x00")
             .str.replace_all(r'\\"', '"')
             .str.replace_all(r"\\n", "\n")
             .str.replace_all("\x00", "\\", literal=True)
-            .alias("v"),
         )
+    pairs = pairs.with_columns(
+        pl.col("pair").str.extract(r"^([^=\s]+)", 1).alias("k"), v.alias("v")
     )
     return resolve_aliases(pairs, "labels")
 
