@@ -130,13 +130,18 @@ def _regex_candidates(lines: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     return candidates(g.join(attrs, on="labels", how="left"))
 
 
-def _split(source: bytes | Path) -> tuple[pl.DataFrame, pl.Series] | None:
-    """Every line split at its first `}` into (s, rest), in one CSV pass; None if it can't be.
+def _scan(source: bytes | Path) -> tuple[pl.DataFrame, pl.Series] | None:
+    """One streaming CSV pass: each line split at its first `}` into the series and the rest,
+    the rest into value and timestamp, cast; None if the file can't be read this way.
 
-    `s` is read as a categorical of this file's own: the reader dedups the series as it goes,
-    the distinct series come back in code order and each line carries just its code.
+    The series is read as a categorical of this file's own: the reader dedups the series as it
+    goes, and each line carries just its code (`_code`); the distinct series come back too.
+    The pass is row-wise only, so Polars' streaming engine runs it on every core and keeps the
+    rows in order. `_lead`: the rest starts with exactly one space; the timestamp field takes
+    the rest of the line, so extra tokens fail its cast.
     """
     cats = pl.Categories.random()
+    ts_int = pl.col("field_2").cast(pl.Int64, strict=False)
     try:
         d = (
             pl.scan_csv(
@@ -150,12 +155,35 @@ def _split(source: bytes | Path) -> tuple[pl.DataFrame, pl.Series] | None:
                 raise_if_empty=False,
             )
             .with_row_index("line", offset=1)
-            .with_columns(pl.col("line").cast(pl.Int64))
-            .collect(engine="streaming")  # reading is row-wise: same rows, same order
+            .select(
+                pl.col("line").cast(pl.Int64),
+                "s",
+                pl.col("s").is_null().alias("_no_series"),
+                pl.col("rest").str.splitn(" ", 3).alias("_vt"),
+            )
+            .unnest("_vt")
+            .select(
+                "line",
+                "s",
+                "_no_series",
+                (pl.col("field_0") == "").alias("_lead"),
+                pl.col("field_1").alias("value_s"),
+                pl.col("field_2").alias("ts_s"),
+                pl.col("field_1").cast(pl.Float64, strict=False).alias("value"),
+                # Prometheus integer ms (or seconds, if small); OpenMetrics seconds: see parse
+                pl.when(ts_int >= 100_000_000_000)
+                .then(ts_int)
+                .otherwise(ts_int * 1000)
+                .alias("ts_ms"),
+            )
+            .collect(engine="streaming")
         )
     except pl.exceptions.PolarsError:
         return None
-    return d, cats.to_series()
+    # codes are final once the whole file is read (not inside the streaming pass)
+    distinct = d.schema["s"].categories.to_series()
+    d = d.with_columns(pl.col("s").to_physical().alias("_code")).drop("s")
+    return d, distinct
 
 
 def _series_table(keys: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
@@ -197,8 +225,8 @@ def parse(text: str | bytes | Path, ctx: Context) -> ParsedLines:
     def data() -> bytes:
         return source.read_bytes() if isinstance(source, Path) else source
 
-    split = _split(source)
-    if split is None:
+    scanned = _scan(source)
+    if scanned is None:
         lines = _read_lines(data())
         body = lines.filter(~pl.col("raw").str.contains(r"^[ \t]*(#|$)"))
         g = _regex_candidates(body, ctx)
@@ -210,43 +238,22 @@ def parse(text: str | bytes | Path, ctx: Context) -> ParsedLines:
         samples, quarantine = finalize(g, normalized=True)
         return ParsedLines(samples, quarantine, lines.height, lines.height - body.height, basis)
 
-    split, distinct = split
+    d, distinct = scanned
     series, attr_cols = _series_table(pl.DataFrame({"s": distinct}))
     # comments and blank lines (indented comments are rare: the slow path tells them apart)
     comments = pl.Series(
         [i for i, c in enumerate(distinct.str.starts_with("#").to_list()) if c], dtype=pl.UInt32
     )
-    code = pl.col("s").to_physical()
     # a series the series pattern rejects (odd label syntax) goes the slow way, line by line
     odd = series.with_row_index("_code").filter(pl.col("metric").is_null()).get_column("_code")
-    # the rest, exactly " value" or " value timestamp": anything else fails a cast below
-    # (the timestamp field takes the rest of the line: extra tokens fail its cast)
-    skip = pl.col("s").is_null()
+    code = pl.col("_code")
+    skip = pl.col("_no_series")
     if comments.len():
         skip = skip | code.is_in(comments.implode())
-    d = split.lazy().select(
-        "line",
-        code.alias("_code"),
-        skip.alias("_skip"),
-        (code.is_in(odd.implode()) if odd.len() else pl.lit(False)).alias("_odd"),
-        pl.col("rest").str.splitn(" ", 3).alias("_vt"),
-    )
-    ts_int = pl.col("field_2").cast(pl.Int64, strict=False)
-    d = (
-        d.unnest("_vt")
-        .select(
-            "line",
-            "_code",
-            "_skip",
-            ((pl.col("field_0") == "") & ~pl.col("_odd")).alias("_lead"),
-            pl.col("field_1").alias("value_s"),
-            pl.col("field_2").alias("ts_s"),
-            pl.col("field_1").cast(pl.Float64, strict=False).alias("value"),
-            # Prometheus integer ms (or seconds, if small); OpenMetrics float seconds below
-            pl.when(ts_int >= 100_000_000_000).then(ts_int).otherwise(ts_int * 1000).alias("ts_ms"),
-        )
-        .collect(engine="streaming")  # row-wise only: both cores, same rows, same order
-    )
+    lead = pl.col("_lead")
+    if odd.len():
+        lead = lead & ~code.is_in(odd.implode())
+    d = d.with_columns(skip.alias("_skip"), lead.alias("_lead"))
     file_ms = None if ctx.file_time is None else int(ctx.file_time.timestamp() * 1000)
     if file_ms is not None or bool(
         d.select((pl.col("ts_ms").is_null() & pl.col("ts_s").is_not_null()).any()).item()
@@ -301,13 +308,10 @@ def parse(text: str | bytes | Path, ctx: Context) -> ParsedLines:
     if (
         quarantine.height and quarantine.get_column("raw").is_null().any()
     ):  # rejected fast rows, as written
-        rebuilt = split.filter(
-            pl.col("line").is_in(quarantine.get_column("line").implode())
-        ).select(
-            "line",
-            pl.concat_str(
-                pl.col("s").cast(pl.String), pl.lit("}"), pl.col("rest").fill_null("")
-            ).alias("_raw"),
+        rebuilt = (
+            _read_lines(data())
+            .filter(pl.col("line").is_in(quarantine.get_column("line").implode()))
+            .rename({"raw": "_raw"})
         )
         quarantine = (
             quarantine.join(rebuilt, on="line", how="left")
@@ -318,4 +322,4 @@ def parse(text: str | bytes | Path, ctx: Context) -> ParsedLines:
         g.select((pl.col("pre_reason").is_null() & pl.col("ts_s").is_null()).any()).item()
     )
     basis = ctx.file_time_basis if untimed else "sample"
-    return ParsedLines(samples, quarantine, split.height, skipped, basis)
+    return ParsedLines(samples, quarantine, d.height, skipped, basis)
