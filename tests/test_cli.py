@@ -66,7 +66,7 @@ def run(tmp_path_factory):
 
 def test_materialize_reports_progress_and_summary(run):
     _, _, stdout = run
-    assert "[1/2] 2024-01-01  ok" in stdout and "[2/2] 2024-01-02  ok" in stdout
+    assert "2024-01-01..2024-01-02  ok  run" in stdout  # the range in one run
     assert "GPUs: 4" in stdout and "GPU-hours: 192.0" in stdout
     assert "Most wasteful namespace / model" in stdout
 
@@ -76,7 +76,16 @@ def test_runs_are_recorded_in_the_persistent_instance(run):
     with dg.DagsterInstance.from_config(str(tmp / "dh")) as instance:
         runs = instance.get_runs()
         daily = [r for r in runs if r.job_name == "daily_pipeline"]
-        assert sorted(r.tags["dagster/partition"] for r in daily) == ["2024-01-01", "2024-01-02"]
+        assert [
+            (
+                r.tags["dagster/asset_partition_range_start"],
+                r.tags["dagster/asset_partition_range_end"],
+            )
+            for r in daily
+        ] == [("2024-01-01", "2024-01-02")]
+        # both days' partitions are materialized by that one run
+        keys = instance.get_materialized_partitions(dg.AssetKey("priced_waste"))
+        assert keys == {"2024-01-01", "2024-01-02"}
         # the views file is written by its own asset, once, not by the partitioned runs
         assert [r.job_name for r in runs if r not in daily] == ["refresh_warehouse"]
         assert (tmp / "warehouse.duckdb").is_file()
