@@ -132,24 +132,25 @@ class DayTables:
     """What a day's chunks add up to: their minute runs, from which gpu_daily and the two
     marts are computed (runs never span two chunks: they belong to one GPU)."""
 
+    t: Thresholds = DEFAULT
     runs: list[pl.DataFrame] = field(default_factory=list)
     minutes_rows: int = 0
     chunks: int = 0
 
     def add(self, minutes: pl.DataFrame) -> pl.DataFrame:
         """Take in one chunk's gpu_minutes (whole GPUs); returns it unchanged."""
-        self.runs.append(collect_stable(marts.minute_runs(minutes.lazy())))
+        self.runs.append(collect_stable(marts.minute_runs(minutes.lazy(), self.t)))
         self.minutes_rows += minutes.height
         self.chunks += 1
         return minutes
 
     def _runs(self) -> pl.LazyFrame:
         if not self.runs:
-            return marts.minute_runs(pl.LazyFrame(schema=GPU_MINUTES_SCHEMA))
+            return marts.minute_runs(pl.LazyFrame(schema=GPU_MINUTES_SCHEMA), self.t)
         return pl.concat(self.runs).lazy()
 
     def gpu_daily(self) -> pl.DataFrame:
-        return collect_stable(gpu_daily_final(self._runs()))
+        return collect_stable(gpu_daily_final(self._runs(), self.t))
 
     def hourly_fleet_metrics(self) -> pl.DataFrame:
         return collect_stable(marts.hourly_final(self._runs()))

@@ -2,9 +2,10 @@
 
 A partition is one file. On a local disk it is written beside its final name and swapped in with
 an atomic rename; on an object store (`s3://bucket/prefix`, credentials and endpoint from the
-usual AWS_* variables) it is one PUT, which stores publish atomically. Either way a reader, or a
-run killed mid-write, sees a complete previous or new version. Rows are sorted by the caller and
-nothing run-specific is written, so a re-run gives the same bytes.
+usual AWS_* variables) it is written locally and uploaded in one go, which stores publish
+atomically. Either way a reader, or a run killed mid-write, sees a complete previous or new
+version. Rows are sorted by the caller and nothing run-specific is written, so a re-run gives
+the same bytes.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import date
 from pathlib import Path
 
@@ -69,29 +70,33 @@ class Lake:
         return self.root / "_ingest_cache"
 
     # -- writing -----------------------------------------------------------------------------
-    def _replace(self, final: Path | str, df: pl.DataFrame) -> None:
-        """Publish `df` at `final` atomically."""
+    def _publish(self, final: Path | str, write: Callable[[Path], None]) -> None:
+        """Publish the file `write(path)` produces at `final` atomically: written beside it and
+        renamed into place (local), or written to a local staging file and uploaded in one go
+        (object store). If `write` fails, the previous version stays."""
         if self.remote:
-            import pyarrow.parquet as pq
-
-            self.fs.create_dir(final.rsplit("/", 1)[0], recursive=True)
-            pq.write_table(
-                df.to_arrow(),
-                final,
-                filesystem=self.fs,
-                compression="zstd",
-                row_group_size=WRITE_OPTIONS["row_group_size"],
-            )
-            return
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = final.with_name(f".{DATA_FILE}.{uuid.uuid4().hex}.tmp")
+            staging = self.cache_dir / "_upload"
+            staging.mkdir(parents=True, exist_ok=True)
+            tmp = staging / f"{uuid.uuid4().hex}.parquet"
+        else:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            tmp = final.with_name(f".{DATA_FILE}.{uuid.uuid4().hex}.tmp")
         try:
-            df.write_parquet(tmp, **WRITE_OPTIONS)
-            with open(tmp, "rb") as f:
-                os.fsync(f.fileno())
-            os.replace(tmp, final)
+            write(tmp)
+            if self.remote:
+                self.fs.create_dir(final.rsplit("/", 1)[0], recursive=True)
+                with open(tmp, "rb") as src, self.fs.open_output_stream(final) as dst:
+                    shutil.copyfileobj(src, dst, 8 << 20)
+            else:
+                with open(tmp, "rb") as f:
+                    os.fsync(f.fileno())
+                os.replace(tmp, final)
         finally:
             tmp.unlink(missing_ok=True)
+
+    def _replace(self, final: Path | str, df: pl.DataFrame) -> None:
+        """Publish `df` at `final` atomically."""
+        self._publish(final, lambda path: df.write_parquet(path, **WRITE_OPTIONS))
 
     def write_frames(
         self, table: str, day: date, frames: Iterable[pl.DataFrame]
@@ -99,8 +104,8 @@ class Lake:
         """Replace the day's partition of `table` with the frames one after another, streamed
         into one file: only one frame is in memory at a time. Returns the file and its rows.
 
-        Published like `write`: renamed into place (local) or uploaded in one go (object store)
-        once every frame is written; an error in a frame leaves the previous version.
+        Published like `write`, once every frame is written; an error in a frame leaves the
+        previous version.
         """
         from polars.io.plugins import register_io_source
 
@@ -116,30 +121,15 @@ class Lake:
                 yield df
 
         final = self.partition_file(table, day)
-        if self.remote:
-            staging = self.cache_dir / "_upload"
-            staging.mkdir(parents=True, exist_ok=True)
-            tmp = staging / f"{table}.{uuid.uuid4().hex}.parquet"
-        else:
-            final.parent.mkdir(parents=True, exist_ok=True)
-            tmp = final.with_name(f".{DATA_FILE}.{uuid.uuid4().hex}.tmp")
-        try:
-            register_io_source(source, schema=schema).sink_parquet(
-                tmp,
+        self._publish(
+            final,
+            lambda path: register_io_source(source, schema=schema).sink_parquet(
+                path,
                 compression=WRITE_OPTIONS["compression"],
-                statistics=True,
+                statistics=WRITE_OPTIONS["statistics"],
                 row_group_size=WRITE_OPTIONS["row_group_size"],
-            )
-            if self.remote:
-                self.fs.create_dir(final.rsplit("/", 1)[0], recursive=True)
-                with open(tmp, "rb") as src, self.fs.open_output_stream(final) as dst:
-                    shutil.copyfileobj(src, dst, 8 << 20)
-            else:
-                with open(tmp, "rb") as f:
-                    os.fsync(f.fileno())
-                os.replace(tmp, final)
-        finally:
-            tmp.unlink(missing_ok=True)
+            ),
+        )
         return final, rows
 
     def ensure_schema(self, table: str) -> None:

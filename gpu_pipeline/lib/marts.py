@@ -23,7 +23,7 @@ def _gpu_id() -> pl.Expr:
     return pl.col("gpu_uuid").hash(1) ^ pl.col("gpu_instance_id").hash(2)
 
 
-def _ratio(num: str, den: str, scale: float = 1.0) -> pl.Expr:
+def ratio(num: str, den: str, scale: float = 1.0) -> pl.Expr:
     """num / den, null (not NaN) where nothing was counted."""
     return pl.when(pl.col(den) > 0).then(scale * pl.col(num) / pl.col(den))
 
@@ -98,8 +98,8 @@ def hourly_final(runs: pl.LazyFrame) -> pl.LazyFrame:
             pl.col(*sums, *[f"_n_{p}" for p in PHASES], "_n_phase").sum(),
         )
         .with_columns(
-            *[_ratio(f"_sum_{c}", f"_n_{c}").alias(name) for c, name in HOURLY_MEANS.items()],
-            *[_ratio(f"_n_{p}", "_n_phase", 100.0).alias(f"pct_{p}") for p in PHASES],
+            *[ratio(f"_sum_{c}", f"_n_{c}").alias(name) for c, name in HOURLY_MEANS.items()],
+            *[ratio(f"_n_{p}", "_n_phase", 100.0).alias(f"pct_{p}") for p in PHASES],
         )
     )
     return conform_lazy(h, HOURLY_FLEET_METRICS_SCHEMA).sort(

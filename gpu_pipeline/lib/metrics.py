@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from gpu_pipeline.lib.marts import minute_runs
+from gpu_pipeline.lib.marts import minute_runs, ratio
 from gpu_pipeline.lib.reference import model_key
 from gpu_pipeline.lib.rules import (
     CLASS_ENUM,
@@ -328,6 +328,9 @@ def gpu_daily(minutes: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
     return gpu_daily_final(minute_runs(minutes, t), t)
 
 
+DAILY_MEANS = {"gpu_util_pct": "avg_gpu_util_pct", "pif": "avg_pif", "rfu_pct": "avg_rfu_pct"}
+
+
 def gpu_daily_final(runs: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
     """Minute runs (`marts.minute_runs`, of one pass or of GPU chunks) -> gpu_daily."""
     d = (
@@ -343,25 +346,17 @@ def gpu_daily_final(runs: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame
             pl.col("_c_bottlenecked").sum().alias("bottlenecked_minutes"),
             *[pl.col(f"_n_{p}").sum().alias(f"{p}_minutes") for p in PHASES],
             *[pl.col(f"_c_{c}").sum().alias(f"class_{c}_minutes") for c in EFFICIENCY_CLASSES],
-            *[
-                pl.when(pl.col(f"_n_{c}").sum() > 0)
-                .then(pl.col(f"_sum_{c}").sum() / pl.col(f"_n_{c}").sum())
-                .alias(name)
-                for c, name in (
-                    ("gpu_util_pct", "avg_gpu_util_pct"),
-                    ("pif", "avg_pif"),
-                    ("rfu_pct", "avg_rfu_pct"),
-                )
-            ],
+            pl.col(*[f"_{x}_{c}" for c in DAILY_MEANS for x in ("sum", "n")]).sum(),
         )
         .with_columns(
+            *[ratio(f"_sum_{c}", f"_n_{c}").alias(name) for c, name in DAILY_MEANS.items()],
             (
                 (pl.col("active_minutes") >= t.day_min_active_minutes)
                 & (
                     pl.col("bottlenecked_minutes")
                     >= t.day_min_bottleneck_share * pl.col("active_minutes")
                 )
-            ).alias("bottlenecked_day")
+            ).alias("bottlenecked_day"),
         )
     )
     return conform_lazy(d, GPU_DAILY_SCHEMA).sort("gpu_uuid", "gpu_instance_id", nulls_last=False)

@@ -71,15 +71,18 @@ def _label_attrs(blocks: pl.Series) -> pl.DataFrame:
     return resolve_aliases(pairs, "labels")
 
 
+def _int_ts_ms(as_int: pl.Expr) -> pl.Expr:
+    """An integer timestamp in ms: Prometheus text writes ms; a small one is in seconds."""
+    return pl.when(as_int >= 100_000_000_000).then(as_int).otherwise(as_int * 1000)
+
+
 def _ts_ms(ts_s: pl.Expr, file_ms: int | None, use_file: pl.Expr) -> pl.Expr:
     """Prometheus text timestamps are integer ms, OpenMetrics float seconds; none: the file's time."""
     as_int = ts_s.cast(pl.Int64, strict=False)
     as_float = ts_s.cast(pl.Float64, strict=False)
     ms = (
-        pl.when(as_int.is_not_null() & (as_int >= 100_000_000_000))
-        .then(as_int)
-        .when(as_int.is_not_null())
-        .then(as_int * 1000)
+        pl.when(as_int.is_not_null())
+        .then(_int_ts_ms(as_int))
         .otherwise((as_float * 1000.0).round(0).cast(pl.Int64, strict=False))
     )
     return pl.when(ts_s.is_null() & use_file).then(pl.lit(file_ms, pl.Int64)).otherwise(ms)
@@ -170,11 +173,8 @@ def _scan(source: bytes | Path) -> tuple[pl.DataFrame, pl.Series] | None:
                 pl.col("field_1").alias("value_s"),
                 pl.col("field_2").alias("ts_s"),
                 pl.col("field_1").cast(pl.Float64, strict=False).alias("value"),
-                # Prometheus integer ms (or seconds, if small); OpenMetrics seconds: see parse
-                pl.when(ts_int >= 100_000_000_000)
-                .then(ts_int)
-                .otherwise(ts_int * 1000)
-                .alias("ts_ms"),
+                # integer timestamps here; OpenMetrics float seconds: see parse
+                _int_ts_ms(ts_int).alias("ts_ms"),
             )
             .collect(engine="streaming")
         )
