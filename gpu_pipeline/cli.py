@@ -13,8 +13,9 @@ from pathlib import Path
 from gpu_pipeline import settings
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-# Dagster logs every step at DEBUG on the console; the CLI prints its own progress lines
-QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+# Dagster logs every step at DEBUG on the console, failures with their stack traces at ERROR;
+# the CLI prints its own progress and one line per failure (--verbose shows Dagster's logs)
+QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 
 
 def _day(s: str) -> date:
@@ -72,6 +73,13 @@ def _set_env(a: argparse.Namespace) -> None:
             os.environ[var] = str(Path(v).resolve()) if flag != "lake" or "://" not in v else v
 
 
+def _last_day() -> date:
+    """The last complete UTC day: yesterday (today's partition opens at midnight)."""
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC).date() - timedelta(days=1)
+
+
 def cmd_materialize(a: argparse.Namespace) -> int:
     _set_env(a)
     end = a.end or a.start
@@ -81,6 +89,12 @@ def cmd_materialize(a: argparse.Namespace) -> int:
     if a.prices and not Path(a.prices).is_file():
         _say(f"error: price book not found: {a.prices}")
         return 2
+    if end > _last_day():
+        _say(
+            f"error: {end} is not over yet in UTC; the last day that can be materialized is "
+            f"{_last_day()} (a day's partition opens once the day has ended)"
+        )
+        return 2
     first = date.fromisoformat(settings.start_date())
     if a.start < first:
         # partitions are built from this variable when the definitions load, just below
@@ -88,6 +102,30 @@ def cmd_materialize(a: argparse.Namespace) -> int:
         _say(
             f"note: partitions start at {a.start} for this command (GPU_PIPELINE_START_DATE was {first})"
         )
+    days = [a.start + timedelta(days=i) for i in range((end - a.start).days + 1)]
+    raw = Path(settings.raw_root())
+    t0 = time.perf_counter()
+    parsed = _warm_parse_cache()
+    if not parsed and not a.allow_empty:
+        why = "does not exist" if not raw.is_dir() else "holds no files"
+        _say(
+            f"error: the landing zone {raw.resolve()} {why}: nothing to materialize. Land exports "
+            "there (or generate a fleet: gpu-pipeline generate), point --raw at them, or pass "
+            "--allow-empty to write empty partitions"
+        )
+        return 1
+    samples = {d: sum(pf.rows_by_day.get(d, 0) for pf in parsed) for d in days}
+    empty = [d for d in days if not samples[d]]
+    if empty and not a.allow_empty:
+        spans = sorted({d for pf in parsed for d in pf.days})
+        have = f"; the files hold samples for {spans[0]}..{spans[-1]}" if spans else ""
+        if len(empty) == len(days):
+            _say(
+                f"error: no samples for {days[0]}..{days[-1]} in the {len(parsed)} landing "
+                f"file(s) of {raw.resolve()}{have}. Pass --allow-empty to write empty partitions"
+            )
+            return 1
+        _say(f"note: no samples for {len(empty)} of the days: {', '.join(map(str, empty))}")
     init_instance()
     import dagster as dg
 
@@ -95,37 +133,49 @@ def cmd_materialize(a: argparse.Namespace) -> int:
 
     defs = build_definitions()
     job = defs.resolve_job_def("daily_pipeline")
-    t0 = time.perf_counter()
-    _warm_parse_cache()
-    days = [a.start + timedelta(days=i) for i in range((end - a.start).days + 1)]
     _say(
         f"materializing {len(days)} day(s) {a.start}..{end}: raw={settings.raw_root()} lake={settings.lake_root()}"
     )
+    run_config = {} if a.verbose else QUIET
     with dg.DagsterInstance.get() as instance:
         # one run for the whole range, as a backfill from the UI runs it (single-run backfill
         # policy): every asset loops over the days, and Dagster's per-run cost is paid once
         t = time.perf_counter()
-        res = job.execute_in_process(
-            instance=instance,
-            raise_on_error=False,
-            run_config=QUIET,
-            tags={
-                "dagster/asset_partition_range_start": days[0].isoformat(),
-                "dagster/asset_partition_range_end": days[-1].isoformat(),
-            },
-        )
+        try:
+            res = job.execute_in_process(
+                instance=instance,
+                raise_on_error=False,
+                run_config=run_config,
+                tags={
+                    "dagster/asset_partition_range_start": days[0].isoformat(),
+                    "dagster/asset_partition_range_end": days[-1].isoformat(),
+                },
+            )
+        except dg.DagsterError as e:
+            _say(f"error: the run could not start: {type(e).__name__}: {_first_line(str(e))}")
+            return 1
         status = "ok" if res.success else "FAILED"
         _say(
             f"  {days[0]}..{days[-1]}  {status}  run {res.run_id[:8]}  {time.perf_counter() - t:.1f}s"
         )
         if not res.success:
-            for ev in res.all_events:
-                if ev.is_failure and ev.step_failure_data:
-                    _say(f"    {ev.step_key}: {ev.step_failure_data.error.message.strip()[:500]}")
+            for step, cause in _step_failures(res.all_events):
+                _say(f"    {step} failed: {cause}")
+            _say(
+                f"  full logs and stack traces: run {res.run_id} in the Dagster UI (make dev), "
+                "or re-run with --verbose"
+            )
+            if a.verbose:
+                for ev in res.all_events:
+                    if ev.is_step_failure:
+                        _say(ev.step_failure_data.error.to_string())
             return 1
         db = settings.warehouse_path()
-        # the views glob the lake at query time: the file is written once per lake, by its asset
-        if not db.is_file() or not _views_match(db, settings.lake_root()):
+        # the views glob the lake at query time: the file is rewritten only when it no longer
+        # matches its lake (new lake, or a table that got its first partition)
+        from gpu_pipeline.lib.warehouse import views_current
+
+        if not views_current(db, settings.lake_root()):
             res = defs.resolve_job_def("refresh_warehouse").execute_in_process(
                 instance=instance, raise_on_error=False, run_config=QUIET
             )
@@ -133,6 +183,7 @@ def cmd_materialize(a: argparse.Namespace) -> int:
                 _say(
                     f"  note: views file {db} not written; `gpu-pipeline sql` still works without it"
                 )
+    _print_ledger(days)
     _say(f"done in {time.perf_counter() - t0:.1f}s; lake {settings.lake_root()}, views {db}")
     if a.summary:
         _print_summary(a.start, end)
@@ -149,26 +200,90 @@ def cmd_materialize(a: argparse.Namespace) -> int:
     return 0
 
 
-def _warm_parse_cache() -> None:
+def _first_line(text: str, limit: int = 300) -> str:
+    line = next((ln.strip() for ln in text.strip().splitlines() if ln.strip()), "")
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _step_failures(events) -> list[tuple[str, str]]:
+    """(step, root cause) for each failed step: the innermost error of its chain, one line."""
+    out = []
+    for ev in events:
+        if not ev.is_step_failure:
+            continue
+        err = ev.step_failure_data.error
+        while err.cause is not None:
+            err = err.cause
+        msg = err.message.strip()
+        # a blocking check's message lists the checks on the lines after its first
+        if "asset check" in msg:
+            msg = " ".join(ln.strip() for ln in msg.splitlines() if ln.strip())
+        cls = err.cls_name or "Error"
+        text = msg if msg.startswith(cls) else f"{cls}: {msg}"
+        out.append((ev.step_key, _first_line(text, 400)))
+    return out
+
+
+def _print_ledger(days: list[date]) -> None:
+    """What the run did with the landing files, per day: files, samples, quarantine, rejects."""
+    import polars as pl
+
+    from gpu_pipeline.lib.lake import Lake
+
+    lake = Lake(settings.lake_root())
+    log = lake.scan_days("ingest_log", days).collect()
+    q = lake.scan_days("quarantine", days).collect()
+    if log.height == 0:
+        return
+    per_day = (
+        log.group_by("date")
+        .agg(
+            pl.len().alias("files"),
+            pl.col("rows_accepted", "rows_quarantined", "rows_duplicate").sum(),
+        )
+        .sort("date")
+    )
+    _say("  day         files   samples accepted   quarantined   duplicates")
+    for r in per_day.iter_rows(named=True):
+        _say(
+            f"  {r['date']}  {r['files']:>5}  {r['rows_accepted']:>17,}  {r['rows_quarantined']:>12,}"
+            f"  {r['rows_duplicate']:>11,}"
+        )
+    whole = (
+        q.filter(pl.col("line").is_null()).unique("source_file", keep="first").sort("source_file")
+    )
+    if whole.height:
+        _say(f"  {whole.height} file(s) rejected whole:")
+        for r in whole.head(20).iter_rows(named=True):
+            _say(f"    {r['source_file']}: {_first_line(r['reason'], 160)}")
+        if whole.height > 20:
+            _say(f"    … and {whole.height - 20} more")
+    if q.height:
+        _say(
+            '  see them: gpu-pipeline sql "SELECT date, source_file, line, reason FROM quarantine '
+            f"WHERE date BETWEEN '{days[0]}' AND '{days[-1]}' ORDER BY date, source_file, line\""
+        )
+
+
+def _warm_parse_cache() -> list:
     """Parse new landing files up front, with progress; the runs then read the cache."""
     from gpu_pipeline.lib.ingest import hash_memo, is_cached, list_landing, load_or_parse
     from gpu_pipeline.lib.lake import Lake
 
     cache = Lake(settings.lake_root()).cache_dir
-    todo = [
-        f for f in list_landing(settings.raw_root(), hash_memo(cache)) if not is_cached(f, cache)
-    ]
-    if not todo:
-        return
-    total = sum(f.size for f in todo)
-    _say(f"parsing {len(todo)} new landing file(s), {total / 2**20:,.0f} MiB")
-    t, done, step = time.perf_counter(), 0, max(1, len(todo) // 10)
-    for i, f in enumerate(todo, 1):
-        load_or_parse(f, cache)
-        done += f.size
-        if i % step == 0 or i == len(todo):
-            rate = done / 2**20 / max(time.perf_counter() - t, 1e-9)
-            _say(f"  parsed {i}/{len(todo)} files ({rate:,.0f} MiB/s)")
+    files = list_landing(settings.raw_root(), hash_memo(cache))
+    todo = [f for f in files if not is_cached(f, cache)]
+    if todo:
+        total = sum(f.size for f in todo)
+        _say(f"parsing {len(todo)} new landing file(s), {total / 2**20:,.0f} MiB")
+        t, done, step = time.perf_counter(), 0, max(1, len(todo) // 10)
+        for i, f in enumerate(todo, 1):
+            load_or_parse(f, cache)
+            done += f.size
+            if i % step == 0 or i == len(todo):
+                rate = done / 2**20 / max(time.perf_counter() - t, 1e-9)
+                _say(f"  parsed {i}/{len(todo)} files ({rate:,.0f} MiB/s)")
+    return [load_or_parse(f, cache) for f in files]
 
 
 def _print_summary(start: date, end: date) -> None:
@@ -187,7 +302,7 @@ def cmd_summary(a: argparse.Namespace) -> int:
 
 def cmd_sql(a: argparse.Namespace) -> int:
     _set_env(a)
-    from gpu_pipeline.lib.warehouse import SqlError, connect_readonly, run_query
+    from gpu_pipeline.lib.warehouse import SqlError, connect_readonly, flat_frame, run_queries
 
     if a.file:
         try:
@@ -200,24 +315,25 @@ def cmd_sql(a: argparse.Namespace) -> int:
     else:
         query = sys.stdin.read()
     lake = settings.lake_root()
-    db = settings.warehouse_path(lake)
-    if a.lake and db.is_file() and not _views_match(db, lake):
-        db = Path("/nonexistent/views.duckdb")  # another lake's views: build them in memory instead
     try:
-        con = connect_readonly(lake, db)
-        rel = run_query(con, query)
+        con = connect_readonly(lake, settings.warehouse_path(lake))
+        first = True
+        # each statement's result is printed before the next statement runs
+        for rel in run_queries(con, query):
+            if rel is None:
+                continue
+            if not first and a.format != "json":
+                sys.stdout.write("\n")
+            first = False
+            if a.format == "table":
+                rel.show(max_width=200, max_rows=200)
+            elif a.format == "csv":
+                sys.stdout.write(flat_frame(rel).write_csv())
+            else:
+                sys.stdout.write(rel.pl().write_json() + "\n")
     except SqlError as e:
         _say(f"error: {e}")
         return 2
-    if rel is None:
-        return 0
-    if a.format == "table":
-        rel.show(max_width=200, max_rows=200)
-    else:
-        import polars as pl
-
-        df: pl.DataFrame = rel.pl()
-        sys.stdout.write(df.write_csv() if a.format == "csv" else df.write_json() + "\n")
     return 0
 
 
@@ -240,7 +356,7 @@ def cmd_report(a: argparse.Namespace) -> int:
     from gpu_pipeline.lib.report import build_report
 
     try:
-        rep = build_report(Lake(settings.lake_root()), a.date)
+        rep = build_report(Lake(settings.lake_root()), a.date, require_data=True)
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -249,20 +365,6 @@ def cmd_report(a: argparse.Namespace) -> int:
     out.write_text(rep.html)
     _say(f"wrote {out} ({len(rep.charts)} charts)")
     return 0
-
-
-def _views_match(db: Path, lake: str) -> bool:
-    """Does the views file point at this lake?"""
-    import duckdb
-
-    try:
-        with duckdb.connect(str(db), read_only=True) as con:
-            sql = con.execute(
-                "SELECT sql FROM duckdb_views() WHERE view_name = 'gpu_minutes'"
-            ).fetchone()
-    except duckdb.Error:
-        return False
-    return bool(sql) and str(Path(lake).resolve()) in sql[0]
 
 
 def cmd_init_instance(_: argparse.Namespace) -> int:
@@ -294,6 +396,16 @@ def parser() -> argparse.ArgumentParser:
     m.add_argument("--lake")
     m.add_argument("--prices")
     m.add_argument("--summary", action="store_true", help="print the fleet summary afterwards")
+    m.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="write the days even when the landing zone has no samples for them",
+    )
+    m.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show Dagster's logs and the stack traces of failures",
+    )
     m.set_defaults(fn=cmd_materialize)
 
     s = sub.add_parser("sql", help="read-only DuckDB SQL over the marts (views of sql/views.sql)")

@@ -6,20 +6,51 @@ from gpu_pipeline import settings
 from gpu_pipeline.defs import marts, raw, report, staging, warehouse
 from gpu_pipeline.defs.jobs import daily_pipeline, daily_schedule
 from gpu_pipeline.defs.resources import LakeResource, LandingResource, ReferenceResource
-from gpu_pipeline.defs.sensors import freshness_checks, freshness_sensor, landing_zone_sensor
+from gpu_pipeline.defs.sensors import (
+    freshness_checks,
+    freshness_sensor,
+    landing_files,
+    landing_zone_sensor,
+)
+
+EXECUTORS = ("in_process", "multiprocess", "k8s")
+
+
+def executor() -> dg.ExecutorDefinition:
+    """Where a run's steps execute (GPU_PIPELINE_EXECUTOR).
+
+    `in_process` (default): every step in the run's own process. A day's steps are small next to
+    the cost of starting a Python process with Polars and Dagster (~2-4 s a step, ~25 s a run on
+    2 cores), and Polars already uses every core inside a step. `multiprocess`: each step in its
+    own process, two at a time. `k8s`: each step in its own pod (`deploy/k8s/run_config.yaml`).
+    """
+    kind = settings.executor()
+    if kind not in EXECUTORS:
+        raise ValueError(
+            f"GPU_PIPELINE_EXECUTOR must be one of {', '.join(EXECUTORS)}, not {kind!r}"
+        )
+    if kind == "multiprocess":
+        return dg.multiprocess_executor.configured({"max_concurrent": 2})
+    if kind == "k8s":
+        from dagster_k8s import k8s_job_executor
+
+        return k8s_job_executor
+    return dg.in_process_executor
 
 
 def build_definitions() -> dg.Definitions:
     """Definitions bound to the current environment (GPU_PIPELINE_* variables or defaults)."""
     return dg.Definitions(
-        assets=dg.load_assets_from_modules([raw, staging, marts, report, warehouse]),
+        assets=[
+            landing_files,
+            *dg.load_assets_from_modules([raw, staging, marts, report, warehouse]),
+        ],
         asset_checks=freshness_checks,
         jobs=[daily_pipeline, warehouse.refresh_warehouse],
         schedules=[daily_schedule],
         sensors=[landing_zone_sensor, freshness_sensor],
-        # each step of a run in its own process, two at a time (2 cores); the run queue in
-        # config/dagster.yaml limits how many runs a backfill has going at once
-        executor=dg.multiprocess_executor.configured({"max_concurrent": 2}),
+        # the run queue in config/dagster.yaml limits how many runs a backfill has going at once
+        executor=executor(),
         resources={
             "lake": LakeResource(root=settings.lake_root()),
             "landing": LandingResource(root=settings.raw_root()),

@@ -12,8 +12,11 @@ def raw_root() -> str:
     return os.environ.get("GPU_PIPELINE_RAW", "data/raw")
 
 
+DEFAULT_LAKE = "data/lake"
+
+
 def lake_root() -> str:
-    return os.environ.get("GPU_PIPELINE_LAKE", "data/lake")
+    return os.environ.get("GPU_PIPELINE_LAKE", DEFAULT_LAKE)
 
 
 def prices_path() -> str:
@@ -24,19 +27,34 @@ def catalog_path() -> str:
     return os.environ.get("GPU_PIPELINE_CATALOG", "")
 
 
+def executor() -> str:
+    return os.environ.get("GPU_PIPELINE_EXECUTOR", "in_process")
+
+
 def start_date() -> str:
     return os.environ.get("GPU_PIPELINE_START_DATE", DEFAULT_START_DATE)
 
 
-def _local_home(lake: str | None) -> Path:
-    """The local folder beside the lake (data/ for data/lake); data/ when the lake is an object store."""
+def _derived_home(lake: str | None) -> Path:
+    """Where what is derived from a lake lives: inside it (local), or in a local folder keyed by
+    the lake's URI (object store). Two lakes never share it."""
+    import hashlib
+
     lake = lake or lake_root()
-    return Path("data").resolve() if "://" in str(lake) else Path(lake).resolve().parent
+    if "://" in str(lake):
+        return (
+            Path("data").resolve() / "cache" / hashlib.sha256(str(lake).encode()).hexdigest()[:12]
+        )
+    return Path(lake).resolve()
 
 
 def warehouse_path(lake: str | None = None) -> Path:
-    """The views-only DuckDB file sits beside the lake: data/lake -> data/warehouse.duckdb."""
-    return _local_home(lake) / "warehouse.duckdb"
+    """The lake's views-only DuckDB file: `data/warehouse.duckdb` for the default lake (SPEC),
+    `<lake>/_warehouse.duckdb` for any other, so two lakes never share one."""
+    lake = lake or lake_root()
+    if "://" not in str(lake) and Path(lake).resolve() == Path(DEFAULT_LAKE).resolve():
+        return Path(DEFAULT_LAKE).resolve().parent / "warehouse.duckdb"
+    return _derived_home(lake) / "_warehouse.duckdb"
 
 
 def dagster_home() -> Path:
@@ -44,5 +62,5 @@ def dagster_home() -> Path:
 
 
 def reports_dir(lake: str | None = None) -> Path:
-    """Reports sit beside the lake: data/lake -> data/reports/."""
-    return _local_home(lake) / "reports"
+    """The lake's HTML reports: `<lake>/_reports/`."""
+    return _derived_home(lake) / "_reports"

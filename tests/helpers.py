@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
@@ -63,3 +65,17 @@ def minutes_frame(rows: list[dict]) -> pl.DataFrame:
         "gpu_model": "A100-SXM4-40GB",
     }
     return conform(pl.DataFrame([{**base, **r} for r in rows]), GPU_MINUTES_SCHEMA)
+
+
+def cli(*args, env, check=True) -> subprocess.CompletedProcess:
+    """`gpu-pipeline ARGS` in a fresh process, as a user runs it."""
+    p = subprocess.run(
+        [sys.executable, "-m", "gpu_pipeline.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if check:
+        assert p.returncode == 0, p.stdout + p.stderr
+    return p

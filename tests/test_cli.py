@@ -2,24 +2,10 @@
 
 import json
 import os
-import subprocess
-import sys
 
 import dagster as dg
 import pytest
-
-
-def cli(*args, env, check=True):
-    p = subprocess.run(
-        [sys.executable, "-m", "gpu_pipeline.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    if check:
-        assert p.returncode == 0, p.stdout + p.stderr
-    return p
+from helpers import cli
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +74,9 @@ def test_runs_are_recorded_in_the_persistent_instance(run):
         assert keys == {"2024-01-01", "2024-01-02"}
         # the views file is written by its own asset, once, not by the partitioned runs
         assert [r.job_name for r in runs if r not in daily] == ["refresh_warehouse"]
-        assert (tmp / "warehouse.duckdb").is_file()
+        # the lake's own views file, inside it (two lakes never share one)
+        assert (tmp / "lake" / "_warehouse.duckdb").is_file()
+        assert not (tmp / "warehouse.duckdb").exists()
         assert instance.get_latest_materialization_event(dg.AssetKey("priced_waste")) is not None
 
 

@@ -1,4 +1,8 @@
-"""End to end with the real servers: `dagster dev` on loopback, a backfill launched over GraphQL."""
+"""End to end on a real `dagster dev` (loopback): the landing-zone sensor turned on for real, late
+data, then a backfill launched over GraphQL as the UI launches it, with the real samples landed.
+
+The end state of the sensor's backfills must equal a clean run of the same files, day by day.
+"""
 
 import json
 import os
@@ -9,15 +13,37 @@ import subprocess
 import sys
 import time
 import urllib.request
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
-import duckdb
+import dagster as dg
+import polars as pl
 import pytest
 from helpers import MODELS, expo_lines, write_file
 
+from gpu_pipeline.defs import marts, raw, report, staging
+from gpu_pipeline.defs.resources import LakeResource, LandingResource, ReferenceResource
+from gpu_pipeline.lib.lake import Lake
+
 REPO = Path(__file__).resolve().parents[1]
-DAYS = [date(2024, 1, 1) + timedelta(days=i) for i in range(3)]
+SAMPLES = REPO.parent / "shared" / "samples"
+LATE = date(2026, 4, 2)  # clear of the samples' days
+DAYS = [LATE + timedelta(days=i) for i in range(3)]  # the first lands after the others
+PRICES = (
+    "gpu_model,on_demand_usd_per_hour,spot_usd_per_hour\nA100-SXM4-40GB,3.0,1.0\n"
+    "H100 80GB HBM3,5.0,2.0\n"
+)
+OLD = datetime(2025, 8, 1, 12, tzinfo=UTC).timestamp()
+# the samples landed here: the trace without model or power limit (no RFU, 2025-07-26), the files
+# without a time of their own (MIG exposition, vGPU, garbage, the CRLF copy, the file landed
+# twice: filed on their mtime day), nvidia-smi under MIG (utilization [N/A], 2026-07-14). Every
+# sample day also runs through the CLI in test_real_fleets; here each backfilled day costs runs.
+SKIPPED = (
+    "trace_nvidia-smi-loop_2x-titanx",
+    "prometheus-api_query",
+    "nvidia-smi_query-gpu_all-fields_rtx",
+)
+SAMPLE_DAYS = ["2025-07-26", "2025-08-01", "2026-07-14"]
 PARTITIONED = [
     "gpu_samples",
     "quarantine",
@@ -36,6 +62,28 @@ PARTITIONED = [
 ]
 
 
+def plant(raw_dir: Path, d: date) -> None:
+    """GPU-S starved (util 85 at 100 W on an A100) every day; GPU-E efficient on an H100."""
+    lines = expo_lines("GPU-S", MODELS["A100"], "n1", "starved", d, range(600, 720), 85, 100.0)
+    lines += expo_lines("GPU-E", MODELS["H100"], "n1", "good", d, range(600, 720), 95, 560.0, gpu=1)
+    write_file(raw_dir / "cluster-a" / f"n1_{d.isoformat()}.prom", lines)
+
+
+def land_samples(rawd: Path) -> None:
+    """The real samples, plus what tools do to files: a CRLF copy, a file landed twice."""
+    if not SAMPLES.is_dir():
+        pytest.fail("../shared/samples is not present: this test lands them")
+    rawd.mkdir(parents=True)
+    for f in SAMPLES.iterdir():
+        if f.name != "README.md" and not f.name.startswith(SKIPPED):
+            (rawd / f.name).write_bytes(f.read_bytes())
+    expo = (SAMPLES / "dcgm-exporter_l40s_1gpu_k8s-helm_prof.prom").read_bytes()
+    (rawd / "crlf.prom").write_bytes(expo.replace(b"\n", b"\r\n"))
+    (rawd / "twice.prom").write_bytes(expo)
+    for p in rawd.iterdir():
+        os.utime(p, (OLD, OLD))  # files without a time of their own are filed on this day
+
+
 def gql(port: int, query: str, variables: dict | None = None) -> dict:
     req = urllib.request.Request(
         f"http://127.0.0.1:{port}/graphql",
@@ -43,7 +91,9 @@ def gql(port: int, query: str, variables: dict | None = None) -> dict:
         headers={"Content-Type": "application/json"},
     )
     with urllib.request.urlopen(req, timeout=30) as r:
-        return json.loads(r.read())
+        out = json.loads(r.read())
+    assert "errors" not in out, out
+    return out["data"]
 
 
 def free_port() -> int:
@@ -52,7 +102,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for(fn, timeout: float, what: str):
+def wait_for(fn, timeout: float, what: str, log: Path | None = None):
     end = time.time() + timeout
     last = None
     while time.time() < end:
@@ -63,23 +113,17 @@ def wait_for(fn, timeout: float, what: str):
         except OSError as e:  # server not up yet
             last = e
         time.sleep(2)
-    raise AssertionError(f"timed out waiting for {what}: {last}")
+    tail = log.read_text()[-3000:] if log and log.exists() else ""
+    raise AssertionError(f"timed out waiting for {what}: {last}\n{tail}")
 
 
 @pytest.fixture()
 def server(tmp_path):
-    raw = tmp_path / "raw"
-    for d in DAYS:
-        lines = expo_lines("GPU-S", MODELS["A100"], "n1", "starved", d, range(600, 720), 85, 100.0)
-        lines += expo_lines(
-            "GPU-E", MODELS["H100"], "n1", "good", d, range(600, 720), 95, 560.0, gpu=1
-        )
-        write_file(raw / "cluster-a" / f"n1_{d.isoformat()}.prom", lines)
-    prices = tmp_path / "prices.csv"
-    prices.write_text(
-        "gpu_model,on_demand_usd_per_hour,spot_usd_per_hour\nA100-SXM4-40GB,3.0,1.0\n"
-        "H100 80GB HBM3,5.0,2.0\n"
-    )
+    rawd = tmp_path / "raw"
+    for d in DAYS[1:]:
+        plant(rawd, d)
+    land_samples(rawd / "samples")
+    (tmp_path / "prices.csv").write_text(PRICES)
     home = tmp_path / "dh"
     home.mkdir()
     shutil.copyfile(REPO / "config" / "dagster.yaml", home / "dagster.yaml")
@@ -87,9 +131,10 @@ def server(tmp_path):
     env = {
         **os.environ,
         "DAGSTER_HOME": str(home),
-        "GPU_PIPELINE_RAW": str(raw),
+        "GPU_PIPELINE_RAW": str(rawd),
         "GPU_PIPELINE_LAKE": str(tmp_path / "lake"),
-        "GPU_PIPELINE_PRICES": str(prices),
+        "GPU_PIPELINE_PRICES": str(tmp_path / "prices.csv"),
+        "GPU_PIPELINE_SENSOR_INTERVAL": "5",
     }
     dagster = str(Path(sys.executable).with_name("dagster"))
     with open(tmp_path / "dev.log", "w") as log:
@@ -115,68 +160,145 @@ LOCATION = (
     "{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus "
     "locationOrLoadError { __typename } } } } }"
 )
+START_SENSOR = """mutation($s: SensorSelector!) { startSensor(sensorSelector: $s) {
+  __typename ... on Sensor { sensorState { id status } } ... on PythonError { message } } }"""
+TICKS = """query($s: SensorSelector!) { sensorOrError(sensorSelector: $s) {
+  ... on Sensor { sensorState { ticks(limit: 1) { status skipReason } } } } }"""
+STOP_SENSOR = """mutation($id: String!) { stopSensor(id: $id) { __typename } }"""
+BACKFILLS = (
+    """{ partitionBackfillsOrError { ... on PartitionBackfills { results { id status } } } }"""
+)
 LAUNCH = """mutation($p: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $p) {
   __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } } }"""
-STATUS = """query($id: String!) { partitionBackfillOrError(backfillId: $id) {
-  ... on PartitionBackfill { status } ... on PythonError { message } } }"""
-RUNS = """query($id: String!) { runsOrError(filter: {tags: [{key: "dagster/backfill", value: $id}]}) {
-  ... on Runs { results { status } } } }"""
+RUNS = """query($tags: [ExecutionTag!]) { runsOrError(filter: {tags: $tags}) {
+  ... on Runs { results { runId status jobName tags { key value } } } } }"""
+DONE = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
 
 
-def test_backfill_through_graphql_on_dagster_dev(server):
+def backfills(port: int) -> list[dict]:
+    return gql(port, BACKFILLS)["partitionBackfillsOrError"]["results"]
+
+
+def wait_backfills(port: int, n: int, log: Path) -> list[dict]:
+    """Wait until there are `n` backfills and all are done; they must all have succeeded."""
+
+    def done():
+        b = backfills(port)
+        return b if len(b) >= n and all(x["status"] in DONE for x in b) else None
+
+    b = wait_for(done, 400, f"{n} backfill(s) to finish", log)
+    assert all(x["status"] in ("COMPLETED", "COMPLETED_SUCCESS") for x in b), (b, log_tail(log))
+    for x in b:
+        runs = gql(port, RUNS, {"tags": [{"key": "dagster/backfill", "value": x["id"]}]})
+        results = runs["runsOrError"]["results"]
+        assert results and all(r["status"] == "SUCCESS" for r in results), results
+    return b
+
+
+def log_tail(log: Path) -> str:
+    return log.read_text()[-3000:]
+
+
+def clean_run(tmp: Path, days: list[date]) -> Lake:
+    """The same files, materialized day by day in order in a fresh lake, in process."""
+    assets = dg.load_assets_from_modules([raw, staging, marts, report])
+    res = {
+        "lake": LakeResource(root=str(tmp / "clean")),
+        "landing": LandingResource(root=str(tmp / "raw")),
+        "reference": ReferenceResource(prices=str(tmp / "prices.csv")),
+    }
+    instance = dg.DagsterInstance.ephemeral()
+    for d in days:
+        assert dg.materialize(assets, partition_key=d.isoformat(), resources=res, instance=instance)
+    return Lake(tmp / "clean")
+
+
+def test_sensor_late_data_and_a_ui_backfill_on_dagster_dev(server):
     port, tmp = server
+    log = tmp / "dev.log"
 
     def loaded():
-        entries = gql(port, LOCATION)["data"]["workspaceOrError"]["locationEntries"]
+        entries = gql(port, LOCATION)["workspaceOrError"]["locationEntries"]
         return entries and all(e["loadStatus"] == "LOADED" for e in entries) and entries
 
-    entries = wait_for(loaded, 180, "the code location to load")
-    assert entries[0]["locationOrLoadError"]["__typename"] == "RepositoryLocation"
-
+    (entry,) = wait_for(loaded, 180, "the code location to load", log)
+    assert entry["locationOrLoadError"]["__typename"] == "RepositoryLocation"
+    selector = {
+        "repositoryName": "__repository__",
+        "repositoryLocationName": entry["name"],
+        "sensorName": "landing_zone_sensor",
+    }
+    # history first, from the UI: a backfill of every asset over the planted days and the
+    # samples' days (Dagster may carry the persistence window, and depending on its walk
+    # daily_report, to days without data: their runs succeed too)
     out = gql(
         port,
         LAUNCH,
         {
             "p": {
-                "partitionNames": [d.isoformat() for d in DAYS],
+                "partitionNames": [d.isoformat() for d in DAYS[1:]] + SAMPLE_DAYS,
                 "assetSelection": [{"path": [k]} for k in PARTITIONED],
             }
         },
     )
-    launch = out["data"]["launchPartitionBackfill"]
-    assert launch["__typename"] == "LaunchBackfillSuccess", out
-    bid = launch["backfillId"]
+    assert out["launchPartitionBackfill"]["__typename"] == "LaunchBackfillSuccess", out
+    wait_backfills(port, 1, log)
 
-    def done():
-        status = gql(port, STATUS, {"id": bid})["data"]["partitionBackfillOrError"]["status"]
-        return status if status not in ("REQUESTED",) else None
+    # then the sensor, over a lake that already holds those files: nothing to run again
+    started = gql(port, START_SENSOR, {"s": selector})["startSensor"]
+    assert started["__typename"] == "Sensor", started
 
-    status = wait_for(done, 480, "the backfill to finish")
-    runs = gql(port, RUNS, {"id": bid})["data"]["runsOrError"]["results"]
-    assert status in ("COMPLETED", "COMPLETED_SUCCESS"), (
-        status,
-        runs,
-        (tmp / "dev.log").read_text()[-3000:],
+    def ticked():
+        ticks = gql(port, TICKS, {"s": selector})["sensorOrError"]["sensorState"]["ticks"]
+        return ticks if ticks and ticks[0]["status"] in ("SKIPPED", "SUCCESS") else None
+
+    tick = wait_for(ticked, 120, "the sensor's first tick", log)[0]
+    assert tick["status"] == "SKIPPED" and "already in the lake" in tick["skipReason"], tick
+
+    # the late day lands: the sensor parses it in a run, then backfills it and the window after
+    # it, the window days only once the late day's gpu_daily is written
+    plant(tmp / "raw", LATE)
+    wait_backfills(port, 2, log)
+    parse_runs = gql(port, RUNS, {"tags": [{"key": "trigger", "value": "landing_zone"}]})
+    parses = [
+        r
+        for r in parse_runs["runsOrError"]["results"]
+        if not any(t["key"] == "dagster/backfill" for t in r["tags"])
+    ]
+    assert len(parses) == 1 and parses[0]["status"] == "SUCCESS"
+    gql(port, STOP_SENSOR, {"id": started["sensorState"]["id"]})
+
+    lake = Lake(tmp / "lake")
+    pb = lake.read("persistent_bottlenecks", DAYS[2])
+    # GPU-S was bottlenecked on all three days: persistent on the third (issue item 11)
+    assert pb["gpu_uuid"].to_list() == ["GPU-s"] and pb["days_bottlenecked"].to_list() == [3]
+    window = [LATE + timedelta(days=k) for k in range(9)]
+    clean = clean_run(tmp, window)
+    # the data days in full; the days after them only got their window assets (no data of
+    # their own), whose persistence must read the late day like a clean run does
+    for table, days in (
+        ("gpu_minutes", DAYS),
+        ("gpu_daily", DAYS),
+        ("priced_waste", DAYS),
+        ("persistent_bottlenecks", window),
+    ):
+        for d in days:
+            got, want = lake.read(table, d), clean.read(table, d)
+            assert got.equals(want), (table, d, got, want)
+    assert [d for d in window if lake.exists("gpu_minutes", d)] == DAYS
+
+    # the real samples, backfilled from the UI: every day they touch went through
+    for d in SAMPLE_DAYS:
+        html = (tmp / "lake" / "_reports" / f"gpu_report_{d}.html").read_text()
+        assert "data:image/png;base64," in html, d
+    seen = set(
+        pl.concat([lake.read("ingest_log", date.fromisoformat(d)) for d in SAMPLE_DAYS])[
+            "source_file"
+        ]
     )
-    assert runs and all(r["status"] == "SUCCESS" for r in runs)
-
-    lake = tmp / "lake"
-    con = duckdb.connect()
-    minutes = con.sql(
-        f"SELECT date, count(*) FROM read_parquet('{lake}/gpu_minutes/date=*/data.parquet') "
-        "GROUP BY date ORDER BY date"
-    ).fetchall()
-    assert [(d, n) for d, n in minutes] == [(d, 240) for d in DAYS]
-    waste = con.sql(
-        f"SELECT namespace, sum(cost_usd) FROM read_parquet('{lake}/priced_waste/date=*/data.parquet') "
-        "GROUP BY namespace ORDER BY namespace"
-    ).fetchall()
-    assert waste == [("good", pytest.approx(3 * 2 * 5.0)), ("starved", pytest.approx(3 * 2 * 3.0))]
-    pb = con.sql(
-        f"SELECT date, gpu_uuid FROM read_parquet('{lake}/persistent_bottlenecks/date=*/data.parquet')"
-    ).fetchall()
-    # GPU-s is bottlenecked on all three days: persistent from the third on (Dagster also carries the
-    # 7-day window forward to the days after the backfill, which is what late data needs); only GPU-s
-    assert {g for _, g in pb} == {"GPU-s"}
-    assert min(d for d, _ in pb) == DAYS[2]
-    assert (tmp / "reports" / "gpu_report_2024-01-03.html").is_file()
+    for f in SAMPLES.iterdir():
+        if f.name != "README.md" and not f.name.startswith(SKIPPED):
+            assert f"samples/{f.name}" in seen, f.name
+    assert {"samples/crlf.prom", "samples/twice.prom"} <= seen
+    mig = lake.read("gpu_minutes", date(2025, 8, 1)).filter(pl.col("gpu_instance_id").is_null())
+    assert mig.height == mig["gpu_uuid"].n_unique()  # one scrape: each physical GPU once

@@ -18,6 +18,7 @@ from gpu_pipeline.lib.ingest import (
     load_or_parse,
     parse_landing_file,
 )
+from gpu_pipeline.lib.marts import hourly_fleet_metrics, priced_waste
 from gpu_pipeline.lib.metrics import gpu_daily, gpu_minutes
 from gpu_pipeline.lib.nvml import FakeNvml, Reading, sample
 from gpu_pipeline.lib.reference import load_catalog, load_prices
@@ -346,9 +347,19 @@ def test_mig_device_fields_once_per_gpu_and_utilization_source(tmp_path):
         [100 * (3 * 0.7 + 2 * 0.35) / 7, 70.0, 35.0]
     )
     assert m["pif"].to_list()[0] == pytest.approx(0.5) and m["pif"].to_list()[1:] == [None, None]
-    # priced once per physical GPU
-    assert m["price_usd_per_hour"].to_list() == [2.5, None, None]
+    # the GPU's price is split by slice share: 3g -> 3/7, 2g -> 2/7, the free 2/7 on its own row
+    assert m["price_usd_per_hour"].to_list() == [2.5, 2.5, 2.5]
+    assert m["gpu_share"].to_list() == pytest.approx([2 / 7, 3 / 7, 2 / 7])
     assert "MIG instance" in m["note"][1]
+    w = collect_stable(priced_waste(m.lazy())).sort("namespace", nulls_last=False)
+    # one physical GPU-minute in all, its $2.50/h split among the owner (free slices) and a, b
+    assert w["gpu_hours"].sum() == pytest.approx(1 / 60)
+    assert w["namespace"].to_list() == [None, "a", "b"]
+    assert w["cost_usd"].to_list() == pytest.approx([2.5 / 60 * f for f in (2 / 7, 3 / 7, 2 / 7)])
+    # the free slices are idle waste of the GPU's owner
+    assert w["idle_waste_usd"][0] == pytest.approx(2.5 / 60 * 2 / 7)
+    h = collect_stable(hourly_fleet_metrics(m.lazy()))
+    assert (h["gpus"][0], h["gpu_minutes"][0]) == (1, 1)
 
 
 # --- the same fleet written three ways ----------------------------------------------------------

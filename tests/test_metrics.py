@@ -193,8 +193,15 @@ def test_minutes_split_per_gpu_and_mig_instance():
         },
     ]
     out = minutes(rows)
-    assert out.height == 3
-    assert sorted(out["phase"].to_list()) == ["idle", "underutilized", "underutilized"]
+    inst = out.filter(pl.col("gpu_instance_id").is_not_null())
+    assert inst.height == 3
+    assert sorted(inst["phase"].to_list()) == ["idle", "underutilized", "underutilized"]
+    # the physical GPU gets a row in every minute its instances show (counted once), carrying
+    # their slice-weighted utilization (no profile: one slice of 7 each) and the free slices
+    phys = out.filter(pl.col("gpu_instance_id").is_null()).sort("minute")
+    assert phys.height == 2
+    assert phys["gpu_util_pct"].to_list() == pytest.approx([(50 + 10) / 7, 5 / 7])
+    assert phys["gpu_share"].to_list() == pytest.approx([5 / 7, 6 / 7])
 
 
 def _day_minutes(active: int, bottlenecked: int, idle: int = 0) -> pl.LazyFrame:

@@ -13,9 +13,10 @@ import dagster as dg
 import polars as pl
 from helpers import MODELS, expo_lines, minutes_frame, write_file
 
+from gpu_pipeline.definitions import defs
 from gpu_pipeline.defs import checks, marts, raw, report, staging
 from gpu_pipeline.defs.resources import LakeResource, LandingResource, ReferenceResource
-from gpu_pipeline.defs.sensors import landing_zone_sensor, plan_runs
+from gpu_pipeline.defs.sensors import landing_files, landing_zone_sensor, plan_backfill
 from gpu_pipeline.lib.lake import Lake
 
 D = date(2024, 1, 10)
@@ -53,9 +54,11 @@ def test_checks_fail_on_wrong_numbers():
             "pct_underutilized": [30.0],
             "pct_productive": [10.0],
             "pct_compute_bound": [9.0],
+            "pct_unknown": [0.0],
         }
     )
     assert not checks.phase_shares_sum_to_100(h).passed
+    assert checks.phase_shares_sum_to_100(h.with_columns(pct_unknown=pl.lit(1.0))).passed
     w = pl.DataFrame(
         {
             "cost_usd": [1.0],
@@ -119,55 +122,79 @@ def test_every_check_passes_on_a_real_run(tmp_path):
 # --- the landing-zone sensor --------------------------------------------------------------------
 
 
-def test_plan_runs_covers_late_days_and_the_window_after():
-    runs = plan_runs({date(2024, 1, 3)}, date(2024, 1, 1), date(2024, 1, 6), "tok")
-    full = [r.partition_key for r in runs if r.asset_selection is None]
-    window = [r.partition_key for r in runs if r.asset_selection]
-    assert full == ["2024-01-03"]
-    assert window == ["2024-01-04", "2024-01-05", "2024-01-06"]  # not past the last partition
-    assert len({r.run_key for r in runs}) == len(runs)
+FULL = [dg.AssetKey(k) for k in ("gpu_samples", "gpu_minutes", "persistent_bottlenecks")]
+
+
+def test_plan_backfill_covers_late_days_and_the_window_after():
+    plan = plan_backfill({date(2024, 1, 3)}, date(2024, 1, 1), date(2024, 1, 6), FULL)
+    assert plan[dg.AssetKey("gpu_samples")] == ["2024-01-03"]
+    assert plan[dg.AssetKey("gpu_minutes")] == ["2024-01-03"]
+    # the window assets also for the days after, not past the last partition
+    assert plan[dg.AssetKey("persistent_bottlenecks")] == [
+        "2024-01-03",
+        "2024-01-04",
+        "2024-01-05",
+        "2024-01-06",
+    ]
     # a day before the first partition has no partition (and no GPU-day that a window could read)
-    assert plan_runs({date(2023, 12, 31)}, date(2024, 1, 1), date(2024, 1, 6), "t") == []
+    assert plan_backfill({date(2023, 12, 31)}, date(2024, 1, 1), date(2024, 1, 6), FULL) == {}
 
 
 def tick(tmp_path, cursor, instance):
-    ctx = dg.build_sensor_context(cursor=cursor, resources=resources(tmp_path), instance=instance)
+    ctx = dg.build_sensor_context(
+        cursor=cursor, resources=resources(tmp_path), instance=instance, definitions=defs
+    )
     return landing_zone_sensor(ctx)
 
 
-def test_sensor_runs_new_days_once_and_late_data_again(tmp_path):
+def parse_run(tmp_path, instance):
+    res = dg.materialize([landing_files], resources=resources(tmp_path), instance=instance)
+    assert res.success
+
+
+def backfill_plan(result) -> dict[str, list[str]]:
+    """{asset: partition keys} of the backfill a tick requests (one request)."""
+    (req,) = result.run_requests
+    subset = req.asset_graph_subset
+    return {
+        k.to_user_string(): sorted(subset.get_partitions_subset(k).get_partition_keys())
+        for k in subset.asset_keys
+    }
+
+
+def test_sensor_parses_in_a_run_then_backfills_the_days_and_late_data(tmp_path):
     instance = dg.DagsterInstance.ephemeral()
     raw = tmp_path / "raw"
     plant_day(raw, D)
     plant_day(raw, D + timedelta(days=1))
+    # new files: the tick asks for a parse run and does not move its cursor
     first = tick(tmp_path, None, instance)
-    full = sorted(r.partition_key for r in first.run_requests if r.asset_selection is None)
-    assert full == ["2024-01-10", "2024-01-11"]
-    assert sorted(json.loads(first.cursor)) == ["c1/n1_2024-01-10.prom", "c1/n1_2024-01-11.prom"]
+    (req,) = first.run_requests
+    assert req.asset_selection == [dg.AssetKey("landing_files")] and first.cursor is None
+    parse_run(tmp_path, instance)
+    planned = tick(tmp_path, None, instance)
+    plan = backfill_plan(planned)
+    assert plan["gpu_samples"] == plan["priced_waste"] == ["2024-01-10", "2024-01-11"]
+    assert sorted(json.loads(planned.cursor)) == ["c1/n1_2024-01-10.prom", "c1/n1_2024-01-11.prom"]
     # nothing changed: nothing runs twice
-    again = tick(tmp_path, first.cursor, instance)
+    again = tick(tmp_path, planned.cursor, instance)
     assert isinstance(again, dg.SkipReason)
-    # a late file for an earlier day: that day again, and the persistence window after it
+    # a late file for an earlier day: that day again, and the persistence window after it, in
+    # one backfill (Dagster runs the window days after the late day's gpu_daily)
     plant_day(raw, D - timedelta(days=3), name="late_2024-01-07.prom")
-    late = tick(tmp_path, first.cursor, instance)
-    assert [r.partition_key for r in late.run_requests if r.asset_selection is None] == [
-        "2024-01-07"
-    ]
-    window = [r.partition_key for r in late.run_requests if r.asset_selection]
-    assert window == [(D - timedelta(days=3) + timedelta(days=k)).isoformat() for k in range(1, 7)]
-    assert all(
-        r.asset_selection == [dg.AssetKey("persistent_bottlenecks"), dg.AssetKey("daily_report")]
-        for r in late.run_requests
-        if r.asset_selection
-    )
+    parse = tick(tmp_path, planned.cursor, instance).run_requests[0]
+    assert parse.asset_selection == [dg.AssetKey("landing_files")]
+    parse_run(tmp_path, instance)
+    late = tick(tmp_path, planned.cursor, instance)
+    plan = backfill_plan(late)
+    assert plan["gpu_samples"] == plan["recommendations"] == ["2024-01-07"]
+    window = [(D - timedelta(days=3) + timedelta(days=k)).isoformat() for k in range(7)]
+    assert plan["persistent_bottlenecks"] == plan["daily_report"] == window
     # a changed file (same name, new content) counts as new
     plant_day(raw, D, minutes=range(600, 720))
+    parse_run(tmp_path, instance)
     changed = tick(tmp_path, late.cursor, instance)
-    assert "2024-01-10" in [
-        r.partition_key for r in changed.run_requests if r.asset_selection is None
-    ]
-    keys = [r.run_key for r in first.run_requests + late.run_requests + changed.run_requests]
-    assert len(keys) == len(set(keys))
+    assert backfill_plan(changed)["gpu_samples"] == ["2024-01-10"]
 
 
 # --- atomic storage -----------------------------------------------------------------------------
@@ -248,3 +275,26 @@ def test_two_days_at_once_do_not_interfere(tmp_path):
     for d in (D, D + timedelta(days=1)):
         m = lake.read("gpu_minutes", d)
         assert m.height == 200 and set(m["date"]) == {d}
+
+
+def test_turning_the_sensor_on_over_a_backfilled_lake_reruns_nothing(tmp_path):
+    instance = dg.DagsterInstance.ephemeral()
+    plant_day(tmp_path / "raw", D)
+    assert dg.materialize(
+        ASSETS, partition_key=D.isoformat(), resources=resources(tmp_path), instance=instance
+    ).success
+    first = tick(tmp_path, None, instance)  # the sensor has never seen these files
+    assert not first.run_requests and "already in the lake" in first.skip_reason.skip_message
+    assert json.loads(first.cursor) == {"c1/n1_2024-01-10.prom": ANY_SHA}
+    # the same name with other content is news again
+    plant_day(tmp_path / "raw", D, minutes=range(600, 720))
+    parse_run(tmp_path, instance)
+    assert backfill_plan(tick(tmp_path, first.cursor, instance))["gpu_samples"] == [str(D)]
+
+
+class _AnySha(str):
+    def __eq__(self, other):
+        return isinstance(other, str) and len(other) == 64
+
+
+ANY_SHA = _AnySha()

@@ -23,9 +23,10 @@ def test_definitions_load():
     job = defs.resolve_job_def("daily_pipeline")
     assert job.partitions_def == daily_partitions
     keys = {k.to_user_string() for k in defs.resolve_all_asset_keys()}
-    assert keys == set(TABLES) | {"daily_report", "warehouse_views"}
+    assert keys == set(TABLES) | {"daily_report", "warehouse_views", "landing_files"}
     job_keys = {k.to_user_string() for k in job.asset_layer.selected_asset_keys}
     assert "warehouse_views" not in job_keys and "gpu_minutes" in job_keys
+    assert "landing_files" not in job_keys  # unpartitioned: the sensor asks for it
     checks = {k.name for k in defs.resolve_asset_graph().asset_check_keys}
     assert {
         "row_conservation",
@@ -107,7 +108,8 @@ def test_recommendations_and_report_for_planted_namespaces(planted):
     for r in rec.values():
         assert r["utilization_savings_frac"] <= r["measured_waste_frac"] + 1e-12
         assert r["total_savings_frac"] <= 1
-    html = (tmp / "reports" / "gpu_report_2024-01-01.html").read_text()
+    # reports live in their lake (two lakes never share them)
+    html = (tmp / "lake" / "_reports" / "gpu_report_2024-01-01.html").read_text()
     assert html.count("data:image/png;base64,") >= 5 and "http" not in html.replace(
         "http-equiv", ""
     )

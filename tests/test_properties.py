@@ -5,6 +5,7 @@ import json
 from datetime import UTC, datetime
 
 import polars as pl
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
@@ -129,7 +130,8 @@ def exposition_lines(draw):
             "namespace": draw(LABEL_TEXT),
             "Hostname": draw(LABEL_TEXT),
         }
-        ts = draw(st.integers(1_600_000_000_000, 1_900_000_000_000))
+        # plausible times only (2020 .. 2025): the parser quarantines times far from now
+        ts = draw(st.integers(1_600_000_000_000, 1_750_000_000_000))
         body = ",".join(f'{k}="{escape(v)}"' for k, v in labels.items())
         lines.append(f"{name}{{{body}}} {value!r} {ts}")
         expected.append((name, labels, value, ts))
@@ -162,3 +164,126 @@ def test_property_helpers_detect_real_losses():
     except AssertionError:
         return
     raise AssertionError("accounted() did not notice a lost line")
+
+
+# --- whole days of fleets with any fields missing: the run completes, GPUs count once -----------
+
+FLEET_DAY = datetime(2024, 1, 10, tzinfo=UTC)
+MODEL_NAMES = ["NVIDIA A100-SXM4-40GB", "NVIDIA H100 80GB HBM3", "Mystery GPU 9000", None]
+FIELD_MODES = st.sampled_from(["present", "absent", "nan", "blank", "sometimes"])
+
+
+@st.composite
+def fleet(draw):
+    """Exposition lines of a few GPUs over a few minutes, each field present, absent, NaN, a
+    DCGM blank or present only some minutes; some GPUs without model or namespace; some split
+    into MIG instances (device-level fields repeated on each, as dcgm-exporter writes them)."""
+    minutes = draw(st.integers(2, 4))
+    lines, physical = [], set()
+    for g in range(draw(st.integers(1, 4))):
+        model = draw(st.sampled_from(MODEL_NAMES))
+        ns = draw(st.sampled_from([None, "a", "b"]))
+        modes = {f: draw(FIELD_MODES) for f in ("util", "power", "limit", "sm")}
+        mig = draw(st.booleans())
+        profiles = draw(
+            st.lists(st.sampled_from(["1g.10gb", "2g.20gb", "3g.40gb"]), min_size=1, max_size=3)
+        )
+        base = f'gpu="{g}",UUID="GPU-{g:04d}",Hostname="h{g % 2}"'
+        if model:
+            base += f',modelName="{model}"'
+        label_sets = (
+            [
+                base
+                + f',GPU_I_ID="{i + 1}",GPU_I_PROFILE="{p}"'
+                + (f',namespace="{ns}"' if ns else "")
+                for i, p in enumerate(profiles)
+            ]
+            if mig
+            else [base + (f',namespace="{ns}"' if ns else "")]
+        )
+        for m in range(minutes):
+            t = int((FLEET_DAY.timestamp() + 60 * m + 5) * 1000)
+            for labels in label_sets:
+                fields = {
+                    "DCGM_FI_PROF_GR_ENGINE_ACTIVE" if mig else "DCGM_FI_DEV_GPU_UTIL": (
+                        "util",
+                        0.6 if mig else 75,
+                    ),
+                    "DCGM_FI_DEV_POWER_USAGE": ("power", 180.5),
+                    "DCGM_FI_DEV_POWER_MGMT_LIMIT": ("limit", 400),
+                    "DCGM_FI_PROF_SM_ACTIVE": ("sm", 0.4),
+                }
+                for name, (f, value) in fields.items():
+                    mode = modes[f]
+                    if mode == "absent" or (mode == "sometimes" and m % 2):
+                        continue
+                    v = {"nan": "NaN", "blank": "2147483647"}.get(mode, str(value))
+                    lines.append(f"{name}{{{labels}}} {v} {t}")
+                    physical.add((g, m))
+    return lines, physical
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(fleet())
+def test_days_with_missing_fields_complete_and_count_each_gpu_once(tmp_path_factory, day_fleet):
+    from gpu_pipeline.lib import health, recommend, roi
+    from gpu_pipeline.lib.chunked import DayTables, minutes_by_chunk
+    from gpu_pipeline.lib.ingest import assemble_day, list_landing, load_or_parse
+    from gpu_pipeline.lib.lake import Lake
+    from gpu_pipeline.lib.reference import load_catalog, load_prices
+    from gpu_pipeline.lib.report import build_report
+    from gpu_pipeline.lib.samples import collect_stable
+    from gpu_pipeline.lib.schemas import validate
+
+    lines, physical = day_fleet
+    tmp = tmp_path_factory.mktemp("fleet")
+    (tmp / "raw").mkdir()
+    (tmp / "raw" / "f.prom").write_text("\n".join(lines) + "\n")
+    day = FLEET_DAY.date()
+    files = [load_or_parse(f, tmp / "cache") for f in list_landing(tmp / "raw")]
+    out = assemble_day(files, day)
+    log = out.ingest_log
+    # every line is a sample, a duplicate (MIG repeats) or a quarantined record
+    assert log["rows_read"].sum() == len(lines)
+    assert (
+        log["rows_read"] == log["rows_accepted"] + log["rows_quarantined"] + log["rows_duplicate"]
+    ).all()
+    samples = validate("gpu_samples", out.gpu_samples)
+    catalog, prices = load_catalog(), load_prices()
+    tables = DayTables()
+    chunks = [
+        tables.add(validate("gpu_minutes", m))
+        for m in minutes_by_chunk(samples.lazy(), catalog, prices)
+    ]
+    minutes = pl.concat(chunks) if chunks else None
+    lake = Lake(tmp / "lake")
+    hourly, waste = tables.hourly_fleet_metrics(), tables.priced_waste()
+    # GPU-minutes: each physical GPU once per minute it shows in, MIG or not
+    gpu_minutes = len({(g, m) for g, m in physical}) if samples.height else 0
+    got = (
+        samples.select(
+            pl.struct("gpu_uuid", pl.col("timestamp").dt.truncate("1m")).n_unique()
+        ).item()
+        if samples.height
+        else 0
+    )
+    assert hourly["gpu_minutes"].sum() == got <= gpu_minutes
+    assert waste["gpu_hours"].sum() == pytest.approx(got / 60)
+    if minutes is not None:
+        ns = collect_stable(roi.namespace_efficiency(minutes.lazy()))
+        assert ns["gpu_hours"].sum() == pytest.approx(got / 60)
+        lake.write("gpu_minutes", day, minutes)
+        lake.write("gpu_daily", day, tables.gpu_daily())
+        lake.write("hourly_fleet_metrics", day, hourly)
+        lake.write("priced_waste", day, waste)
+        lake.write(
+            "recommendations",
+            day,
+            validate("recommendations", recommend.recommendations(minutes.lazy(), prices)),
+        )
+        lake.write("efficiency_roi", day, collect_stable(roi.efficiency_roi(minutes.lazy())))
+        lake.write("namespace_efficiency", day, ns)
+        lake.write("gpu_health", day, collect_stable(health.gpu_health(samples.lazy(), catalog)))
+        lake.write("stragglers", day, collect_stable(health.stragglers(minutes.lazy())))
+    rep = build_report(lake, day)
+    assert rep.html.startswith("<!doctype html>") and "GPU efficiency report" in rep.html

@@ -6,7 +6,10 @@ from gpu_pipeline.defs.partitions import daily_partitions
 
 daily_pipeline = dg.define_asset_job(
     "daily_pipeline",
-    selection=dg.AssetSelection.all() - dg.AssetSelection.groups("warehouse"),
+    # the daily assets: not the views file, not the (unpartitioned) parse cache
+    selection=dg.AssetSelection.all()
+    - dg.AssetSelection.groups("warehouse")
+    - dg.AssetSelection.keys("landing_files"),
     partitions_def=daily_partitions,
 )
 

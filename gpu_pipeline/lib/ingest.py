@@ -37,7 +37,7 @@ from gpu_pipeline.lib.samples import (
 from gpu_pipeline.lib.schemas import GPU_SAMPLES_SCHEMA, INGEST_LOG_SCHEMA, QUARANTINE_SCHEMA
 
 # bump when parsing changes what a file yields, so cached parses are redone
-PARSER_VERSION = "p3"
+PARSER_VERSION = "p4"
 DEFAULT_CLUSTER = "default"
 KEY = ("gpu_uuid", "gpu_instance_id", "timestamp")
 META_SCHEMA = {
@@ -77,6 +77,7 @@ class ParsedFile:
     time_basis: str
     home_day: date  # where lines with no time of their own are accounted
     days: list[date]
+    rows_by_day: dict[date, int]  # samples per UTC day (before duplicates are resolved)
     samples: pl.LazyFrame
     quarantine: pl.LazyFrame
 
@@ -154,14 +155,27 @@ def day_from_name(name: str) -> date | None:
     return None
 
 
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
 def _read_bytes(lf: LandingFile) -> tuple[bytes | None, str | None]:
-    """(content, None), gunzipped, or (None, why the file cannot be read as text)."""
+    """(content as UTF-8 bytes, None), gunzipped, or (None, why the file cannot be read as text).
+
+    Byte-order marks (Excel, Windows tools) are dropped; UTF-16 (PowerShell's `>`) is re-encoded.
+    """
     data = lf.path.read_bytes()
     if data[:2] == b"\x1f\x8b":
         try:
             data = gzip.decompress(data)
         except (OSError, EOFError, zlib.error) as e:
             return None, f"corrupt or truncated gzip: {e}"
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        try:
+            data = data.decode("utf-16").encode("utf-8")
+        except UnicodeDecodeError as e:
+            return None, f"UTF-16 text that does not decode ({e.reason} at byte {e.start})"
+    if data.startswith(UTF8_BOM):
+        data = data[len(UTF8_BOM) :]
     if b"\x00" in data[:65536]:
         return None, "binary content (NUL bytes): not a telemetry export"
     return data, None
@@ -241,10 +255,10 @@ def parse_landing_file(lf: LandingFile) -> tuple[str, ParsedLines]:
     ctx = Context(
         source_file=lf.source_file,
         # a single scrape saved with no time anywhere: its modification time is the best guess,
-        # and ingest_log.time_basis says so
+        # and ingest_log.time_basis says so (formats with a time column never use it)
         file_time=named or datetime.fromtimestamp(lf.mtime, UTC),
         file_time_basis="file_name" if named else "file_mtime",
-        csv_timezone=os.environ.get("GPU_PIPELINE_CSV_TIMEZONE", "UTC"),
+        csv_timezone=csv_timezone(),
     )
     try:
         out = FORMATS[fmt].parse(data if fmt == "dcgm_exposition" else text, ctx)
@@ -259,10 +273,15 @@ def parse_landing_file(lf: LandingFile) -> tuple[str, ParsedLines]:
     )
 
 
+def csv_timezone() -> str:
+    return os.environ.get("GPU_PIPELINE_CSV_TIMEZONE", "UTC")
+
+
 def _cache_key(lf: LandingFile) -> str:
-    # the name matters too: it may carry the sample time
+    # everything that changes what a parse yields: the parser, the content, the name (it may
+    # carry the sample time) and the zone zone-less CSV times are read in
     return hashlib.sha256(
-        f"{PARSER_VERSION}\0{lf.sha256}\0{Path(lf.source_file).name}".encode()
+        f"{PARSER_VERSION}\0{lf.sha256}\0{Path(lf.source_file).name}\0{csv_timezone()}".encode()
     ).hexdigest()[:32]
 
 
@@ -275,8 +294,22 @@ def load_or_parse(lf: LandingFile, cache_root: str | os.PathLike) -> ParsedFile:
     cdir = Path(cache_root) / _cache_key(lf)
     meta_path = cdir / "meta.json"
     if not meta_path.is_file():
-        fmt, parsed = parse_landing_file(lf)
-        days = sorted(set(parsed.samples.get_column("timestamp").dt.date().drop_nulls().to_list()))
+        try:
+            fmt, parsed = parse_landing_file(lf)
+            per_day = (
+                parsed.samples.group_by(pl.col("timestamp").dt.date().alias("d"))
+                .len()
+                .drop_nulls("d")
+                .sort("d")
+            )
+            rows_by_day = dict(zip(per_day["d"].to_list(), per_day["len"].to_list(), strict=True))
+        except Exception as e:  # noqa: BLE001 - one file's failure stays that file's
+            fmt, parsed = (
+                "unreadable",
+                _whole_file(f"could not be parsed: {type(e).__name__}: {e}", ""),
+            )
+            rows_by_day = {}
+        days = sorted(rows_by_day)
         home = (
             (days[0] if days else None)
             or day_from_name(lf.source_file)
@@ -295,6 +328,7 @@ def load_or_parse(lf: LandingFile, cache_root: str | os.PathLike) -> ParsedFile:
             "time_basis": parsed.time_basis,
             "home_day": home.isoformat(),
             "days": [d.isoformat() for d in days],
+            "rows_by_day": {d.isoformat(): n for d, n in rows_by_day.items()},
         }
         (tmp / "meta.json").write_text(json.dumps(meta))
         try:
@@ -310,6 +344,7 @@ def load_or_parse(lf: LandingFile, cache_root: str | os.PathLike) -> ParsedFile:
         time_basis=meta["time_basis"],
         home_day=date.fromisoformat(meta["home_day"]),
         days=[date.fromisoformat(d) for d in meta["days"]],
+        rows_by_day={date.fromisoformat(d): n for d, n in meta.get("rows_by_day", {}).items()},
         samples=pl.scan_parquet(cdir / "samples.parquet"),
         quarantine=pl.scan_parquet(cdir / "quarantine.parquet"),
     )

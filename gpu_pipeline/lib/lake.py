@@ -25,9 +25,9 @@ from gpu_pipeline.lib.samples import conform
 from gpu_pipeline.lib.schemas import TABLES
 
 DATA_FILE = "data.parquet"
-# a zero-row file with the table's columns, so a DuckDB view over `<table>/*/data.parquet` binds
-# before the first partition exists (and picks partitions up as they appear)
-SCHEMA_DIR = "_schema"
+# earlier versions kept a zero-row schema file in `<table>/_schema/`; a table's folder now holds
+# nothing but its `date=` partitions (any engine reads `<table>/*/*.parquet` with hive partitioning)
+LEGACY_SCHEMA_DIR = "_schema"
 _SAFE = re.compile(r"^[a-z_][a-z0-9_]*$")
 WRITE_OPTIONS = {"compression": "zstd", "statistics": True, "row_group_size": 262144}
 
@@ -110,7 +110,7 @@ class Lake:
         from polars.io.plugins import register_io_source
 
         schema = TABLES[table]
-        self.ensure_schema(table)
+        self._drop_legacy(table)
         rows = 0
 
         def source(*_):
@@ -132,20 +132,19 @@ class Lake:
         )
         return final, rows
 
-    def ensure_schema(self, table: str) -> None:
-        """Write the table's zero-row schema file if it is missing (or its columns changed)."""
-        d = self.table_dir(table)
-        path = f"{d}/{SCHEMA_DIR}/{DATA_FILE}" if self.remote else d / SCHEMA_DIR / DATA_FILE
-        schema = TABLES[table]
-        if self._exists(path) and self._read(path).schema == pl.Schema(schema):
+    def _drop_legacy(self, table: str) -> None:
+        """Remove the zero-row `_schema` folder earlier versions kept beside the partitions."""
+        if self.remote:
             return
-        self._replace(path, pl.DataFrame(schema=schema))
+        legacy = self.table_dir(table) / LEGACY_SCHEMA_DIR
+        if legacy.is_dir():
+            shutil.rmtree(legacy, ignore_errors=True)
 
     def write(self, table: str, day: date, df: pl.DataFrame) -> Path | str:
         """Replace the day's partition of `table` with `df` (conformed to the table's contract)."""
         if table in TABLES:
             df = conform(df.with_columns(pl.lit(day).alias("date")), TABLES[table])
-            self.ensure_schema(table)
+            self._drop_legacy(table)
         final = self.partition_file(table, day)
         self._replace(final, df)
         return final

@@ -6,7 +6,15 @@ from datetime import date, timedelta
 
 import polars as pl
 
-from gpu_pipeline.lib.rules import DEFAULT, EFFICIENCY_CLASSES, PHASES, Thresholds
+from gpu_pipeline.lib.rules import (
+    CLASS_ENUM,
+    DEFAULT,
+    DIAGNOSIS_ENUM,
+    EFFICIENCY_CLASSES,
+    PHASE_ENUM,
+    PHASES,
+    Thresholds,
+)
 from gpu_pipeline.lib.samples import conform_lazy
 from gpu_pipeline.lib.schemas import (
     HOURLY_FLEET_METRICS_SCHEMA,
@@ -18,9 +26,7 @@ HOURS_PER_MONTH = 24 * 30
 HOURS_PER_YEAR = 24 * 365
 
 
-def _gpu_id() -> pl.Expr:
-    """One id per GPU and MIG instance (cheap: a hash of both, not a struct)."""
-    return pl.col("gpu_uuid").hash(1) ^ pl.col("gpu_instance_id").hash(2)
+PHYSICAL = pl.col("gpu_instance_id").is_null()
 
 
 def ratio(num: str, den: str, scale: float = 1.0) -> pl.Expr:
@@ -72,10 +78,10 @@ def minute_runs(minutes: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
             *[pl.col(c).first() for c in (*RUN_KEYS, "hour")],
             pl.col("minute").max().alias("_last_minute"),
             pl.len().alias("_minutes"),
+            pl.col("gpu_share").fill_null(1.0).sum().alias("_share"),
             *[pl.col(c).sum().alias(f"_sum_{c}") for c in HOURLY_MEANS],
             *[pl.col(c).count().alias(f"_n_{c}") for c in HOURLY_MEANS],
             *[(pl.col("phase") == p).sum().alias(f"_n_{p}") for p in PHASES],
-            # minutes without a utilization reading have no phase and no share
             pl.col("phase").count().alias("_n_phase"),
             *[(pl.col("efficiency_class") == c).sum().alias(f"_c_{c}") for c in EFFICIENCY_CLASSES],
             (pl.col("gpu_util_pct") >= t.idle_below).sum().alias("_active"),
@@ -88,12 +94,17 @@ def minute_runs(minutes: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
 
 
 def hourly_final(runs: pl.LazyFrame) -> pl.LazyFrame:
-    """Minute runs (of one pass or of GPU chunks) -> hourly_fleet_metrics."""
+    """Minute runs (of one pass or of GPU chunks) -> hourly_fleet_metrics.
+
+    Fleet totals count each physical GPU once: the physical GPU's rows only (under MIG they carry
+    the slice-weighted utilization of the instances and the GPU's power).
+    """
     sums = [f"_sum_{c}" for c in HOURLY_MEANS] + [f"_n_{c}" for c in HOURLY_MEANS]
     h = (
-        runs.group_by(*HOURLY_KEYS)
+        runs.filter(PHYSICAL)
+        .group_by(*HOURLY_KEYS)
         .agg(
-            _gpu_id().n_unique().alias("gpus"),
+            pl.col("gpu_uuid").n_unique().alias("gpus"),
             pl.col("_minutes").sum().alias("gpu_minutes"),
             pl.col(*sums, *[f"_n_{p}" for p in PHASES], "_n_phase").sum(),
         )
@@ -149,14 +160,21 @@ def persistent_bottlenecks(daily: pl.LazyFrame, day: date, t: Thresholds = DEFAU
     )
 
 
+def mig_unallocated() -> pl.Expr:
+    """The physical GPU's row of a MIG GPU with instances: it stands for the free slices only."""
+    return PHYSICAL & (pl.col("gpu_share") < 1.0)
+
+
 def minute_costs(minutes: pl.LazyFrame) -> pl.LazyFrame:
     """Split each GPU-minute's price into productive / idle / stall / headroom, nothing twice.
 
+    A row costs price x gpu_share / 60 (a whole GPU: its price; a MIG instance: its slices).
     idle minute -> all idle; otherwise productive = rfu, stall = max(0, util - rfu), headroom = the
-    rest. A non-idle minute lacking utilization or power can't be split: `unmeasured`.
+    rest. A non-idle minute lacking utilization or power can't be split: `unmeasured`. The free
+    slices of a MIG GPU (its physical row) are idle waste of the GPU's owner.
     """
-    cost = pl.col("price_usd_per_hour") / 60.0
-    idle = pl.col("phase") == "idle"
+    cost = pl.col("price_usd_per_hour") * pl.col("gpu_share").fill_null(1.0) / 60.0
+    idle = (pl.col("phase") == "idle") | mig_unallocated()
     measured = pl.col("gpu_util_pct").is_not_null() & pl.col("rfu_pct").is_not_null()
     rfu = pl.col("rfu_pct") / 100.0
     stall = pl.max_horizontal(pl.col("gpu_util_pct") - pl.col("rfu_pct"), pl.lit(0.0)) / 100.0
@@ -174,18 +192,60 @@ def minute_costs(minutes: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
+def allocated_minutes(minutes: pl.LazyFrame) -> pl.LazyFrame:
+    """Minutes as namespaces own them, with their costs and a weight `_w` (the GPU share).
+
+    A whole GPU's minute weighs 1, a MIG instance's its slices; the physical row of a MIG GPU
+    stands for its free slices, idle by definition (no utilization, RFU or diagnosis of its own).
+    Means over namespaces are weighted by `_w`, so a MIG GPU counts once however it is split.
+    """
+    free = mig_unallocated()
+    return minute_costs(minutes).with_columns(
+        pl.col("gpu_share").fill_null(1.0).alias("_w"),
+        pl.when(free).then(0.0).otherwise(pl.col("gpu_util_pct")).alias("gpu_util_pct"),
+        *[
+            pl.when(free).then(None).otherwise(pl.col(c)).alias(c)
+            for c in ("pif", "rfu_pct", "efficiency_gap_pct", "realized_tflops")
+        ],
+        pl.when(free).then(pl.lit("idle", PHASE_ENUM)).otherwise(pl.col("phase")).alias("phase"),
+        pl.when(free)
+        .then(pl.lit("idle", CLASS_ENUM))
+        .otherwise(pl.col("efficiency_class"))
+        .alias("efficiency_class"),
+        pl.when(free)
+        .then(pl.lit("idle", DIAGNOSIS_ENUM))
+        .otherwise(pl.col("diagnosis"))
+        .alias("diagnosis"),
+    )
+
+
+def weighted_mean(col: str, w: str = "_w") -> pl.Expr:
+    """Mean of `col` weighted by `w` over rows where `col` has a value (null if none)."""
+    has = pl.col(col).is_not_null()
+    den = pl.col(w).filter(has).sum()
+    return pl.when(den > 0).then((pl.col(col) * pl.col(w)).filter(has).sum() / den)
+
+
+def weighted_share(cond: pl.Expr, among: pl.Expr | None = None, w: str = "_w") -> pl.Expr:
+    """Weighted share of rows meeting `cond` among rows meeting `among` (all rows if None)."""
+    base = pl.col(w) if among is None else pl.col(w).filter(among)
+    num = pl.col(w).filter(cond if among is None else cond & among)
+    return pl.when(base.sum() > 0).then(num.sum() / base.sum())
+
+
 def priced_waste_final(runs: pl.LazyFrame) -> pl.LazyFrame:
     """Minute runs (of one pass or of GPU chunks) -> priced_waste, with run rates."""
     w = (
         runs.group_by(*WASTE_KEYS)
         .agg(
-            _gpu_id().n_unique().alias("gpus"),
-            pl.col("_minutes", *MONEY).sum(),
+            pl.col("gpu_uuid").n_unique().alias("gpus"),
+            pl.col("_share", *MONEY).sum(),
             pl.col("price_usd_per_hour").max(),
             pl.col("_priced").any(),
         )
         .with_columns(
-            (pl.col("_minutes") / 60.0).alias("gpu_hours"),
+            # a MIG GPU's hours are split among its instances' namespaces by slice share
+            (pl.col("_share") / 60.0).alias("gpu_hours"),
             # a group without a price has no cost: null, not zero
             *[pl.when(pl.col("_priced")).then(pl.col(c)).alias(c) for c in MONEY],
         )

@@ -40,7 +40,7 @@ _MEAN_FIELDS = (
 def phase_expr(util: pl.Expr, t: Thresholds = DEFAULT) -> pl.Expr:
     return (
         pl.when(util.is_null())
-        .then(None)
+        .then(pl.lit("unknown", dtype=PHASE_ENUM))
         .when(util < t.idle_below)
         .then(pl.lit(PHASES[0], dtype=PHASE_ENUM))
         .when(util < t.productive_from)
@@ -74,38 +74,87 @@ def efficiency_class_expr(util: pl.Expr, pif: pl.Expr, t: Thresholds = DEFAULT) 
     )
 
 
-# MIG: compute slices of a full GPU (A100/H100/H200/B200 class); a profile "2g.20gb" holds 2
+# MIG: compute slices of a full GPU when the catalog does not say (A100/H100 class: 7)
 MIG_SLICES = 7
+_SLICES = pl.col("gpu_instance_profile").str.extract(r"^(\d+)g", 1).cast(pl.Float64)
 
 
 def _utilization(per_minute: pl.LazyFrame, mig: bool | None = None) -> pl.LazyFrame:
-    """Utilization per minute and where it came from.
+    """Utilization per minute, where it came from, and each row's share of its physical GPU.
 
     `gpu_util`: DCGM_FI_DEV_GPU_UTIL / nvidia-smi utilization.gpu. Under MIG that field is absent;
     an instance then uses its graphics-engine activity (`prof_gr_engine_active`), and the physical
     GPU's row the slice-weighted activity of its instances (`mig_instances`), free slices idle.
+
+    `gpu_share` is what a row stands for in GPU-hours and cost: 1 for a whole GPU; for a MIG
+    instance its slices over the model's (a `2g.20gb` on an H100 is 2/7); for the physical GPU's
+    row of a MIG GPU the slices no instance holds in that minute. A minute with instances but no
+    row of the physical GPU gets one, so a physical GPU is counted once in every minute it shows.
     """
-    slices = pl.col("gpu_instance_profile").str.extract(r"^(\d+)g", 1).cast(pl.Float64)
-    inst = (
-        per_minute.filter(pl.col("gpu_instance_id").is_not_null())
-        .group_by("gpu_uuid", "minute")
-        .agg(
-            (100.0 * (pl.col("_gr") * slices).sum() / MIG_SLICES)
-            .clip(0.0, 100.0)
-            .alias("_mig_util")
-        )
-        .with_columns(pl.lit(None, pl.Int32).alias("gpu_instance_id"))
-    )
     gr = (100.0 * pl.col("_gr")).clip(0.0, 100.0)
     if mig is False:
-        joined = per_minute.with_columns(pl.lit(None, pl.Float64).alias("_mig_util"))
+        joined = per_minute.with_columns(
+            pl.lit(None, pl.Float64).alias("_mig_util"), pl.lit(1.0).alias("gpu_share")
+        )
     else:
-        joined = per_minute.join(
-            inst,
-            on=["gpu_uuid", "gpu_instance_id", "minute"],
-            how="left",
-            nulls_equal=True,
-            maintain_order="left",
+        instance = pl.col("gpu_instance_id").is_not_null()
+        # a profile without a slice count (not `<n>g…`) holds one slice
+        share = (_SLICES.fill_null(1.0) / pl.col("_mig_slices").fill_null(MIG_SLICES)).clip(0, 1)
+        per_minute = per_minute.with_columns(
+            pl.when(instance).then(share).otherwise(None).alias("_inst_share")
+        ).with_columns(
+            # instances that claim more than the whole GPU (an odd profile, a wrong slice count)
+            # share it in proportion: a physical GPU never counts more than once
+            (
+                pl.col("_inst_share")
+                / pl.max_horizontal(pl.col("_inst_share").sum().over("gpu_uuid", "minute"), 1.0)
+            ).alias("_inst_share")
+        )
+        inst_util = pl.coalesce(pl.col("gpu_util_pct"), 100.0 * pl.col("_gr"))
+        inst = (
+            per_minute.filter(instance)
+            .group_by("gpu_uuid", "minute")
+            .agg(
+                # slice-weighted activity of the instances (free slices are idle); none if no
+                # instance reports any
+                pl.when(inst_util.count() > 0)
+                .then((inst_util * pl.col("_inst_share")).sum())
+                .clip(0.0, 100.0)
+                .alias("_mig_util"),
+                pl.col("_inst_share").sum().clip(0.0, 1.0).alias("_alloc"),
+                pl.col("date").first(),
+                *[pl.col(c).drop_nulls().first() for c in ("hostname", "cluster", "gpu_model")],
+                *[pl.col(c).first() for c in _MODEL_COLUMNS],
+            )
+        )
+        physical = per_minute.filter(~instance).select("gpu_uuid", "minute")
+        made_up = (
+            inst.join(physical, on=["gpu_uuid", "minute"], how="anti")
+            .drop("_mig_util", "_alloc")
+            .with_columns(pl.lit(0, pl.UInt32).alias("samples"))
+        )
+        joined = (
+            pl.concat([per_minute, made_up], how="diagonal_relaxed")
+            .sort(*GPU_KEY, "minute", nulls_last=False, maintain_order=True)
+            .join(
+                inst.select(
+                    "gpu_uuid",
+                    "minute",
+                    "_mig_util",
+                    "_alloc",
+                    pl.lit(None, pl.Int32).alias("gpu_instance_id"),
+                ),
+                on=["gpu_uuid", "gpu_instance_id", "minute"],
+                how="left",
+                nulls_equal=True,
+                maintain_order="left",
+            )
+            .with_columns(
+                pl.when(instance)
+                .then(pl.col("_inst_share"))
+                .otherwise(1.0 - pl.col("_alloc").fill_null(0.0))
+                .alias("gpu_share")
+            )
         )
     return joined.with_columns(
         pl.coalesce("gpu_util_pct", gr, "_mig_util").alias("gpu_util_pct"),
@@ -164,6 +213,8 @@ def diagnosis_expr(t: Thresholds = DEFAULT, d: DiagnosisThresholds = DIAGNOSIS) 
 
 
 _ATTRS = ("hostname", "cluster", "namespace", "pod", "gpu_model", "gpu_instance_profile")
+# what the model lookup adds to every minute (a made-up physical row copies them too)
+_MODEL_COLUMNS = ("_cat_power", "achievable_tflops", "_mig_slices", "_price", "_model_note")
 
 
 def to_minutes(samples: pl.LazyFrame) -> pl.LazyFrame:
@@ -225,9 +276,7 @@ def gpu_minutes(
     """
     if not presorted:
         samples = samples.sort(*SAMPLE_ORDER, nulls_last=False)
-    per_minute = _utilization(
-        rows_as_minutes(samples) if already_minutes else to_minutes(samples), mig=mig
-    )
+    per_minute = rows_as_minutes(samples) if already_minutes else to_minutes(samples)
     # everything that depends on the model alone is worked out once per distinct model name
     models = (
         per_minute.select("gpu_model")
@@ -238,6 +287,7 @@ def gpu_minutes(
                 "model_key",
                 pl.col("max_power_w").alias("_cat_power"),
                 pl.col("achievable_fp16_tflops").alias("achievable_tflops"),
+                pl.col("mig_slices").cast(pl.Float64).alias("_mig_slices"),
             ),
             on="model_key",
             how="left",
@@ -262,12 +312,18 @@ def gpu_minutes(
         )
         .drop("model_key")
     )
+    per_minute = _utilization(
+        per_minute.join(
+            models, on="gpu_model", how="left", nulls_equal=True, maintain_order="left"
+        ),
+        mig=mig,
+    )
     # the GPU's highest power limit seen on the day is the fallback basis when the model is unknown
     day_limit = pl.col("_limit").max().over("gpu_uuid")
     mig_instance = pl.col("gpu_instance_id").is_not_null()
     row_note = pl.concat_str(
         pl.when(mig_instance).then(
-            pl.lit("MIG instance: power and price counted on the physical GPU row")
+            pl.lit("MIG instance: power and PIF are the physical GPU's; cost by slice share")
         ),
         pl.when(pl.col("max_power_w").is_null()).then(
             pl.lit("no max power (catalog or power limit)")
@@ -278,13 +334,9 @@ def gpu_minutes(
         ignore_nulls=True,
     )
     m = (
-        per_minute.join(models, on="gpu_model", how="left", nulls_equal=True, maintain_order="left")
-        .with_columns(
-            # a MIG instance's power and price live on its physical GPU's row, counted once
-            pl.when(mig_instance)
-            .then(None)
-            .otherwise(pl.col("_price"))
-            .alias("price_usd_per_hour"),
+        per_minute.with_columns(
+            # every row carries the model's price; its cost is price x gpu_share
+            pl.col("_price").alias("price_usd_per_hour"),
             pl.coalesce(pl.col("_cat_power"), day_limit).alias("max_power_w"),
             pl.when(pl.col("_cat_power").is_not_null())
             .then(pl.lit(dtype=POWER_BASIS_ENUM, value="catalog"))

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from gpu_pipeline.lib.marts import minute_costs
+from gpu_pipeline.lib.marts import allocated_minutes, weighted_share
 from gpu_pipeline.lib.reference import model_key
 from gpu_pipeline.lib.rules import BOTTLENECK_DIAGNOSES
 from gpu_pipeline.lib.schemas import RECOMMENDATIONS_SCHEMA
@@ -198,19 +198,20 @@ def namespace_stats(minutes: pl.LazyFrame, prices: pl.DataFrame) -> pl.DataFrame
     active = pl.col("gpu_util_pct") >= 10
     spot = prices.lazy().select("model_key", pl.col("spot_usd_per_hour").alias("_spot"))
     costs = (
-        minute_costs(minutes)
+        allocated_minutes(minutes)
         .with_columns(model_key(pl.col("gpu_model")).alias("model_key"))
         .join(spot, on="model_key", how="left")
     )
 
-    def share(d: str) -> pl.Expr:
-        return ((pl.col("diagnosis") == d) & active).sum() / active.sum().clip(1)
+    def share(cond: pl.Expr, among: pl.Expr | None = active) -> pl.Expr:
+        # weighted by GPU share (MIG instances by slices); 0 where nothing qualifies
+        return weighted_share(cond, among).fill_null(0.0)
 
     return (
         costs.group_by("date", "namespace")
         .agg(
             pl.col("gpu_uuid").n_unique().alias("gpus"),
-            (pl.len() / 60.0).alias("gpu_hours"),
+            (pl.col("_w").sum() / 60.0).alias("gpu_hours"),
             *[
                 pl.col(c).sum()
                 for c in (
@@ -221,17 +222,15 @@ def namespace_stats(minutes: pl.LazyFrame, prices: pl.DataFrame) -> pl.DataFrame
                     "headroom_waste_usd",
                 )
             ],
-            ((pl.col("phase") == "idle").sum() / pl.len()).alias("idle_share"),
-            ((pl.col("efficiency_class") == "bottlenecked").sum() / active.sum().clip(1)).alias(
-                "bottlenecked"
-            ),
-            ((pl.col("phase") == "underutilized").sum() / active.sum().clip(1)).alias(
-                "underutilized"
-            ),
-            (pl.col("diagnosis") == "unknown").filter(active).mean().fill_null(0).alias("_unknown"),
-            *[share(d).alias(d) for d in BOTTLENECK_DIAGNOSES],
+            share(pl.col("phase") == "idle", None).alias("idle_share"),
+            share(pl.col("efficiency_class") == "bottlenecked").alias("bottlenecked"),
+            share(pl.col("phase") == "underutilized").alias("underutilized"),
+            share(pl.col("diagnosis") == "unknown").alias("_unknown"),
+            *[share(pl.col("diagnosis") == d).alias(d) for d in BOTTLENECK_DIAGNOSES],
             # what spot would have cost for the same minutes (on-demand where a model has no spot price)
-            (pl.coalesce("_spot", "price_usd_per_hour") / 60.0).sum().alias("_spot_cost"),
+            (pl.coalesce("_spot", "price_usd_per_hour") * pl.col("_w") / 60.0)
+            .sum()
+            .alias("_spot_cost"),
             pl.col("gpu_model").drop_nulls().unique().sort().alias("models"),
         )
         .collect(engine="in-memory")

@@ -22,8 +22,12 @@ CATALOG_SCHEMA = {
     "idle_power_w": pl.Float64,
     "theoretical_fp16_tflops": pl.Float64,
     "achievable_fp16_tflops": pl.Float64,
+    # compute slices of a MIG-capable model (7 on A100/H100 class, 4 on A30); empty otherwise
+    "mig_slices": pl.Int64,
     "source": pl.String,
 }
+# columns a user's catalog may leave out
+OPTIONAL = {"source", "mig_slices"}
 PRICES_SCHEMA = {
     "gpu_model": pl.String,
     "on_demand_usd_per_hour": pl.Float64,
@@ -49,10 +53,17 @@ def _read(path: Path, schema: dict[str, pl.DataType], what: str) -> pl.DataFrame
     if not Path(path).is_file():
         raise ReferenceError(f"{what} file not found: {path}")
     df = pl.read_csv(path, schema_overrides=schema, comment_prefix="#")
-    missing = [c for c in schema if c not in df.columns and c != "source"]
+    missing = [c for c in schema if c not in df.columns and c not in OPTIONAL]
     if missing:
         raise ReferenceError(f"{what} {path} lacks column(s) {missing}; expected {list(schema)}")
-    df = df.with_columns(pl.col("gpu_model").str.strip_chars())
+    df = df.with_columns(
+        pl.col("gpu_model").str.strip_chars(),
+        *[
+            pl.lit(None, schema[c]).alias(c)
+            for c in OPTIONAL
+            if c in schema and c not in df.columns
+        ],
+    )
     dup = df.group_by(model_key(pl.col("gpu_model")).alias("k")).len().filter(pl.col("len") > 1)
     if dup.height:
         raise ReferenceError(f"{what} {path} lists a model twice: {dup['k'].to_list()}")

@@ -11,6 +11,10 @@ from datetime import date
 import matplotlib
 
 matplotlib.use("Agg")  # no display needed
+import warnings  # noqa: E402
+
+# a chart of a day where nothing was measured has no series to put in its legend: not a problem
+warnings.filterwarnings("ignore", message="No artists with labels found", category=UserWarning)
 import matplotlib.pyplot as plt  # noqa: E402
 import polars as pl  # noqa: E402
 
@@ -43,6 +47,26 @@ class Report:
     charts: list[Chart] = field(default_factory=list)
     html: str = ""
     bottlenecked_namespaces: list[str] = field(default_factory=list)
+
+
+def _label(v: object, n: int = 40) -> str:
+    """A chart label: never None, never longer than `n` characters (a label from the data can be
+    anything, and a megabyte of text overflows the font rasterizer)."""
+    s = "(none)" if v is None else str(v)
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def _num(v: float | None, fmt: str, none: str = "n/a") -> str:
+    return none if v is None or v != v else format(v, fmt)
+
+
+def _f(series: pl.Series) -> list[float]:
+    """Numbers for matplotlib: floats, NaN where there is no value (nothing is drawn there)."""
+    return series.cast(pl.Float64).fill_null(float("nan")).to_list()
+
+
+def _labels(series: pl.Series, n: int = 40) -> list[str]:
+    return [_label(v, n) for v in series.to_list()]
 
 
 def _png(fig) -> bytes:
@@ -97,20 +121,26 @@ def _timeseries(m: pl.DataFrame) -> Chart:
     )
     fig, (a1, a2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
     hours = h["hour"].dt.hour()
-    a1.plot(hours, h["gpu_util_pct"], label="utilization %", color="#1e88e5")
-    a1.plot(hours, h["rfu_pct"], label="RFU %", color="#43a047")
+    hours = hours.to_list()
+    a1.plot(hours, _f(h["gpu_util_pct"]), label="utilization %", color="#1e88e5")
+    a1.plot(hours, _f(h["rfu_pct"]), label="RFU %", color="#43a047")
     a1.fill_between(
-        hours, h["rfu_pct"], h["gpu_util_pct"], color="#e53935", alpha=0.15, label="gap (points)"
+        hours,
+        _f(h["rfu_pct"]),
+        _f(h["gpu_util_pct"]),
+        color="#e53935",
+        alpha=0.15,
+        label="gap (points)",
     )
     a1.set_ylabel("percent")
     a1.set_ylim(0, 100)
     a1.legend(fontsize=8, loc="lower left")
     a1.set_title("Fleet hour by hour: reported utilization vs realized TFLOPS utilization")
-    a2.plot(hours, h["pif"], color="#8e24aa", label="avg PIF")
+    a2.plot(hours, _f(h["pif"]), color="#8e24aa", label="avg PIF")
     a2.set_ylabel("avg PIF (0-1)")
     a2.set_ylim(0, 1)
     ax3 = a2.twinx()
-    ax3.plot(hours, h["realized_tflops"], color="#fb8c00", label="fleet realized TFLOPS")
+    ax3.plot(hours, _f(h["realized_tflops"]), color="#fb8c00", label="fleet realized TFLOPS")
     ax3.set_ylabel("realized TFLOPS (fleet, hourly mean)")
     ax3.set_ylim(0, max(1.0, float(h["realized_tflops"].max() or 0)) * 1.15)
     a2.set_xlabel("hour of day (UTC)")
@@ -128,12 +158,19 @@ def _models(m: pl.DataFrame) -> Chart:
     fig, ax = plt.subplots(figsize=(8, 4))
     x = range(g.height)
     ax.bar(
-        [i - 0.2 for i in x], g["gpu_util_pct"], width=0.4, label="utilization %", color="#1e88e5"
+        [i - 0.2 for i in x],
+        _f(g["gpu_util_pct"]),
+        width=0.4,
+        label="utilization %",
+        color="#1e88e5",
     )
-    ax.bar([i + 0.2 for i in x], g["rfu_pct"], width=0.4, label="RFU %", color="#43a047")
+    ax.bar([i + 0.2 for i in x], _f(g["rfu_pct"]), width=0.4, label="RFU %", color="#43a047")
     ax.set_xticks(
         list(x),
-        [f"{mdl}\n({n} GPUs)" for mdl, n in zip(g["gpu_model"], g["gpu_uuid"], strict=True)],
+        [
+            f"{_label(mdl, 28)}\n({n} GPUs)"
+            for mdl, n in zip(g["gpu_model"], g["gpu_uuid"], strict=True)
+        ],
         fontsize=8,
     )
     ax.set_ylabel("percent")
@@ -152,9 +189,12 @@ def _bottlenecks(daily: pl.DataFrame) -> Chart:
         .sort("bottlenecked_minutes")
     )
     fig, ax = plt.subplots(figsize=(8, 5))
-    labels = [f"{str(u)[:13]}… {ns}" for u, ns in zip(b["gpu_uuid"], b["namespace"], strict=True)]
+    labels = [
+        f"{str(u)[:13]}… {_label(ns, 24)}"
+        for u, ns in zip(b["gpu_uuid"], b["namespace"], strict=True)
+    ]
     colors = ["#e53935" if d else "#ffb74d" for d in b["bottlenecked_day"]]
-    ax.barh(labels, b["bottlenecked_minutes"], color=colors)
+    ax.barh(labels, _f(b["bottlenecked_minutes"]), color=colors)
     ax.set_xlabel("bottlenecked minutes (util >= 70 %, PIF < 0.4); red: a bottlenecked GPU-day")
     ax.tick_params(axis="y", labelsize=7)
     ax.set_title("Most bottlenecked GPUs of the day")
@@ -165,23 +205,24 @@ def _waste(w: pl.DataFrame) -> Chart:
     g = (
         w.group_by("namespace")
         .agg(pl.col(list(WASTE_COLORS)).sum(), pl.col("productive_usd").sum())
-        .with_columns(pl.col("namespace").fill_null("(none)"))
-        .sort("namespace")
+        .with_columns(pl.col(*WASTE_COLORS, "productive_usd").fill_null(0.0))
+        .sort("namespace", nulls_last=True)
     )
+    names = _labels(g["namespace"], 24)
     fig, ax = plt.subplots(figsize=(8, 4))
     bottom = [0.0] * g.height
     for col, color in WASTE_COLORS.items():
         ax.bar(
-            g["namespace"],
-            g[col],
+            names,
+            _f(g[col]),
             bottom=bottom,
             color=color,
             label=col.removesuffix("_usd").replace("_", " "),
         )
-        bottom = [b + v for b, v in zip(bottom, g[col].fill_null(0), strict=True)]
+        bottom = [b + v for b, v in zip(bottom, _f(g[col]), strict=True)]
     ax.bar(
-        g["namespace"],
-        g["productive_usd"],
+        names,
+        _f(g["productive_usd"]),
         bottom=bottom,
         color="#43a047",
         alpha=0.5,
@@ -195,22 +236,21 @@ def _waste(w: pl.DataFrame) -> Chart:
 
 
 def _recommendations(r: pl.DataFrame) -> Chart:
-    g = r.with_columns(pl.col("namespace").fill_null("(none)")).sort("total_savings_frac")
+    g = r.sort("total_savings_frac")
+    names = _labels(g["namespace"], 24)
     fig, ax = plt.subplots(figsize=(8, 4))
+    ax.barh(names, _f(100 * g["utilization_savings_frac"]), color="#1e88e5", label="utilization")
     ax.barh(
-        g["namespace"], 100 * g["utilization_savings_frac"], color="#1e88e5", label="utilization"
-    )
-    ax.barh(
-        g["namespace"],
-        100 * (g["total_savings_frac"] - g["utilization_savings_frac"]),
-        left=100 * g["utilization_savings_frac"],
+        names,
+        _f(100 * (g["total_savings_frac"] - g["utilization_savings_frac"])),
+        left=_f(100 * g["utilization_savings_frac"]),
         color="#fb8c00",
         label="+ spot (rate)",
     )
     for i, (t, usd) in enumerate(
         zip(g["total_savings_frac"], g["monthly_savings_usd"], strict=True)
     ):
-        ax.text(100 * t + 1, i, f"${usd:,.0f}/mo", va="center", fontsize=8)
+        ax.text(100 * t + 1, i, f"${_num(usd, ',.0f')}/mo", va="center", fontsize=8)
     ax.set_xlim(0, 115)
     ax.set_xlabel("savings, % of the namespace's cost (never above what was measured)")
     ax.legend(fontsize=8, loc="lower right")
@@ -224,14 +264,22 @@ def _roi(roi: pl.DataFrame) -> Chart:
     )
     fig, ax = plt.subplots(figsize=(8, 4))
     ax.bar(
-        g["label"],
-        g["equivalent_gpus"],
+        _labels(g["label"], 28),
+        _f(g["equivalent_gpus"].fill_null(0.0)),
         color=["#8e24aa" if s == "fleet" else "#ab47bc" for s in g["scope"]],
     )
     for i, (e, r, usd) in enumerate(
         zip(g["equivalent_gpus"], g["avg_rfu_pct"], g["monthly_value_usd"], strict=True)
     ):
-        ax.text(i, e, f"{r:.0f}% RFU\n${(usd or 0):,.0f}/mo", ha="center", va="bottom", fontsize=8)
+        # a model without RFU (no catalog entry, no power limit) has no ROI to show
+        ax.text(
+            i,
+            e or 0,
+            f"{_num(r, '.0f')}% RFU\n${_num(usd, ',.0f')}/mo",
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
     target = g["target_rfu_pct"][0] if g.height else 60
     ax.set_ylabel(f"equivalent GPUs gained at {target:.0f} % RFU")
     ax.tick_params(axis="x", labelsize=8)
@@ -261,18 +309,29 @@ td,th{border:1px solid #ddd;padding:.3em .5em;text-align:left;vertical-align:top
 .note{color:#666;font-size:.85em}"""
 
 
-def build_report(lake: Lake, day: date) -> Report:
-    """Read the day's marts and build the charts and the HTML."""
-    if not lake.exists("gpu_minutes", day):
+def _read(lake: Lake, table: str, day: date) -> pl.DataFrame:
+    from gpu_pipeline.lib.schemas import TABLES
+
+    return lake.read(table, day) if lake.exists(table, day) else pl.DataFrame(schema=TABLES[table])
+
+
+def build_report(lake: Lake, day: date, require_data: bool = False) -> Report:
+    """Read the day's marts and build the charts and the HTML.
+
+    A day with no GPU-minutes gets a short "no data" report (a backfill may reach days nothing
+    landed for); `require_data` makes that a FileNotFoundError instead (the CLI's choice).
+    """
+    if require_data and not lake.exists("gpu_minutes", day):
         raise FileNotFoundError(
             f"no gpu_minutes for {day} in {lake.root}: materialize the day first"
         )
-    m = lake.read("gpu_minutes", day)
-    daily = lake.read("gpu_daily", day)
-    w = lake.read("priced_waste", day)
+    # fleet figures count each physical GPU once; MIG instances are parts of it
+    m = _read(lake, "gpu_minutes", day).filter(pl.col("gpu_instance_id").is_null())
+    daily = _read(lake, "gpu_daily", day)
+    w = _read(lake, "priced_waste", day)
     rec = lake.read("recommendations", day) if lake.exists("recommendations", day) else None
     roi = lake.read("efficiency_roi", day) if lake.exists("efficiency_roi", day) else None
-    pb = lake.read("persistent_bottlenecks", day)
+    pb = _read(lake, "persistent_bottlenecks", day)
     health = lake.read("gpu_health", day) if lake.exists("gpu_health", day) else None
     strag = lake.read("stragglers", day) if lake.exists("stragglers", day) else None
     nse = (
@@ -306,14 +365,15 @@ def build_report(lake: Lake, day: date) -> Report:
         (pl.len() / 60).alias("hours"),
         pl.col("gpu_util_pct").mean().alias("util"),
         pl.col("rfu_pct").mean().alias("rfu"),
+        pl.col("efficiency_gap_pct").mean().alias("gap"),
     ).row(0, named=True)
     cost, waste = w["cost_usd"].sum(), w["total_waste_usd"].sum()
     kpis = [
         ("GPUs", f"{k['gpus']}"),
-        ("GPU-hours", f"{k['hours']:,.0f}"),
-        ("avg utilization", f"{k['util'] or 0:.1f} %"),
-        ("avg RFU", f"{k['rfu'] or 0:.1f} %"),
-        ("gap", f"{(k['util'] or 0) - (k['rfu'] or 0):.1f} pts"),
+        ("GPU-hours", f"{k['hours']:,.1f}"),
+        ("avg utilization", f"{_num(k['util'], '.1f')} %"),
+        ("avg RFU", f"{_num(k['rfu'], '.1f')} %"),
+        ("gap", f"{_num(k['gap'], '.1f')} pts"),
         ("cost", f"${cost:,.2f}"),
         ("waste", f"${waste:,.2f}"),
     ]

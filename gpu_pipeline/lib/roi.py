@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from gpu_pipeline.lib.marts import minute_costs
+from gpu_pipeline.lib.marts import allocated_minutes, weighted_mean, weighted_share
 from gpu_pipeline.lib.rules import ROI_TARGET_RFU_PCT
 from gpu_pipeline.lib.samples import conform_lazy
 from gpu_pipeline.lib.schemas import EFFICIENCY_ROI_SCHEMA, NAMESPACE_EFFICIENCY_SCHEMA
@@ -63,21 +63,25 @@ def efficiency_roi(
 
 
 def namespace_efficiency(minutes: pl.LazyFrame) -> pl.LazyFrame:
-    """Per namespace and day: utilization vs RFU, phase and bottleneck mix, the dominant diagnosis, money."""
+    """Per namespace and day: utilization vs RFU, phase and bottleneck mix, the dominant diagnosis, money.
+
+    Minutes are weighted by their GPU share (a MIG instance by its slices), so GPU-hours and
+    means count a physical GPU once however it is split among namespaces.
+    """
     active = pl.col("gpu_util_pct") >= 10
     out = (
-        minute_costs(minutes)
+        allocated_minutes(minutes)
         .group_by("date", "namespace")
         .agg(
             pl.col("gpu_uuid").n_unique().alias("gpus"),
-            (pl.len() / 60.0).alias("gpu_hours"),
-            pl.col("gpu_util_pct").mean().alias("avg_gpu_util_pct"),
-            pl.col("rfu_pct").mean().alias("avg_rfu_pct"),
-            pl.col("efficiency_gap_pct").mean().alias("avg_efficiency_gap_pct"),
-            (100.0 * (pl.col("phase") == "idle").sum() / pl.col("phase").count()).alias("pct_idle"),
-            pl.when(active.sum() > 0)
-            .then(100.0 * (pl.col("efficiency_class") == "bottlenecked").sum() / active.sum())
-            .alias("pct_active_bottlenecked"),
+            (pl.col("_w").sum() / 60.0).alias("gpu_hours"),
+            weighted_mean("gpu_util_pct").alias("avg_gpu_util_pct"),
+            weighted_mean("rfu_pct").alias("avg_rfu_pct"),
+            weighted_mean("efficiency_gap_pct").alias("avg_efficiency_gap_pct"),
+            (100.0 * weighted_share(pl.col("phase") == "idle")).alias("pct_idle"),
+            (100.0 * weighted_share(pl.col("efficiency_class") == "bottlenecked", active)).alias(
+                "pct_active_bottlenecked"
+            ),
             pl.col("diagnosis").filter(active).mode().sort().first().alias("dominant_diagnosis"),
             pl.col("cost_usd").sum().alias("cost_usd"),
             (pl.col("idle_waste_usd") + pl.col("stall_waste_usd") + pl.col("headroom_waste_usd"))

@@ -27,7 +27,10 @@ class Thresholds:
 
 DEFAULT = Thresholds()
 
-PHASES = ("idle", "underutilized", "productive", "compute_bound")
+# a minute without any utilization reading (nvidia-smi under MIG reports `[N/A]`) is still a
+# GPU-minute: its phase is `unknown`, so the phase shares of every group still sum to 100
+PHASES = ("idle", "underutilized", "productive", "compute_bound", "unknown")
+MEASURED_PHASES = PHASES[:4]
 EFFICIENCY_CLASSES = ("idle", "bottlenecked", "efficient", "inefficient", "moderate")
 
 

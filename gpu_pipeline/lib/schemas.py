@@ -95,6 +95,8 @@ GPU_MINUTES_SCHEMA: dict[str, pl.DataType] = {
     "diagnosis": DIAGNOSIS_ENUM,
     "diagnosis_basis": DIAGNOSIS_BASIS_ENUM,
     "price_usd_per_hour": pl.Float64,
+    # share of the physical GPU the row stands for in GPU-hours and cost (1; MIG: slices)
+    "gpu_share": pl.Float64,
     "gpu_temp_c": pl.Float64,
     "fb_used_mib": pl.Float64,
     "prof_sm_active": pl.Float64,
@@ -141,6 +143,7 @@ HOURLY_FLEET_METRICS_SCHEMA: dict[str, pl.DataType] = {
     "pct_underutilized": pl.Float64,
     "pct_productive": pl.Float64,
     "pct_compute_bound": pl.Float64,
+    "pct_unknown": pl.Float64,
 }
 
 PERSISTENT_BOTTLENECKS_SCHEMA: dict[str, pl.DataType] = {
@@ -322,11 +325,12 @@ GPU_MINUTES_MODEL = _model(
         "pif": [pa.Check.in_range(0, 1)],
         "rfu_pct": [pa.Check.in_range(0, 100)],
         "gpu_util_pct": [pa.Check.in_range(0, 100)],
+        "gpu_share": [pa.Check.in_range(0, 1)],
         "phase": [pa.Check.isin(PHASES)],
         "efficiency_class": [pa.Check.isin(EFFICIENCY_CLASSES)],
         "diagnosis": [pa.Check.isin(DIAGNOSES)],
     },
-    {"date", "minute", "gpu_uuid", "cluster"},
+    {"date", "minute", "gpu_uuid", "cluster", "phase", "gpu_share"},
     ["gpu_uuid", "gpu_instance_id", "minute"],
 )
 

@@ -16,7 +16,8 @@ def _days(start: date, end: date) -> list[date]:
 
 def fleet_summary(lake: Lake, start: date, end: date) -> dict:
     days = _days(start, end)
-    m = lake.scan_days("gpu_minutes", days)
+    # fleet totals count each physical GPU once (MIG instances are parts of it)
+    m = lake.scan_days("gpu_minutes", days).filter(pl.col("gpu_instance_id").is_null())
     head = (
         m.select(
             pl.col("gpu_uuid").n_unique().alias("gpus"),
@@ -76,7 +77,8 @@ def format_summary(s: dict, start: date, end: date) -> str:
         f"Fleet summary {start} .. {end}",
         f"  GPUs: {h['gpus']}    GPU-hours: {h['gpu_hours']:,.1f}",
         f"  avg utilization {h['util']:.1f} %  vs  avg RFU {h['rfu']:.1f} %  ->  gap {h['gap']:.1f} points",
-        "  phase shares: " + ", ".join(f"{p} {h[p]:.1f} %" for p in PHASES),
+        "  phase shares: "
+        + ", ".join(f"{p} {h[p]:.1f} %" for p in PHASES if p != "unknown" or h[p]),
         f"  bottlenecked share of active minutes: {h['bottlenecked_active_pct']:.1f} %",
         f"  cost ${s['totals']['cost_usd'] or 0:,.2f}, of which waste ${s['totals']['total_waste_usd'] or 0:,.2f}",
         "",

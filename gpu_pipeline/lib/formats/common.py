@@ -16,7 +16,7 @@ and `finalize` turns it into accepted samples and quarantined records with reaso
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 import polars as pl
 
@@ -28,6 +28,7 @@ from gpu_pipeline.lib.fields import (
     INT32_BLANK_FROM,
     INT32_BLANK_TO,
     INT64_BLANK_FROM,
+    INT64_BLANK_TO,
     LABEL_ALIASES,
     METRIC_SCALE,
     METRIC_TO_COLUMN,
@@ -60,6 +61,12 @@ NA_VALUES = (
 )
 
 
+# sample times outside [EARLIEST, now + FUTURE_TOLERANCE] are not plausible readings (a clock
+# reset to 1970, a unit mistake, a typo) and are quarantined, never filed on a day of their own
+EARLIEST_MS = int(datetime(2000, 1, 1, tzinfo=UTC).timestamp() * 1000)
+FUTURE_TOLERANCE_MS = 24 * 3600 * 1000
+
+
 @dataclass(frozen=True)
 class Context:
     """What a parser may know besides the text: the file's name and the time written in it."""
@@ -68,14 +75,27 @@ class Context:
     file_time: datetime | None = None  # from the file name, else its modification time
     file_time_basis: str = "file_name"
     csv_timezone: str = "UTC"
+    earliest_ms: int = EARLIEST_MS
+    latest_ms: int | None = None  # None: now + FUTURE_TOLERANCE_MS
+
+    def time_window(self) -> tuple[int, int]:
+        """[earliest, latest] plausible sample time, epoch ms."""
+        latest = self.latest_ms
+        if latest is None:
+            latest = int(datetime.now(UTC).timestamp() * 1000) + FUTURE_TOLERANCE_MS
+        return self.earliest_ms, latest
 
 
 def is_blank_sentinel(v: pl.Expr) -> pl.Expr:
-    """DCGM blank values (no reading) of the int32, fp64 (2^47) and int64 families, and NaN."""
+    """DCGM blank values (no reading) of the int32, fp64 (2^47) and int64 families, and NaN.
+
+    Each family is a closed range: a value above the int64 blanks (1e30 W, +Inf) is an
+    impossible reading, quarantined by the range checks, not a silent "no value".
+    """
     return (
         v.is_between(INT32_BLANK_FROM, INT32_BLANK_TO)
         | v.is_between(FP64_BLANK_FROM, FP64_BLANK_TO)
-        | (v >= INT64_BLANK_FROM)
+        | v.is_between(INT64_BLANK_FROM, INT64_BLANK_TO)
         | v.is_nan()
     )
 
@@ -165,11 +185,17 @@ def normalize_series(g: pl.DataFrame) -> pl.DataFrame:
     return _exporter_self_labels(normalize_attributes(g))
 
 
-def finalize(g: pl.DataFrame, normalized: bool = False) -> tuple[pl.DataFrame, pl.DataFrame]:
+def finalize(
+    g: pl.DataFrame, normalized: bool = False, window: tuple[int, int] | None = None
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Candidate rows -> (accepted long samples, quarantined records), every row in exactly one.
 
     Cheap boolean tests run on every row; reason strings are formatted for rejected rows only.
+    `window`: the plausible sample times [earliest, latest] in epoch ms (default: 2000-01-01 to
+    a day from now); a row outside it is quarantined with no time of its own, so it is accounted
+    on its file's home day and never opens a day nobody runs.
     """
+    lo, hi = window or Context("").time_window()
     if not normalized:
         g = normalize_series(g)
     if "_lo" not in g.columns:  # parsers with distinct series attach the bounds per series
@@ -181,16 +207,25 @@ def finalize(g: pl.DataFrame, normalized: bool = False) -> tuple[pl.DataFrame, p
         | (pl.col("_lo").is_not_null() & (pl.col("scaled") < pl.col("_lo")))
         | (pl.col("_hi").is_not_null() & (pl.col("scaled") > pl.col("_hi")))
     )
+    implausible = pl.col("ts_ms").is_not_null() & ~pl.col("ts_ms").is_between(lo, hi)
+    g = g.with_columns(implausible.alias("_implausible"))
     rejected = (
         pl.col("pre_reason").is_not_null()
         | pl.col("value").is_null()
         | pl.col("column").is_null()
         | pl.col("ts_ms").is_null()
+        | pl.col("_implausible")
         | pl.col("gpu_uuid").is_null()
         | bad_range
     )
     g = g.with_columns(rejected.alias("_rejected"))
-    ts = pl.from_epoch("ts_ms", time_unit="ms").dt.replace_time_zone("UTC")
+    ts = (
+        pl.when(pl.col("_implausible"))
+        .then(None)
+        .otherwise(pl.col("ts_ms"))
+        .pipe(pl.from_epoch, time_unit="ms")
+        .dt.replace_time_zone("UTC")
+    )
     any_rejected = bool(g.get_column("_rejected").any())
     ok = g.filter(~pl.col("_rejected")) if any_rejected else g  # the usual file: no copy
     if ok.get_column("gpu_instance_id").is_not_null().any():
@@ -219,6 +254,16 @@ def finalize(g: pl.DataFrame, normalized: bool = False) -> tuple[pl.DataFrame, p
         )
         .when(pl.col("ts_ms").is_null())
         .then(pl.lit("no timestamp: neither the sample nor the file name carries one"))
+        .when(pl.col("_implausible"))
+        .then(
+            pl.format(
+                "implausible sample time {} ms since 1970: outside {}..{} (a clock reset, or "
+                "timestamps in another unit than the format's)",
+                pl.col("ts_ms"),
+                pl.lit(_iso(lo)),
+                pl.lit(_iso(hi)),
+            )
+        )
         .when(pl.col("gpu_uuid").is_null())
         .then(pl.lit("no GPU UUID label (UUID/uuid)"))
         .otherwise(
@@ -233,6 +278,10 @@ def finalize(g: pl.DataFrame, normalized: bool = False) -> tuple[pl.DataFrame, p
     )
     quarantine = bad.select("line", ts.alias("timestamp"), reason.alias("reason"), "raw")
     return conform(samples, LONG_SCHEMA), conform(quarantine, QUARANTINE_LINE_SCHEMA)
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M")
 
 
 def candidates(df: pl.DataFrame) -> pl.DataFrame:
@@ -255,8 +304,9 @@ def parsed(
     lines_skipped: int,
     time_basis: str = "sample",
     normalized: bool = False,
+    window: tuple[int, int] | None = None,
 ) -> ParsedLines:
-    samples, quarantine = finalize(candidates(g), normalized)
+    samples, quarantine = finalize(candidates(g), normalized, window)
     # a row rejected as a whole (wide formats) is one quarantine record, not one per field
     quarantine = quarantine.unique(["line", "reason"], keep="first", maintain_order=True)
     return ParsedLines(samples, quarantine, lines_total, lines_skipped, time_basis)

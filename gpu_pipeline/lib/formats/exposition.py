@@ -13,6 +13,7 @@ quarantine reasons are exact.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -71,21 +72,60 @@ def _label_attrs(blocks: pl.Series) -> pl.DataFrame:
     return resolve_aliases(pairs, "labels")
 
 
-def _int_ts_ms(as_int: pl.Expr) -> pl.Expr:
-    """An integer timestamp in ms: Prometheus text writes ms; a small one is in seconds."""
-    return pl.when(as_int >= 100_000_000_000).then(as_int).otherwise(as_int * 1000)
+@dataclass(frozen=True)
+class TimeUnits:
+    """How this file writes its timestamps, decided once for the whole file.
+
+    Prometheus text writes integer milliseconds, OpenMetrics float seconds. A file whose integer
+    timestamps are seconds-sized (median below 1e11) is read as seconds; one whose float
+    timestamps are milliseconds-sized (median 1e11 or above) as milliseconds. A value in some
+    other unit then lands far outside the plausible window and is quarantined with that reason.
+    """
+
+    int_factor: int = 1
+    float_factor: float = 1000.0
+
+    @staticmethod
+    def timed(value_s: pl.Series, ts_s: pl.Series) -> bool:
+        """Do the file's samples carry their own time? Yes when most lines with a numeric value
+        have a numeric timestamp (a garbage value must not make a file look timed)."""
+        numeric = value_s.cast(pl.Float64, strict=False).is_not_null()
+        stamped = ts_s.cast(pl.Float64, strict=False).is_not_null()
+        n = int(numeric.sum())
+        return n > 0 and int((numeric & stamped).sum()) * 2 > n
+
+    @classmethod
+    def of(cls, ts_s: pl.Series) -> TimeUnits:
+        as_int = ts_s.cast(pl.Int64, strict=False)
+        as_float = ts_s.filter(as_int.is_null()).cast(pl.Float64, strict=False)
+        int_median, float_median = as_int.median(), as_float.median()
+        return cls(
+            int_factor=1000 if int_median is not None and int_median < 1e11 else 1,
+            float_factor=1.0 if float_median is not None and float_median >= 1e11 else 1000.0,
+        )
+
+    def ms(self, ts_s: pl.Expr) -> pl.Expr:
+        """Timestamp text -> epoch ms (null: not a number, or beyond int64 ms)."""
+        as_int = ts_s.cast(pl.Int64, strict=False)
+        as_float = ts_s.cast(pl.Float64, strict=False)
+        scaled_int = (
+            as_int
+            if self.int_factor == 1
+            # no overflow: anything this large is implausible in any unit
+            else pl.when(as_int.abs() < 10**15).then(as_int * self.int_factor).otherwise(as_int)
+        )
+        return (
+            pl.when(as_int.is_not_null())
+            .then(scaled_int)
+            .otherwise((as_float * self.float_factor).round(0).cast(pl.Int64, strict=False))
+        )
 
 
-def _ts_ms(ts_s: pl.Expr, file_ms: int | None, use_file: pl.Expr) -> pl.Expr:
-    """Prometheus text timestamps are integer ms, OpenMetrics float seconds; none: the file's time."""
-    as_int = ts_s.cast(pl.Int64, strict=False)
-    as_float = ts_s.cast(pl.Float64, strict=False)
-    ms = (
-        pl.when(as_int.is_not_null())
-        .then(_int_ts_ms(as_int))
-        .otherwise((as_float * 1000.0).round(0).cast(pl.Int64, strict=False))
+def _ts_ms(ts_s: pl.Expr, units: TimeUnits, file_ms: int | None, use_file: pl.Expr) -> pl.Expr:
+    """The sample's own time; none: the file's (when `use_file`), else null."""
+    return (
+        pl.when(ts_s.is_null() & use_file).then(pl.lit(file_ms, pl.Int64)).otherwise(units.ms(ts_s))
     )
-    return pl.when(ts_s.is_null() & use_file).then(pl.lit(file_ms, pl.Int64)).otherwise(ms)
 
 
 def _read_lines(data: bytes) -> pl.DataFrame:
@@ -103,8 +143,19 @@ def _read_lines(data: bytes) -> pl.DataFrame:
     )
 
 
-def _regex_candidates(lines: pl.DataFrame, ctx: Context) -> pl.DataFrame:
-    """The slow path: one regex per line (for the lines the fast path could not vouch for)."""
+UNTIMED_IN_TIMED = (
+    "no timestamp on this line while the file's other samples carry theirs: "
+    "not filed on a guessed day"
+)
+
+
+def _regex_candidates(
+    lines: pl.DataFrame, ctx: Context, units: TimeUnits | None = None, timed: bool | None = None
+) -> pl.DataFrame:
+    """The slow path: one regex per line (for the lines the fast path could not vouch for).
+
+    `units`/`timed`: the file's timestamp units and whether its samples carry their own time
+    (decided on the whole file by the caller; found here when the whole file goes this way)."""
     g = lines.with_columns(pl.col("raw").str.extract_groups(LINE_RX).alias("g")).unnest("g")
     g = g.rename({"1": "metric", "2": "labels", "3": "rest"})
     vt = pl.col("rest").str.extract_groups(VALUE_TS_RX)
@@ -113,12 +164,16 @@ def _regex_candidates(lines: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     malformed = pl.col("metric").is_null() | (
         pl.col("value_s").is_null() & pl.col("labels").is_null()
     )
+    if units is None or timed is None:
+        ok = g.filter(~g.select(malformed).to_series())
+        units = TimeUnits.of(ok.get_column("ts_s"))
+        timed = TimeUnits.timed(ok.get_column("value_s"), ok.get_column("ts_s"))
     file_ms = None if ctx.file_time is None else int(ctx.file_time.timestamp() * 1000)
     g = g.with_columns(
         pl.col("value_s").cast(pl.Float64, strict=False).alias("value"),
         metric_column(pl.col("metric")).alias("column"),
         metric_scale(pl.col("metric")).alias("scale"),
-        _ts_ms(pl.col("ts_s"), file_ms, ~malformed).alias("ts_ms"),
+        _ts_ms(pl.col("ts_s"), units, file_ms, ~malformed & pl.lit(not timed)).alias("ts_ms"),
     )
     g = g.with_columns(
         pl.when(malformed)
@@ -127,6 +182,8 @@ def _regex_candidates(lines: pl.DataFrame, ctx: Context) -> pl.DataFrame:
         .then(pl.format("value is not a number: '{}'", pl.col("rest").str.slice(0, 80)))
         .when(pl.col("ts_s").is_not_null() & pl.col("ts_ms").is_null())
         .then(pl.format("timestamp is not a number: '{}'", pl.col("ts_s").str.slice(0, 40)))
+        .when(pl.col("ts_s").is_null() & pl.lit(timed))
+        .then(pl.lit(UNTIMED_IN_TIMED))
         .alias("pre_reason")
     )
     attrs = normalize_series(_label_attrs(g.get_column("labels").drop_nulls().unique()))
@@ -173,8 +230,8 @@ def _scan(source: bytes | Path) -> tuple[pl.DataFrame, pl.Series] | None:
                 pl.col("field_1").alias("value_s"),
                 pl.col("field_2").alias("ts_s"),
                 pl.col("field_1").cast(pl.Float64, strict=False).alias("value"),
-                # integer timestamps here; OpenMetrics float seconds: see parse
-                _int_ts_ms(ts_int).alias("ts_ms"),
+                # integer timestamps as written; their unit (and floats) are decided in parse
+                ts_int.alias("ts_ms"),
             )
             .collect(engine="streaming")
         )
@@ -230,12 +287,9 @@ def parse(text: str | bytes | Path, ctx: Context) -> ParsedLines:
         lines = _read_lines(data())
         body = lines.filter(~pl.col("raw").str.contains(r"^[ \t]*(#|$)"))
         g = _regex_candidates(body, ctx)
-        basis = (
-            ctx.file_time_basis
-            if ctx.file_time is not None and g["ts_s"].is_null().any()
-            else "sample"
-        )
-        samples, quarantine = finalize(g, normalized=True)
+        untimed = g.filter(pl.col("pre_reason").is_null() & pl.col("ts_s").is_null()).height
+        basis = ctx.file_time_basis if ctx.file_time is not None and untimed else "sample"
+        samples, quarantine = finalize(g, normalized=True, window=ctx.time_window())
         return ParsedLines(samples, quarantine, lines.height, lines.height - body.height, basis)
 
     d, distinct = scanned
@@ -254,11 +308,17 @@ def parse(text: str | bytes | Path, ctx: Context) -> ParsedLines:
     if odd.len():
         lead = lead & ~code.is_in(odd.implode())
     d = d.with_columns(skip.alias("_skip"), lead.alias("_lead"))
-    file_ms = None if ctx.file_time is None else int(ctx.file_time.timestamp() * 1000)
-    if file_ms is not None or bool(
-        d.select((pl.col("ts_ms").is_null() & pl.col("ts_s").is_not_null()).any()).item()
+    # timestamp units, and whether the samples carry their own time, are decided once per file
+    lines = d.filter(~pl.col("_skip"))
+    units = TimeUnits.of(lines.get_column("ts_s"))
+    timed = TimeUnits.timed(lines.get_column("value_s"), lines.get_column("ts_s"))
+    file_ms = None if ctx.file_time is None or timed else int(ctx.file_time.timestamp() * 1000)
+    if (
+        file_ms is not None
+        or units != TimeUnits()
+        or bool(d.select((pl.col("ts_ms").is_null() & pl.col("ts_s").is_not_null()).any()).item())
     ):
-        d = d.with_columns(_ts_ms(pl.col("ts_s"), file_ms, pl.lit(True)).alias("ts_ms"))
+        d = d.with_columns(_ts_ms(pl.col("ts_s"), units, file_ms, pl.lit(True)).alias("ts_ms"))
     fast_ok = (
         pl.col("_lead")
         & pl.col("value").is_not_null()
@@ -293,6 +353,10 @@ def parse(text: str | bytes | Path, ctx: Context) -> ParsedLines:
         ],
         how="horizontal",
     )
+    if timed and bool(fast.get_column("ts_s").is_null().any()):
+        fast = fast.with_columns(
+            pl.when(pl.col("ts_s").is_null()).then(pl.lit(UNTIMED_IN_TIMED)).alias("pre_reason")
+        )
     skipped = int((path == 0).sum())
     frames = [candidates(fast)]
     if bool((path == 2).any()):
@@ -301,10 +365,12 @@ def parse(text: str | bytes | Path, ctx: Context) -> ParsedLines:
         blank_or_comment = pl.col("raw").str.contains(r"^[ \t]*(#|$)")
         skipped += int(raw.select(blank_or_comment.sum()).item())
         frames.append(
-            _regex_candidates(raw.filter(~blank_or_comment), ctx).with_columns(value_bounds())
+            _regex_candidates(raw.filter(~blank_or_comment), ctx, units, timed).with_columns(
+                value_bounds()
+            )
         )
     g = frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
-    samples, quarantine = finalize(g, normalized=True)
+    samples, quarantine = finalize(g, normalized=True, window=ctx.time_window())
     if (
         quarantine.height and quarantine.get_column("raw").is_null().any()
     ):  # rejected fast rows, as written
@@ -318,8 +384,10 @@ def parse(text: str | bytes | Path, ctx: Context) -> ParsedLines:
             .with_columns(pl.coalesce("raw", "_raw").alias("raw"))
             .drop("_raw")
         )
-    untimed = ctx.file_time is not None and bool(
-        g.select((pl.col("pre_reason").is_null() & pl.col("ts_s").is_null()).any()).item()
+    untimed = (
+        not timed
+        and ctx.file_time is not None
+        and bool(g.select((pl.col("pre_reason").is_null() & pl.col("ts_s").is_null()).any()).item())
     )
     basis = ctx.file_time_basis if untimed else "sample"
     return ParsedLines(samples, quarantine, d.height, skipped, basis)

@@ -117,4 +117,6 @@ def parse(text: str, ctx: Context) -> ParsedLines:
     g = to_long(body, len(header), fields, ts_ms, attrs, row_reason, metric_names)
     g = g.drop([c for c in ("_t", "_pos") if c in g.columns])
     basis = "sample" if "timestamp" in idx else ctx.file_time_basis
-    return parsed(g, lines_total=total, lines_skipped=skipped, time_basis=basis)
+    return parsed(
+        g, lines_total=total, lines_skipped=skipped, time_basis=basis, window=ctx.time_window()
+    )

@@ -64,4 +64,4 @@ def parse(text: str, ctx: Context) -> ParsedLines:
     fields = {c: (idx[n], k) for c, (n, k) in FIELDS.items() if n in idx}
     attrs = {a: cell(idx[a]) for a in IDS if a in idx}
     g = to_long(body, len(names), fields, ts, attrs, reason, {c: n for c, (n, _) in FIELDS.items()})
-    return parsed(g, lines_total=total, lines_skipped=skipped)
+    return parsed(g, lines_total=total, lines_skipped=skipped, window=ctx.time_window())

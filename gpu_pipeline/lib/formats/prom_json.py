@@ -65,9 +65,11 @@ def parse(text: str, ctx: Context) -> ParsedLines:
         for p in _points(r, rtype) if isinstance(r, dict) else [None]:
             series.append(i)
             if isinstance(p, list) and len(p) == 2:
-                ts.append(p[0] if isinstance(p[0], int | float) else None)
+                # JSON true/false are Python bools, which are ints: not a time
+                is_num = isinstance(p[0], int | float) and not isinstance(p[0], bool)
+                ts.append(p[0] if is_num else None)
                 vals.append(str(p[1]))
-                pre.append(None if isinstance(p[0], int | float) else "timestamp is not a number")
+                pre.append(None if is_num else "timestamp is not a number")
             else:
                 ts.append(None)
                 vals.append(json.dumps(p))
@@ -125,4 +127,4 @@ def parse(text: str, ctx: Context) -> ParsedLines:
         )
         .with_columns(pl.col("metric").fill_null("?"))
     )
-    return parsed(g, lines_total=g.height, lines_skipped=0)
+    return parsed(g, lines_total=g.height, lines_skipped=0, window=ctx.time_window())

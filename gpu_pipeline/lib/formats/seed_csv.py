@@ -55,4 +55,4 @@ def parse(text: str, ctx: Context) -> ParsedLines:
         metric_names[column] = n
     attrs = {a: cell(idx[n]) for a, n in IDS.items() if n in idx}
     g = to_long(body, len(names), fields, ts, attrs, reason, metric_names)
-    return parsed(g, lines_total=total, lines_skipped=skipped)
+    return parsed(g, lines_total=total, lines_skipped=skipped, window=ctx.time_window())
