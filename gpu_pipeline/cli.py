@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import socket
 import sys
 import time
 from datetime import date, timedelta
@@ -35,8 +36,19 @@ def init_instance() -> Path:
     home.mkdir(parents=True, exist_ok=True)
     os.environ["DAGSTER_HOME"] = str(home)
     cfg = home / "dagster.yaml"
-    if not cfg.exists():
-        shutil.copyfile(REPO_ROOT / "config" / "dagster.yaml", cfg)
+    import fcntl
+
+    # two first runs at once must not both create the instance's databases: one does, under a
+    # lock, and the other finds them made
+    with open(home / ".init.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not cfg.exists():
+            shutil.copyfile(REPO_ROOT / "config" / "dagster.yaml", cfg)
+        if not (home / "history" / "runs.db").exists():
+            import dagster as dg
+
+            with dg.DagsterInstance.from_config(str(home)) as instance:
+                instance.get_runs(limit=1)  # creates the run, event and schedule storage
     return home
 
 
@@ -138,6 +150,7 @@ def cmd_materialize(a: argparse.Namespace) -> int:
     )
     run_config = {} if a.verbose else QUIET
     with dg.DagsterInstance.get() as instance:
+        _fail_orphaned_runs(instance)
         # one run for the whole range, as a backfill from the UI runs it (single-run backfill
         # policy): every asset loops over the days, and Dagster's per-run cost is paid once
         t = time.perf_counter()
@@ -149,6 +162,9 @@ def cmd_materialize(a: argparse.Namespace) -> int:
                 tags={
                     "dagster/asset_partition_range_start": days[0].isoformat(),
                     "dagster/asset_partition_range_end": days[-1].isoformat(),
+                    # who runs it: a run left STARTED by a killed process is marked failed later
+                    HOST_TAG: socket.gethostname(),
+                    PID_TAG: str(os.getpid()),
                 },
             )
         except dg.DagsterError as e:
@@ -198,6 +214,36 @@ def cmd_materialize(a: argparse.Namespace) -> int:
             "  make dev                      (Dagster UI: runs, partitions, backfills)"
         )
     return 0
+
+
+HOST_TAG, PID_TAG = "gpu_pipeline/host", "gpu_pipeline/pid"
+
+
+def _fail_orphaned_runs(instance) -> None:
+    """Runs this host's `materialize` started whose process is gone (killed, power lost) would
+    stay STARTED forever: no daemon watches in-process runs. Mark them failed, saying why."""
+    import dagster as dg
+
+    started = instance.get_runs(
+        filters=dg.RunsFilter(
+            statuses=[dg.DagsterRunStatus.STARTED], tags={HOST_TAG: socket.gethostname()}
+        )
+    )
+    for run in started:
+        pid = int(run.tags.get(PID_TAG, "0") or 0)
+        if pid <= 0 or pid == os.getpid():
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            instance.report_run_failed(
+                run, f"the gpu-pipeline process {pid} running it ended before it finished"
+            )
+            _say(
+                f"note: run {run.run_id[:8]} was left unfinished by a killed process: marked failed"
+            )
+        except PermissionError:
+            pass  # alive, another user's
 
 
 def _first_line(text: str, limit: int = 300) -> str:
@@ -302,7 +348,14 @@ def cmd_summary(a: argparse.Namespace) -> int:
 
 def cmd_sql(a: argparse.Namespace) -> int:
     _set_env(a)
-    from gpu_pipeline.lib.warehouse import SqlError, connect_readonly, flat_frame, run_queries
+    from gpu_pipeline.lib.sandbox import deny_writes
+    from gpu_pipeline.lib.warehouse import (
+        SqlError,
+        connect_readonly,
+        flat_frame,
+        is_lake,
+        run_queries,
+    )
 
     if a.file:
         try:
@@ -315,8 +368,18 @@ def cmd_sql(a: argparse.Namespace) -> int:
     else:
         query = sys.stdin.read()
     lake = settings.lake_root()
+    if "://" in lake or not is_lake(lake):
+        _say(
+            f"error: {lake} is not a gpu_pipeline lake (a folder of table folders with date= "
+            "partitions); materialize some days first, or point --lake at one"
+        )
+        return 2
     try:
-        con = connect_readonly(lake, settings.warehouse_path(lake))
+        # no spill files: DuckDB works in memory (a query larger than memory fails, it does not
+        # write); from here on this process cannot write any file, whatever the SQL (Linux
+        # Landlock; where the kernel lacks it, the statement gate alone refuses writes)
+        con = connect_readonly(lake, settings.warehouse_path(lake), spill=False)
+        deny_writes()
         first = True
         # each statement's result is printed before the next statement runs
         for rel in run_queries(con, query):

@@ -79,3 +79,36 @@ def cli(*args, env, check=True) -> subprocess.CompletedProcess:
     if check:
         assert p.returncode == 0, p.stdout + p.stderr
     return p
+
+
+def cli_env(tmp_path: Path) -> dict:
+    """The environment of a user with their own Dagster instance and no GPU_PIPELINE_* set."""
+    import os
+
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path / "dh")}
+    for k in list(env):
+        if k.startswith("GPU_PIPELINE_"):
+            env.pop(k)
+    return env
+
+
+def start_materialize(day, raw: Path, lake: Path, env: dict) -> subprocess.Popen:
+    """`gpu-pipeline materialize` of one day, running in the background."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpu_pipeline.cli",
+            "materialize",
+            "--start",
+            str(day),
+            "--raw",
+            str(raw),
+            "--lake",
+            str(lake),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )

@@ -119,7 +119,7 @@ def test_prometheus_vector_and_error_body(tmp_path):
         == 'prometheus_json: Prometheus API error: bad_data: invalid parameter "query"'
     )
     _, out = parse_text(tmp_path, "t.json", json.dumps(vec)[:40])
-    assert out.quarantine["reason"].item().startswith("prometheus_json: invalid JSON (truncated?)")
+    assert out.quarantine["reason"].item().startswith("prometheus_json: not valid JSON at line 1")
 
 
 # --- nvidia-smi --query-gpu CSV -----------------------------------------------------------------

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import dagster as dg
 import polars as pl
-from helpers import MODELS, expo_lines, minutes_frame, write_file
+from helpers import MODELS, expo_lines, minutes_frame, start_materialize, write_file
 
 from gpu_pipeline.definitions import defs
 from gpu_pipeline.defs import checks, marts, raw, report, staging
@@ -141,10 +141,10 @@ def test_plan_backfill_covers_late_days_and_the_window_after():
 
 
 def tick(tmp_path, cursor, instance):
-    ctx = dg.build_sensor_context(
+    with dg.build_sensor_context(
         cursor=cursor, resources=resources(tmp_path), instance=instance, definitions=defs
-    )
-    return landing_zone_sensor(ctx)
+    ) as ctx:
+        return landing_zone_sensor(ctx)
 
 
 def parse_run(tmp_path, instance):
@@ -249,25 +249,7 @@ def test_two_days_at_once_do_not_interfere(tmp_path):
     with dg.DagsterInstance.from_config(str(tmp_path / "dh")) as inst:
         assert inst.get_runs() == []
     procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gpu_pipeline.cli",
-                "materialize",
-                "--start",
-                d,
-                "--raw",
-                str(raw),
-                "--lake",
-                str(tmp_path / "lake"),
-            ],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for d in ("2024-01-10", "2024-01-11")
+        start_materialize(d, raw, tmp_path / "lake", env) for d in ("2024-01-10", "2024-01-11")
     ]
     outs = [p.communicate(timeout=300)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), outs

@@ -125,7 +125,9 @@ def exposition_lines(draw):
         lo, hi = METRICS[name]
         value = draw(st.floats(lo, hi, allow_nan=False))
         labels = {
-            "UUID": "GPU-" + draw(st.text(alphabet="0123456789abcdef-", min_size=1, max_size=8)),
+            "UUID": "GPU-"
+            + draw(st.sampled_from("0123456789abcdef"))
+            + draw(st.text(alphabet="0123456789abcdef-", max_size=8)),
             "pod": draw(LABEL_TEXT),
             "namespace": draw(LABEL_TEXT),
             "Hostname": draw(LABEL_TEXT),

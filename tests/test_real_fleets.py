@@ -14,7 +14,7 @@ import dagster as dg
 import duckdb
 import polars as pl
 import pytest
-from helpers import MODELS, cli, expo_lines, ms, write_file
+from helpers import MODELS, cli, cli_env, expo_lines, materialize_args, ms, write_file
 
 from gpu_pipeline.defs import marts, raw, report, staging
 from gpu_pipeline.defs.resources import LakeResource, LandingResource, ReferenceResource
@@ -37,14 +37,6 @@ def materialize(tmp_path: Path, day: date, prices: str = "") -> dg.ExecuteInProc
         instance=dg.DagsterInstance.ephemeral(),
         raise_on_error=False,
     )
-
-
-def cli_env(tmp_path: Path) -> dict:
-    env = {**os.environ, "DAGSTER_HOME": str(tmp_path / "dh")}
-    for k in list(env):
-        if k.startswith("GPU_PIPELINE_"):
-            env.pop(k)
-    return env
 
 
 def loop_csv(path: Path, day: date, gpus: int = 2, loops: int = 300, bom: bool = False) -> Path:
@@ -334,17 +326,7 @@ def test_a_broken_file_never_fails_another_days_run(tmp_path):
     lab = f'{{gpu="0",UUID="GPU-B",modelName="{"X" * 5_000_000}",Hostname="n2"}}'
     ns_t = ms(date(2024, 1, 12), 5) * 1_000_000
     write_file(raw / "other.prom", [f"DCGM_FI_DEV_GPU_UTIL{lab} 50 {ns_t}"])
-    p = cli(
-        "materialize",
-        "--start",
-        str(day),
-        "--raw",
-        str(raw),
-        "--lake",
-        str(tmp_path / "lake"),
-        env=cli_env(tmp_path),
-        check=False,
-    )
+    p = cli(*materialize_args(day, raw, tmp_path / "lake"), env=cli_env(tmp_path), check=False)
     assert p.returncode == 0, p.stdout + p.stderr
     assert Lake(tmp_path / "lake").read("gpu_minutes", day).height == 60
 
@@ -354,11 +336,15 @@ def test_a_five_megabyte_label_does_not_kill_the_report(tmp_path):
     long = "X" * 5_000_000
     write_file(
         tmp_path / "raw" / "big_2024-01-10.prom",
-        expo_lines("GPU-A", long, "n1", long, day, range(60), 80, 200.0),
+        expo_lines("GPU-A", long, "n1", long, day, range(2), 80, 200.0)
+        + expo_lines("GPU-B", MODELS["A100"], "n1", "ns", day, range(2), 80, 200.0, gpu=1),
     )
     res = materialize(tmp_path, day)
     assert res.success
     assert (tmp_path / "lake" / "_reports" / f"gpu_report_{day}.html").is_file()
+    # the label never reaches a mart: its lines are quarantined with a short raw text
+    q = Lake(tmp_path / "lake").read("quarantine", day)
+    assert q.height == 4 and q["raw"].str.len_chars().max() < 3000
 
 
 # --- 10. a backfill reaches days without data: their report is written, not failed --------------

@@ -59,7 +59,8 @@ def persistent_bottlenecks(context: dg.AssetExecutionContext, lake: LakeResource
     the_lake = lake.lake()
     out = DayWriter(the_lake, "persistent_bottlenecks")
     for day in partition_days(context):
-        daily_frames = the_lake.scan_days("gpu_daily", marts.window(day))
+        # the window's days may be another run's to write: read one version of each, now
+        daily_frames = the_lake.read_days("gpu_daily", marts.window(day)).lazy()
         out.write(day, collect_stable(marts.persistent_bottlenecks(daily_frames, day)))
     return out.result()
 

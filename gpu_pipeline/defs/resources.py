@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from datetime import date, timedelta
+
 import dagster as dg
 import polars as pl
 
@@ -9,13 +12,46 @@ from gpu_pipeline.lib.lake import Lake
 from gpu_pipeline.lib.reference import load_catalog, load_prices
 
 
+def run_days(tags: dict[str, str]) -> list[date]:
+    """The UTC days a run's partition tags name (a partition, or a range of them)."""
+    if "dagster/partition" in tags:
+        try:
+            return [date.fromisoformat(tags["dagster/partition"])]
+        except ValueError:
+            return []
+    start = tags.get("dagster/asset_partition_range_start")
+    end = tags.get("dagster/asset_partition_range_end")
+    if not (start and end):
+        return []
+    first, last = date.fromisoformat(start), date.fromisoformat(end)
+    return [first + timedelta(days=i) for i in range((last - first).days + 1)]
+
+
 class LakeResource(dg.ConfigurableResource):
-    """Root of the Parquet lake (`<root>/<table>/date=YYYY-MM-DD/data.parquet`)."""
+    """Root of the Parquet lake (`<root>/<table>/date=YYYY-MM-DD/data.parquet`).
+
+    For the length of a run it holds the lake's lock on each day the run writes, so two runs
+    of one day run one after the other and the lake never holds one run's ingest_log beside the
+    other's marts. (With GPU_PIPELINE_EXECUTOR=multiprocess the lock is held per step.)
+    """
 
     root: str
 
     def lake(self) -> Lake:
         return Lake(self.root)
+
+    @contextmanager
+    def yield_for_execution(self, context: dg.InitResourceContext):
+        days = run_days(dict(context.dagster_run.tags)) if context.dagster_run else []
+        if not days:
+            yield self
+            return
+
+        def waiting(day: date) -> None:
+            context.log.info(f"waiting for another run writing {day} in {self.root}")
+
+        with self.lake().day_locks(days, waiting):
+            yield self
 
 
 class LandingResource(dg.ConfigurableResource):

@@ -6,7 +6,7 @@ checks (which values are impossible and go to quarantine) and the pandera model 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # DCGM "blank" sentinels: values at or just below the top of the int32/int64 ranges and the 2^47
 # family of the fp64 blanks. They mean "no value" and become nulls.
@@ -294,6 +294,24 @@ FIELDS: tuple[Field, ...] = (
     F("nvlink_tx_bytes_per_s", _dcgm("prof_nvlink_tx_bytes"), "B/s", 0, None),
     F("nvlink_rx_bytes_per_s", _dcgm("prof_nvlink_rx_bytes"), "B/s", 0, None),
 )
+
+# Fields with no natural maximum still have a physical one: far beyond any real reading, so that
+# 1e300 or +Inf is an impossible value (quarantined), like -Inf, never a number in a mart
+UNIT_CEILINGS = {
+    "mJ": 1e18,  # 10^15 J: a GPU at 1 kW for 30,000 years
+    "MiB": 1e8,  # 100 TiB of framebuffer
+    "count": 1e15,
+    "code": 1e6,
+    "ns": 1e19,  # 300 years of throttled time
+    "bitmask": 2.0**64,
+    "MB/s": 1e9,
+    "B/s": 1e14,
+}
+FIELDS = tuple(
+    replace(f, hi=UNIT_CEILINGS[f.unit]) if f.hi is None and f.unit in UNIT_CEILINGS else f
+    for f in FIELDS
+)
+assert all(f.hi is not None for f in FIELDS), "every field needs an upper bound"
 
 FIELD_COLUMNS: tuple[str, ...] = tuple(f.column for f in FIELDS)
 BY_COLUMN: dict[str, Field] = {f.column: f for f in FIELDS}

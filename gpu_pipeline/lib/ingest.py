@@ -8,12 +8,12 @@ pivoted to one row per GPU per timestamp, and every line of every file is accoun
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 import os
 import re
 import shutil
+import stat
 import uuid
 import zlib
 from dataclasses import dataclass
@@ -37,7 +37,7 @@ from gpu_pipeline.lib.samples import (
 from gpu_pipeline.lib.schemas import GPU_SAMPLES_SCHEMA, INGEST_LOG_SCHEMA, QUARANTINE_SCHEMA
 
 # bump when parsing changes what a file yields, so cached parses are redone
-PARSER_VERSION = "p4"
+PARSER_VERSION = "p5"
 DEFAULT_CLUSTER = "default"
 KEY = ("gpu_uuid", "gpu_instance_id", "timestamp")
 META_SCHEMA = {
@@ -50,16 +50,24 @@ META_SCHEMA = {
     "file_lines": pl.Int64,
     "lines_skipped": pl.Int64,
     "home": pl.Boolean,
+    "rows_read": pl.Int64,
 }
+
+
+# a landing file larger than this (decompressed) is quarantined whole, not read into memory
+MAX_FILE_BYTES = int(float(os.environ.get("GPU_PIPELINE_MAX_FILE_MB", "1024")) * 2**20)
+# quarantine keeps this much of a rejected line's or file's text
+RAW_CHARS = 2000
 
 
 @dataclass(frozen=True)
 class LandingFile:
     path: Path
-    source_file: str  # path relative to the landing root, POSIX style
-    sha256: str
+    source_file: str  # path relative to the landing root, POSIX style (\xNN for non-UTF-8 bytes)
+    sha256: str  # of the content; "" when it cannot be read
     size: int
     mtime: float
+    problem: str | None = None  # why the file is not read (a link out of the zone, an OS error)
 
     @property
     def dir_cluster(self) -> str | None:
@@ -78,8 +86,14 @@ class ParsedFile:
     home_day: date  # where lines with no time of their own are accounted
     days: list[date]
     rows_by_day: dict[date, int]  # samples per UTC day (before duplicates are resolved)
+    records_by_day: dict[date | None, int]  # records read per day (None: the home day's own)
     samples: pl.LazyFrame
     quarantine: pl.LazyFrame
+
+    def records_on(self, day: date) -> int:
+        """Records of this file accounted on `day` (the ledger's rows_read)."""
+        n = self.records_by_day.get(day, 0)
+        return n + (self.records_by_day.get(None, 0) if day == self.home_day else 0)
 
 
 def _sha256(path: Path) -> str:
@@ -90,17 +104,67 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def display_name(rel: str | os.PathLike) -> str:
+    """A landing path as text: bytes that are not UTF-8 are shown as backslash-x escapes."""
+    return os.fsencode(os.fspath(rel)).decode("utf-8", "backslashreplace")
+
+
+def _entries(root: Path, rel: Path = Path()) -> list[tuple[Path, Path]]:
+    """(path, path relative to root) of every non-hidden entry below `root` that is not a real
+    folder, in path order; folders are walked, links to folders are entries (not followed)."""
+    out = []
+    try:
+        items = sorted(os.scandir(root / rel), key=lambda e: os.fsencode(e.name))
+    except OSError:
+        return out
+    for e in items:
+        if e.name.startswith("."):  # hidden: editors' swap files, partial uploads
+            continue
+        if e.is_dir(follow_symlinks=False):
+            out += _entries(root, rel / e.name)
+        else:
+            out.append((Path(e.path), rel / e.name))
+    return out
+
+
+def _refusal(path: Path, real_root: Path) -> tuple[str | None, os.stat_result | None]:
+    """(why `path` is not read, None) or (None, its stat): links must stay in the zone."""
+    try:
+        lst = os.lstat(path)
+        if stat.S_ISLNK(lst.st_mode):
+            try:
+                target = Path(os.path.realpath(path, strict=True))
+            except OSError as e:
+                why = os.strerror(e.errno) if e.errno else str(e)
+                return f"symbolic link that cannot be followed ({why}: dangling or a loop)", None
+            if not target.is_relative_to(real_root):
+                return "symbolic link to a file outside the landing zone: not followed", None
+            lst = os.stat(path)
+        if stat.S_ISDIR(lst.st_mode):
+            return "symbolic link to a folder: not followed", None
+        if not stat.S_ISREG(lst.st_mode):
+            kind = "FIFO" if stat.S_ISFIFO(lst.st_mode) else "socket or device"
+            return f"not a regular file ({kind}): not read", None
+        return None, lst
+    except OSError as e:
+        return f"cannot be read: {e.strerror or e}", None
+
+
 def list_landing(
     raw_root: str | os.PathLike, memo: str | os.PathLike | None = None
 ) -> list[LandingFile]:
-    """Every regular, non-hidden file below the landing root, in path order, with its sha256.
+    """Every non-hidden file below the landing root, in path order, with its sha256.
 
-    `memo` (a JSON file) remembers hashes by path, size and modification time, so unchanged
-    files are not read again on every run.
+    A file that cannot be read — a link leaving the landing zone (never followed), a dangling link
+    or loop, a FIFO or device, an OS error — is listed with its `problem` and quarantined whole:
+    it never stops the other files. `memo` (a JSON file) remembers hashes by path, size,
+    modification and change time and inode, so unchanged files are not read again; an edit that
+    restores the modification time still changes the change time, which nothing can set back.
     """
     root = Path(raw_root)
     if not root.is_dir():
         return []
+    real_root = root.resolve()
     memo_path = Path(memo) if memo else None
     known: dict[str, str] = {}
     if memo_path and memo_path.is_file():
@@ -110,15 +174,24 @@ def list_landing(
             known = {}
     seen: dict[str, str] = {}
     out = []
-    for p in sorted(root.rglob("*")):
-        rel = p.relative_to(root)
-        if not p.is_file() or any(part.startswith(".") for part in rel.parts):
-            continue
-        st = p.stat()
-        key = f"{rel.as_posix()}|{st.st_size}|{st.st_mtime_ns}"
-        sha = known.get(key) or _sha256(p)
-        seen[key] = sha
-        out.append(LandingFile(p, rel.as_posix(), sha, st.st_size, st.st_mtime))
+    for path, rel in _entries(root):
+        name = display_name(rel.as_posix())
+        why, st = _refusal(path, real_root)
+        if why is None:
+            key = f"{name}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}"
+            try:
+                sha = known.get(key) or _sha256(path)
+            except OSError as e:
+                why = f"cannot be read: {e.strerror or e}"
+            else:
+                seen[key] = sha
+                out.append(LandingFile(path, name, sha, st.st_size, st.st_mtime))
+                continue
+        try:
+            mtime = os.lstat(path).st_mtime
+        except OSError:
+            mtime = datetime.now(UTC).timestamp()
+        out.append(LandingFile(path, name, "", 0, mtime, problem=why))
     if memo_path and seen != known:
         memo_path.parent.mkdir(parents=True, exist_ok=True)
         tmp = memo_path.with_name(f".{memo_path.name}.{uuid.uuid4().hex}")
@@ -155,20 +228,77 @@ def day_from_name(name: str) -> date | None:
     return None
 
 
+def _plausible(t: datetime | None, window: tuple[int, int]) -> bool:
+    return t is not None and window[0] <= t.timestamp() * 1000 <= window[1]
+
+
+def home_day(days: list[date], name: str, mtime: float) -> date:
+    """Where a file's records without a time of their own are accounted: its first day of
+    samples, else a plausible date in its name, else its plausible modification day, else today
+    (a file stamped 1970 or 2100 never opens a day of its own)."""
+    if days:
+        return days[0]
+    window = Context("").time_window()
+    named = day_from_name(name)
+    if named and _plausible(datetime(named.year, named.month, named.day, tzinfo=UTC), window):
+        return named
+    m = datetime.fromtimestamp(mtime, UTC)
+    return m.date() if _plausible(m, window) else datetime.now(UTC).date()
+
+
 UTF8_BOM = b"\xef\xbb\xbf"
+GZIP_MAGIC = b"\x1f\x8b"
 
 
-def _read_bytes(lf: LandingFile) -> tuple[bytes | None, str | None]:
+def _gunzip(f, limit: int) -> tuple[bytes | None, str | None]:
+    """Stream-decompress gzip (every member), stopping past `limit` bytes or at binary content,
+    so a small bomb never reaches memory whole."""
+    out = bytearray()
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    open_member, checked = False, False
+    try:
+        while chunk := f.read(1 << 20):
+            while chunk:
+                open_member = True
+                out += d.decompress(chunk, 1 << 20)  # at most 1 MiB at a time
+                chunk = d.unconsumed_tail
+                if len(out) > limit:
+                    return None, f"decompresses to more than {limit:,} bytes: not read"
+                if d.eof:  # a member ended; another may follow in the same file
+                    chunk = d.unused_data + chunk
+                    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                    open_member = False
+                if not checked and len(out) >= 65536:
+                    checked = True
+                    if _looks_binary(bytes(out[:65536])):  # a bomb of zeros stops here
+                        return (
+                            None,
+                            "binary content (NUL and control bytes): not a telemetry export",
+                        )
+    except zlib.error as e:
+        return None, f"corrupt or truncated gzip: {e}"
+    if open_member:
+        return None, "corrupt or truncated gzip: the stream ends before its end marker"
+    return bytes(out), None
+
+
+def _read_bytes(lf: LandingFile, limit: int = MAX_FILE_BYTES) -> tuple[bytes | None, str | None]:
     """(content as UTF-8 bytes, None), gunzipped, or (None, why the file cannot be read as text).
 
     Byte-order marks (Excel, Windows tools) are dropped; UTF-16 (PowerShell's `>`) is re-encoded.
+    Files (or their decompressed content) above `limit` bytes are not read into memory.
     """
-    data = lf.path.read_bytes()
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as e:
-            return None, f"corrupt or truncated gzip: {e}"
+    with open(lf.path, "rb") as f:
+        magic = f.read(2)
+        f.seek(0)
+        if magic == GZIP_MAGIC:
+            data, why = _gunzip(f, limit)
+            if data is None:
+                return None, why
+        else:
+            if os.fstat(f.fileno()).st_size > limit:
+                return None, f"larger than {limit:,} bytes: not read (GPU_PIPELINE_MAX_FILE_MB)"
+            data = f.read()
     if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
         try:
             data = data.decode("utf-16").encode("utf-8")
@@ -176,9 +306,47 @@ def _read_bytes(lf: LandingFile) -> tuple[bytes | None, str | None]:
             return None, f"UTF-16 text that does not decode ({e.reason} at byte {e.start})"
     if data.startswith(UTF8_BOM):
         data = data[len(UTF8_BOM) :]
-    if b"\x00" in data[:65536]:
-        return None, "binary content (NUL bytes): not a telemetry export"
+    if _looks_binary(data[:65536]):
+        return None, "binary content (NUL and control bytes): not a telemetry export"
     return data, None
+
+
+_CONTROL = bytes(b for b in range(32) if b not in (9, 10, 13)) + b"\x7f"
+
+
+def _looks_binary(head: bytes) -> bool:
+    """Binary, not text with a stray bad byte (that line alone is quarantined): more than 1 % NUL
+    bytes, or more than 5 % control bytes."""
+    if not head:
+        return False
+    controls = len(head) - len(head.translate(None, _CONTROL))
+    return head.count(0) * 100 > len(head) or controls * 20 > len(head)
+
+
+def _bad_lines(data: bytes) -> tuple[bytes, list[tuple[int, str, str]]]:
+    """Blank out lines with NUL bytes or invalid UTF-8 (numbering kept): (clean data, and for
+    each such line (number, reason, its text with the bad bytes escaped))."""
+    if b"\x00" not in data:
+        try:
+            data.decode("utf-8")
+            return data, []
+        except UnicodeDecodeError:
+            pass
+    lines = data.split(b"\n")
+    bad = []
+    for i, ln in enumerate(lines):
+        why = None
+        if b"\x00" in ln:
+            why = "line has NUL bytes: not text"
+        else:
+            try:
+                ln.decode("utf-8")
+            except UnicodeDecodeError as e:
+                why = f"line is not UTF-8 text ({e.reason} at byte {e.start})"
+        if why:
+            bad.append((i + 1, why, ln.decode("utf-8", "backslashreplace")[:RAW_CHARS]))
+            lines[i] = b""
+    return b"\n".join(lines), bad
 
 
 def _decode(data: bytes) -> tuple[str | None, str | None]:
@@ -206,6 +374,8 @@ UNSUPPORTED = (
         "run it with -o DT (nvidia-smi) or export through dcgm-exporter instead",
     ),
 )
+# formats read line by line: a bad line is quarantined alone; JSON is one document
+LINE_FORMATS = {"dcgm_exposition", "nvidia_smi_csv", "nvml_samples", "seed_csv"}
 
 
 def detect_format(text: str, name: str) -> str | None:
@@ -221,28 +391,57 @@ def detect_format(text: str, name: str) -> str | None:
 
 def _whole_file(reason: str, raw: str) -> ParsedLines:
     q = pl.DataFrame(
-        {"line": [None], "timestamp": [None], "reason": [reason], "raw": [raw[:2000]]},
+        {"line": [None], "timestamp": [None], "reason": [reason], "raw": [raw[:RAW_CHARS]]},
         schema=QUARANTINE_LINE_SCHEMA,
     )
-    return ParsedLines(pl.DataFrame(schema=LONG_SCHEMA), q, lines_total=1, lines_skipped=0)
+    return ParsedLines(
+        pl.DataFrame(schema=LONG_SCHEMA),
+        q,
+        lines_total=1,
+        lines_skipped=0,
+        records_by_day={None: 1},
+    )
+
+
+def _cap_raw(q: pl.DataFrame) -> pl.DataFrame:
+    """A quarantined line keeps at most RAW_CHARS of its text (a 50 MB label stays out)."""
+    long = pl.col("raw").str.len_chars() > RAW_CHARS
+    return q.with_columns(
+        pl.when(long)
+        .then(
+            pl.format(
+                "{}… ({} characters)",
+                pl.col("raw").str.slice(0, RAW_CHARS),
+                pl.col("raw").str.len_chars(),
+            )
+        )
+        .otherwise(pl.col("raw"))
+        .alias("raw")
+    )
 
 
 def parse_landing_file(lf: LandingFile) -> tuple[str, ParsedLines]:
     """Read, detect and parse one landing file; a file no parser fits is quarantined whole."""
+    if lf.problem:  # never opened: its content (a link out of the zone) stays unread
+        return "refused", _whole_file(lf.problem, "")
     data, why = _read_bytes(lf)
     if data is None:
-        return "unreadable", _whole_file(why or "unreadable", repr(lf.path.read_bytes()[:200]))
-    head = data[:65536].decode("utf-8", errors="ignore")  # for detection; the parsers validate all
+        with open(lf.path, "rb") as f:
+            head_bytes = f.read(200)
+        return "unreadable", _whole_file(why or "unreadable", repr(head_bytes))
+    clean, bad = _bad_lines(data)
+    head = clean[:65536].decode("utf-8", errors="ignore")  # detection; the parsers validate all
     fmt = detect_format(head, lf.source_file)
+    if bad and (fmt not in LINE_FORMATS or len(bad) * 2 > clean.count(b"\n") + 1):
+        text, why = _decode(data)
+        return "unreadable", _whole_file(why or bad[0][1], data[:200].decode("utf-8", "replace"))
+    data = clean
     if fmt == "empty":
         n = len(data.splitlines())
         return fmt, ParsedLines(
             pl.DataFrame(schema=LONG_SCHEMA), pl.DataFrame(schema=QUARANTINE_LINE_SCHEMA), n, n
         )
-    if fmt != "dcgm_exposition":  # exposition is read from bytes by Polars; the rest wants text
-        text, why = _decode(data)
-        if text is None:
-            return "unreadable", _whole_file(why, repr(data[:200]))
+    text = data.decode("utf-8")
     if fmt is None:
         reason = next((r for rx, r in UNSUPPORTED if rx.search(head)), None)
         return "unknown", _whole_file(
@@ -264,12 +463,33 @@ def parse_landing_file(lf: LandingFile) -> tuple[str, ParsedLines]:
         out = FORMATS[fmt].parse(data if fmt == "dcgm_exposition" else text, ctx)
     except Exception as e:  # a parser that gives up on a file quarantines it whole, with why
         return fmt, _whole_file(f"{fmt}: {e}", head)
+    quarantine = conform(out.quarantine, QUARANTINE_LINE_SCHEMA)
+    records = dict(out.records_by_day)
+    skipped = out.lines_skipped
+    if bad:  # the blanked lines: one quarantine record each, not skipped blank lines
+        quarantine = pl.concat(
+            [
+                quarantine,
+                pl.DataFrame(
+                    {
+                        "line": [b[0] for b in bad],
+                        "timestamp": [None] * len(bad),
+                        "reason": [b[1] for b in bad],
+                        "raw": [b[2] for b in bad],
+                    },
+                    schema=QUARANTINE_LINE_SCHEMA,
+                ),
+            ]
+        )
+        records[None] = records.get(None, 0) + len(bad)
+        skipped -= len(bad)
     return fmt, ParsedLines(
         conform(out.samples, LONG_SCHEMA),
-        conform(out.quarantine, QUARANTINE_LINE_SCHEMA),
+        _cap_raw(quarantine),
         out.lines_total,
-        out.lines_skipped,
+        skipped,
         out.time_basis,
+        records,
     )
 
 
@@ -286,56 +506,94 @@ def _cache_key(lf: LandingFile) -> str:
 
 
 def is_cached(lf: LandingFile, cache_root: str | os.PathLike) -> bool:
-    return (Path(cache_root) / _cache_key(lf) / "meta.json").is_file()
+    return lf.problem is not None or (Path(cache_root) / _cache_key(lf) / "meta.json").is_file()
+
+
+CACHED = ("samples.parquet", "quarantine.parquet")
+
+
+def _write_cache(lf: LandingFile, cdir: Path, cache_root: Path) -> None:
+    try:
+        fmt, parsed = parse_landing_file(lf)
+        per_day = (
+            parsed.samples.group_by(pl.col("timestamp").dt.date().alias("d"))
+            .len()
+            .drop_nulls("d")
+            .sort("d")
+        )
+        rows_by_day = dict(zip(per_day["d"].to_list(), per_day["len"].to_list(), strict=True))
+    except Exception as e:  # noqa: BLE001 - one file's failure stays that file's
+        fmt, parsed = (
+            "unreadable",
+            _whole_file(f"could not be parsed: {type(e).__name__}: {e}", ""),
+        )
+        rows_by_day = {}
+    days = sorted(rows_by_day)
+    tmp = cache_root / f".tmp-{uuid.uuid4().hex}"
+    tmp.mkdir(parents=True)
+    parsed.samples.sort("timestamp", "line").write_parquet(
+        tmp / "samples.parquet", row_group_size=65536
+    )
+    parsed.quarantine.write_parquet(tmp / "quarantine.parquet")
+    meta = {
+        "format": fmt,
+        "lines_total": parsed.lines_total,
+        "lines_skipped": parsed.lines_skipped,
+        "time_basis": parsed.time_basis,
+        "home_day": home_day(days, lf.source_file, lf.mtime).isoformat(),
+        "days": [d.isoformat() for d in days],
+        "rows_by_day": {d.isoformat(): n for d, n in rows_by_day.items()},
+        "records_by_day": {
+            (d.isoformat() if d else ""): n for d, n in parsed.records_by_day.items()
+        },
+        # the cache checks itself: a cached file that no longer has this hash is parsed again
+        "sha256": {name: _sha256(tmp / name) for name in CACHED},
+    }
+    (tmp / "meta.json").write_text(json.dumps(meta))
+    try:
+        tmp.rename(cdir)
+    except OSError:  # another run cached the same file meanwhile: same content, keep theirs
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _cache_intact(cdir: Path, meta: dict) -> bool:
+    try:
+        return all(_sha256(cdir / name) == meta["sha256"][name] for name in CACHED)
+    except (OSError, KeyError):
+        return False
 
 
 def load_or_parse(lf: LandingFile, cache_root: str | os.PathLike) -> ParsedFile:
-    """The parse of `lf`, from the cache when this content was parsed before."""
-    cdir = Path(cache_root) / _cache_key(lf)
+    """The parse of `lf`, from the cache when this content was parsed before and the cached
+    parse is intact (its Parquet files still have the hashes recorded beside them)."""
+    if lf.problem:  # nothing to cache: the file is never opened
+        fmt, parsed = parse_landing_file(lf)
+        return ParsedFile(
+            file=lf,
+            format=fmt,
+            lines_total=1,
+            lines_skipped=0,
+            time_basis="sample",
+            home_day=home_day([], lf.source_file, lf.mtime),
+            days=[],
+            rows_by_day={},
+            records_by_day={None: 1},
+            samples=parsed.samples.lazy(),
+            quarantine=parsed.quarantine.lazy(),
+        )
+    cache_root = Path(cache_root)
+    cdir = cache_root / _cache_key(lf)
     meta_path = cdir / "meta.json"
-    if not meta_path.is_file():
-        try:
-            fmt, parsed = parse_landing_file(lf)
-            per_day = (
-                parsed.samples.group_by(pl.col("timestamp").dt.date().alias("d"))
-                .len()
-                .drop_nulls("d")
-                .sort("d")
-            )
-            rows_by_day = dict(zip(per_day["d"].to_list(), per_day["len"].to_list(), strict=True))
-        except Exception as e:  # noqa: BLE001 - one file's failure stays that file's
-            fmt, parsed = (
-                "unreadable",
-                _whole_file(f"could not be parsed: {type(e).__name__}: {e}", ""),
-            )
-            rows_by_day = {}
-        days = sorted(rows_by_day)
-        home = (
-            (days[0] if days else None)
-            or day_from_name(lf.source_file)
-            or datetime.fromtimestamp(lf.mtime, UTC).date()
-        )
-        tmp = Path(cache_root) / f".tmp-{uuid.uuid4().hex}"
-        tmp.mkdir(parents=True)
-        parsed.samples.sort("timestamp", "line").write_parquet(
-            tmp / "samples.parquet", row_group_size=65536
-        )
-        parsed.quarantine.write_parquet(tmp / "quarantine.parquet")
-        meta = {
-            "format": fmt,
-            "lines_total": parsed.lines_total,
-            "lines_skipped": parsed.lines_skipped,
-            "time_basis": parsed.time_basis,
-            "home_day": home.isoformat(),
-            "days": [d.isoformat() for d in days],
-            "rows_by_day": {d.isoformat(): n for d, n in rows_by_day.items()},
-        }
-        (tmp / "meta.json").write_text(json.dumps(meta))
-        try:
-            tmp.rename(cdir)
-        except OSError:  # another run cached the same file meanwhile: same content, keep theirs
-            shutil.rmtree(tmp, ignore_errors=True)
-    meta = json.loads(meta_path.read_text())
+    for attempt in range(2):
+        if not meta_path.is_file():
+            _write_cache(lf, cdir, cache_root)
+        meta = json.loads(meta_path.read_text())
+        if _cache_intact(cdir, meta):
+            break
+        # altered or damaged since it was written: parse the file again rather than trust it
+        shutil.rmtree(cdir, ignore_errors=True)
+        if attempt:
+            raise RuntimeError(f"ingest cache {cdir} cannot be written intact")
     return ParsedFile(
         file=lf,
         format=meta["format"],
@@ -344,7 +602,10 @@ def load_or_parse(lf: LandingFile, cache_root: str | os.PathLike) -> ParsedFile:
         time_basis=meta["time_basis"],
         home_day=date.fromisoformat(meta["home_day"]),
         days=[date.fromisoformat(d) for d in meta["days"]],
-        rows_by_day={date.fromisoformat(d): n for d, n in meta.get("rows_by_day", {}).items()},
+        rows_by_day={date.fromisoformat(d): n for d, n in meta["rows_by_day"].items()},
+        records_by_day={
+            (date.fromisoformat(d) if d else None): n for d, n in meta["records_by_day"].items()
+        },
         samples=pl.scan_parquet(cdir / "samples.parquet"),
         quarantine=pl.scan_parquet(cdir / "quarantine.parquet"),
     )
@@ -390,6 +651,8 @@ def assemble_day(files: list[ParsedFile], day: date) -> DayIngest:
                 "file_lines": pf.lines_total,
                 "lines_skipped": pf.lines_skipped if pf.home_day == day else 0,
                 "home": pf.home_day == day,
+                # counted by the parser from what it read, before anything was decided
+                "rows_read": pf.records_on(day),
             }
         )
 
@@ -398,13 +661,44 @@ def assemble_day(files: list[ParsedFile], day: date) -> DayIngest:
         if longs
         else pl.DataFrame(schema={**LONG_SCHEMA, "source_file": pl.String, "file_order": pl.Int32})
     )
+    sample_key = ("gpu_uuid", "gpu_instance_id", "column", "timestamp")
     long = long.sort("file_order", "line").with_columns(
-        (
-            ~pl.struct("gpu_uuid", "gpu_instance_id", "column", "timestamp").is_first_distinct()
-        ).alias("dup")
+        (~pl.struct(*sample_key).is_first_distinct()).alias("dup")
     )
+    # the same sample again with another value: two exporters disagree. The first file in path
+    # order wins; the other value is quarantined with both, not counted as a plain duplicate
+    conflicting = None
+    if bool(long.get_column("dup").any()):
+        first = pl.struct(*sample_key)
+        long = long.with_columns(
+            pl.col("value").first().over(first).alias("_first_value"),
+            pl.col("source_file").first().over(first).alias("_first_file"),
+        ).with_columns(
+            (pl.col("dup") & pl.col("value").ne_missing(pl.col("_first_value"))).alias("_conflict")
+        )
+        conflicting = long.filter(pl.col("_conflict")).select(
+            "source_file",
+            "line",
+            "timestamp",
+            pl.format(
+                "conflicting duplicate: {} of {} at this time is {} here but {} in {} (kept)",
+                "column",
+                "gpu_uuid",
+                pl.col("value").cast(pl.String).fill_null("no value"),
+                pl.col("_first_value").cast(pl.String).fill_null("no value"),
+                "_first_file",
+            ).alias("reason"),
+            pl.format("{}={}", "column", pl.col("value").cast(pl.String).fill_null("null")).alias(
+                "raw"
+            ),
+        )
+        long = long.filter(~pl.col("_conflict")).drop("_first_value", "_first_file", "_conflict")
+    if conflicting is not None and conflicting.height:
+        quars.append(conflicting.lazy())
     quarantine = (
-        collect_stable(pl.concat(quars)).sort("source_file", "line", nulls_last=False)
+        collect_stable(pl.concat(quars, how="diagonal_relaxed")).sort(
+            "source_file", "line", nulls_last=False
+        )
         if quars
         else pl.DataFrame(schema={**QUARANTINE_LINE_SCHEMA, "source_file": pl.String})
     )
@@ -446,14 +740,10 @@ def assemble_day(files: list[ParsedFile], day: date) -> DayIngest:
         )
         .filter(
             pl.col("home")
+            | (pl.col("rows_read") > 0)
             | (pl.col("rows_accepted") + pl.col("rows_duplicate") + pl.col("rows_quarantined") > 0)
         )
-        .with_columns(
-            (pl.col("rows_accepted") + pl.col("rows_duplicate") + pl.col("rows_quarantined")).alias(
-                "rows_read"
-            ),
-            pl.lit(day).alias("date"),
-        )
+        .with_columns(pl.lit(day).alias("date"))
         .sort("file_order")
     )
     return DayIngest(

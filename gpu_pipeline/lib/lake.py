@@ -10,12 +10,14 @@ the same bytes.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
 import shutil
 import uuid
 from collections.abc import Callable, Iterable
+from contextlib import contextmanager
 from datetime import date
 from pathlib import Path
 
@@ -149,6 +151,34 @@ class Lake:
         self._replace(final, df)
         return final
 
+    # -- one writer per day ------------------------------------------------------------------
+    @contextmanager
+    def day_locks(self, days: Iterable[date], waiting: Callable[[date], None] | None = None):
+        """Hold an exclusive lock on each of these days (`<lake>/_locks/<day>.lock`) until the
+        block ends: two runs of one day write its tables one after the other, never mixed.
+        Days are locked in order, so two runs over overlapping ranges never deadlock; a lock is
+        released by the kernel when its process dies. Object-store lakes are not locked."""
+        if self.remote:
+            yield
+            return
+        folder = self.root / "_locks"
+        folder.mkdir(parents=True, exist_ok=True)
+        fds: list[int] = []
+        try:
+            for day in sorted(set(days)):
+                fd = os.open(folder / f"{day.isoformat()}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+                fds.append(fd)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    if waiting:
+                        waiting(day)
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            for fd in fds:
+                os.close(fd)  # closing the descriptor releases its lock
+
     # -- reading -----------------------------------------------------------------------------
     def _exists(self, path: Path | str) -> bool:
         if self.remote:
@@ -169,6 +199,16 @@ class Lake:
 
     def read(self, table: str, day: date) -> pl.DataFrame:
         return self._read(self.partition_file(table, day))
+
+    def read_days(self, table: str, days: list[date]) -> pl.DataFrame:
+        """The given days of `table`, read now (one version of each, even if a run replaces a
+        partition later): for reads of days another run may be writing."""
+        frames = [self.read(table, d) for d in days if self.exists(table, d)]
+        return (
+            pl.concat(frames, how="diagonal_relaxed")
+            if frames
+            else pl.DataFrame(schema=TABLES[table])
+        )
 
     def scan_days(self, table: str, days: list[date]) -> pl.LazyFrame:
         """The given days of `table` that exist, as one frame (an empty, typed frame if none do)."""

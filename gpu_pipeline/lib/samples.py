@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import polars as pl
 
@@ -41,6 +41,11 @@ class ParsedLines:
     # where sample times came from: "sample" (their own), else the file's time ("file_name" or
     # "file_mtime") for all or some samples
     time_basis: str = "sample"
+    # the records the parser read, per UTC day of their time (None: no plausible time of their
+    # own, accounted on the file's home day), counted from its input before any record was
+    # accepted or rejected: the ledger's rows_read, which row_conservation checks the outcome
+    # (accepted + duplicate + quarantined) against
+    records_by_day: dict = field(default_factory=dict)
 
 
 def normalize_uuid(expr: pl.Expr) -> pl.Expr:
@@ -53,18 +58,68 @@ def normalize_uuid(expr: pl.Expr) -> pl.Expr:
     )
 
 
+# an old-style MIG device UUID names its parent GPU and instance: MIG-GPU-<uuid>/<gi>/<ci>
+MIG_DEVICE_RX = r"(?i)^MIG-(?:GPU-)?([0-9a-f][0-9a-f-]*)/(\d+)/(\d+)$"
+UUID_RX = r"^GPU-[0-9a-z][0-9a-z-]{0,127}$"
+MAX_LABEL_BYTES = 1024
+STRING_ATTRS = tuple(c for c in ATTR_COLUMNS if c not in INT_ATTRS)
+
+
 def normalize_attributes(df: pl.DataFrame) -> pl.DataFrame:
-    """Cast and normalize attribute columns (UUID form, integer ids, trimmed names)."""
+    """Cast and normalize attribute columns (UUID form, integer ids, trimmed names).
+
+    A MIG device UUID that names its parent (`MIG-GPU-<uuid>/<gi>/<ci>`) becomes the parent's
+    UUID and the instance id; `attribute_reason` rejects what still is not a GPU UUID.
+    """
+    mig = pl.col("gpu_uuid").str.strip_chars().str.extract_groups(MIG_DEVICE_RX)
     exprs = []
     for c in ATTR_COLUMNS:
         col = pl.col(c).str.strip_chars()
         if c == "gpu_uuid":
-            exprs.append(normalize_uuid(pl.col(c)).alias(c))
+            exprs.append(
+                pl.when(mig.struct.field("1").is_not_null())
+                .then(pl.concat_str(pl.lit("GPU-"), mig.struct.field("1").str.to_lowercase()))
+                .otherwise(normalize_uuid(pl.col(c)))
+                .alias(c)
+            )
+        elif c == "gpu_instance_id":
+            exprs.append(
+                pl.coalesce(
+                    col.cast(pl.Int32, strict=False), mig.struct.field("2").cast(pl.Int32)
+                ).alias(c)
+            )
         elif c in INT_ATTRS:
             exprs.append(col.cast(pl.Int32, strict=False).alias(c))
         else:
             exprs.append(pl.when(col == "").then(None).otherwise(col).alias(c))
     return df.with_columns(exprs)
+
+
+def attribute_reason() -> pl.Expr:
+    """Why a sample's identity labels cannot be kept (null: they can): a label value over
+    MAX_LABEL_BYTES, a MIG device UUID without its parent, a UUID with characters no UUID has."""
+    uuid = pl.col("gpu_uuid")
+    too_long = pl.any_horizontal(
+        [pl.col(c).str.len_bytes().fill_null(0) > MAX_LABEL_BYTES for c in STRING_ATTRS]
+    )
+    return (
+        pl.when(too_long)
+        .then(pl.lit(f"label value longer than {MAX_LABEL_BYTES} bytes: line not read"))
+        .when(uuid.str.starts_with("GPU-mig-"))
+        .then(
+            pl.format(
+                "MIG device UUID '{}' names no parent GPU: label the series with the GPU's UUID "
+                "and GPU_I_ID (dcgm-exporter does)",
+                uuid.str.slice(4, 80),
+            )
+        )
+        .when(uuid.is_not_null() & ~uuid.str.contains(UUID_RX))
+        .then(
+            pl.format(
+                "GPU UUID '{}' is not a UUID (letters, digits and '-')", uuid.str.slice(0, 80)
+            )
+        )
+    )
 
 
 def conform(df: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import uuid
 from pathlib import Path
 
@@ -29,7 +30,20 @@ from gpu_pipeline.lib.schemas import TABLES
 SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
 VIEWS_SQL = SQL_DIR / "views.sql"
 QUERIES_DIR = SQL_DIR / "queries"
-READ_STATEMENTS = {"SELECT", "EXPLAIN", "PRAGMA"}
+# PRAGMAs that only describe the database (others change settings or write profiler output)
+READ_PRAGMAS = {
+    "table_info",
+    "show",
+    "show_tables",
+    "show_tables_expanded",
+    "version",
+    "platform",
+    "database_list",
+    "database_size",
+    "storage_info",
+    "functions",
+}
+_LEADING = re.compile(r"^(\s+|--[^\n]*\n?|/\*.*?\*/)*", re.S)
 # a view (the file holds views only) naming the lake and which tables had data when it was written
 STATE_VIEW = "_gpu_pipeline_lake"
 
@@ -127,36 +141,93 @@ def build_views_file(lake_root: str | Path, db_path: str | Path) -> Path:
     return db_path
 
 
-def connect_readonly(lake_root: str | Path, db_path: str | Path) -> duckdb.DuckDBPyConnection:
-    """Read-only connection that can read the lake and nothing else.
+def connect_readonly(
+    lake_root: str | Path, db_path: str | Path | None = None, spill: bool = True
+) -> duckdb.DuckDBPyConnection:
+    """Read-only connection that can read the lake's tables and nothing else.
 
-    The views file is opened read-only when it is current for this lake; otherwise the same
-    views are created in an in-memory database, so reading never writes a file.
+    The views are built in a fresh in-memory database (a few milliseconds), never taken from a
+    file: nothing on disk is opened for writing, a stale or foreign views file cannot mislead,
+    and DuckDB's per-process database cache cannot hand back another connection's settings.
+    (`db_path` is accepted for callers that name the views file; it is not opened.)
     """
-    if views_current(db_path, lake_root):
-        con = duckdb.connect(str(db_path), read_only=True)
-    else:
-        con = duckdb.connect(":memory:")
-        create_views(con, lake_root)
-    con.execute("SET allowed_directories = [?]", [Path(lake_root).resolve().as_posix() + "/"])
+    con = duckdb.connect(":memory:")
+    create_views(con, lake_root)
+    if not spill:  # DuckDB writes nothing, not even temporary files of a large sort
+        con.execute("SET temp_directory = ''")
+    # SQL may read the tables' folders, nothing else of the lake (cache, reports) or beyond
+    root = Path(lake_root).resolve()
+    con.execute("SET allowed_directories = ?", [[(root / t).as_posix() + "/" for t in TABLES]])
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
     return con
 
 
+def _strip(sql: str) -> str:
+    """The statement without leading blanks and comments."""
+    return sql[_LEADING.match(sql).end() :]
+
+
+def _refusal(con: duckdb.DuckDBPyConnection, stmt) -> str | None:
+    """Why a statement is not a plain read (None: it is one).
+
+    SELECT (with DESCRIBE, SHOW, SUMMARIZE, FROM, VALUES, WITH) reads; EXPLAIN does when it
+    explains a SELECT without running it (EXPLAIN ANALYZE runs its statement, a COPY too);
+    PRAGMA does for the describing ones of READ_PRAGMAS. Anything else is refused.
+    """
+    kind = stmt.type.name if hasattr(stmt.type, "name") else str(stmt.type)
+    text = _strip(stmt.query)
+    if kind == "SELECT":
+        return None
+    if kind == "EXPLAIN":
+        m = re.match(r"EXPLAIN\s+(\(([^)]*)\)\s*)?(ANALY[SZ]E\b)?", text, re.I)
+        if m is None or m.group(3) or re.search(r"ANALY[SZ]E", m.group(2) or "", re.I):
+            return "EXPLAIN ANALYZE runs the statement it explains"
+        inner = con.extract_statements(text[m.end() :])
+        if len(inner) != 1 or _refusal(con, inner[0]) is not None:
+            return "EXPLAIN of anything but a SELECT"
+        return None
+    if kind == "PRAGMA":
+        m = re.match(r"PRAGMA\s+([A-Za-z_]+)", text, re.I)
+        if m and m.group(1).lower() in READ_PRAGMAS:
+            return None
+        return (
+            f"PRAGMA {m.group(1) if m else ''}".strip()
+            + " (only "
+            + ", ".join(sorted(READ_PRAGMAS))
+            + " describe without changing anything)"
+        )
+    return kind
+
+
 def statements(con: duckdb.DuckDBPyConnection, sql: str) -> list:
-    """The statements of `sql`, each a read statement, else SqlError naming the first that isn't."""
+    """The statements of `sql`, each a plain read, else SqlError naming the first that isn't."""
     try:
         stmts = con.extract_statements(sql)
     except duckdb.Error as e:
         raise SqlError(str(e).splitlines()[0]) from None
+    except Exception:  # noqa: BLE001 - a statement this DuckDB cannot even classify is refused
+        raise SqlError(
+            "only read queries are allowed here, not a statement of unknown type"
+        ) from None
     if not stmts:
         raise SqlError("no SQL statement given")
     for s in stmts:
-        kind = s.type.name if hasattr(s.type, "name") else str(s.type)
-        if kind.upper() not in READ_STATEMENTS:
-            raise SqlError(f"only read queries are allowed here, not {kind}")
+        try:
+            why = _refusal(con, s)
+        except Exception:  # noqa: BLE001
+            why = "a statement of unknown type"
+        if why is not None:
+            raise SqlError(f"only read queries are allowed here, not {why}")
     return stmts
+
+
+def is_lake(root: str | Path) -> bool:
+    """Is `root` a gpu_pipeline lake: a folder with at least one table folder of partitions?"""
+    root = Path(root)
+    return root.is_dir() and any(
+        (root / t).is_dir() and any((root / t).glob("date=*/data.parquet")) for t in TABLES
+    )
 
 
 def run_queries(con: duckdb.DuckDBPyConnection, sql: str):

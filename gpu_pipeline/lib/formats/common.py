@@ -38,6 +38,7 @@ from gpu_pipeline.lib.samples import (
     LONG_SCHEMA,
     QUARANTINE_LINE_SCHEMA,
     ParsedLines,
+    attribute_reason,
     conform,
     normalize_attributes,
 )
@@ -181,23 +182,43 @@ def value_bounds() -> list[pl.Expr]:
 
 
 def normalize_series(g: pl.DataFrame) -> pl.DataFrame:
-    """Attribute clean-up; run it on distinct series where a parser has them, else on every row."""
-    return _exporter_self_labels(normalize_attributes(g))
+    """Attribute clean-up; run it on distinct series where a parser has them, else on every row.
+    `_attr_reason` says why a series' labels cannot be kept (null: they can)."""
+    return _exporter_self_labels(normalize_attributes(g)).with_columns(
+        pl.coalesce(
+            pl.col("_attr_reason") if "_attr_reason" in g.columns else pl.lit(None, pl.String),
+            attribute_reason(),
+        ).alias("_attr_reason")
+    )
+
+
+def records_by_day(g: pl.DataFrame, lo: int, hi: int) -> dict:
+    """Candidate records per UTC day of their time (None: no plausible time), from the input."""
+    ts = pl.col("ts_ms")
+    day = (
+        pl.when(ts.is_between(lo, hi)).then(pl.from_epoch(ts, time_unit="ms").dt.date()).alias("d")
+    )
+    counts = g.select(day).group_by("d").len()
+    return dict(zip(counts["d"].to_list(), counts["len"].to_list(), strict=True))
 
 
 def finalize(
     g: pl.DataFrame, normalized: bool = False, window: tuple[int, int] | None = None
-) -> tuple[pl.DataFrame, pl.DataFrame]:
+) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
     """Candidate rows -> (accepted long samples, quarantined records), every row in exactly one.
 
     Cheap boolean tests run on every row; reason strings are formatted for rejected rows only.
     `window`: the plausible sample times [earliest, latest] in epoch ms (default: 2000-01-01 to
     a day from now); a row outside it is quarantined with no time of its own, so it is accounted
-    on its file's home day and never opens a day nobody runs.
+    on its file's home day and never opens a day nobody runs. Also returns the records per day
+    (`records_by_day`), counted before anything is decided.
     """
     lo, hi = window or Context("").time_window()
+    records = records_by_day(g, lo, hi)
     if not normalized:
         g = normalize_series(g)
+    if "_attr_reason" in g.columns:
+        g = g.with_columns(pl.coalesce("pre_reason", "_attr_reason").alias("pre_reason"))
     if "_lo" not in g.columns:  # parsers with distinct series attach the bounds per series
         g = g.with_columns(value_bounds())
     g = g.with_columns((pl.col("value") * pl.col("scale")).alias("scaled"))
@@ -277,7 +298,7 @@ def finalize(
         )
     )
     quarantine = bad.select("line", ts.alias("timestamp"), reason.alias("reason"), "raw")
-    return conform(samples, LONG_SCHEMA), conform(quarantine, QUARANTINE_LINE_SCHEMA)
+    return conform(samples, LONG_SCHEMA), conform(quarantine, QUARANTINE_LINE_SCHEMA), records
 
 
 def _iso(ms: int) -> str:
@@ -306,7 +327,5 @@ def parsed(
     normalized: bool = False,
     window: tuple[int, int] | None = None,
 ) -> ParsedLines:
-    samples, quarantine = finalize(candidates(g), normalized, window)
-    # a row rejected as a whole (wide formats) is one quarantine record, not one per field
-    quarantine = quarantine.unique(["line", "reason"], keep="first", maintain_order=True)
-    return ParsedLines(samples, quarantine, lines_total, lines_skipped, time_basis)
+    samples, quarantine, records = finalize(candidates(g), normalized, window)
+    return ParsedLines(samples, quarantine, lines_total, lines_skipped, time_basis, records)

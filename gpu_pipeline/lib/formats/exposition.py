@@ -69,7 +69,23 @@ def _label_attrs(blocks: pl.Series) -> pl.DataFrame:
     pairs = pairs.with_columns(
         pl.col("pair").str.extract(r"^([^=\s]+)", 1).alias("k"), v.alias("v")
     )
-    return resolve_aliases(pairs, "labels")
+    # the exposition format forbids a label name twice in one series: such a line is not read
+    twice = (
+        pairs.filter(pl.col("k").is_not_null())
+        .group_by("labels", "k")
+        .len()
+        .filter(pl.col("len") > 1)
+        .group_by("labels")
+        .agg(pl.col("k").sort().first())
+        .select(
+            "labels",
+            pl.format("label '{}' appears twice in one series", "k").alias("_attr_reason"),
+        )
+    )
+    attrs = resolve_aliases(pairs, "labels")
+    if twice.height:
+        return attrs.join(twice, on="labels", how="left")
+    return attrs
 
 
 @dataclass(frozen=True)
@@ -289,8 +305,10 @@ def parse(text: str | bytes | Path, ctx: Context) -> ParsedLines:
         g = _regex_candidates(body, ctx)
         untimed = g.filter(pl.col("pre_reason").is_null() & pl.col("ts_s").is_null()).height
         basis = ctx.file_time_basis if ctx.file_time is not None and untimed else "sample"
-        samples, quarantine = finalize(g, normalized=True, window=ctx.time_window())
-        return ParsedLines(samples, quarantine, lines.height, lines.height - body.height, basis)
+        samples, quarantine, records = finalize(g, normalized=True, window=ctx.time_window())
+        return ParsedLines(
+            samples, quarantine, lines.height, lines.height - body.height, basis, records
+        )
 
     d, distinct = scanned
     series, attr_cols = _series_table(pl.DataFrame({"s": distinct}))
@@ -370,7 +388,7 @@ def parse(text: str | bytes | Path, ctx: Context) -> ParsedLines:
             )
         )
     g = frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
-    samples, quarantine = finalize(g, normalized=True, window=ctx.time_window())
+    samples, quarantine, records = finalize(g, normalized=True, window=ctx.time_window())
     if (
         quarantine.height and quarantine.get_column("raw").is_null().any()
     ):  # rejected fast rows, as written
@@ -390,4 +408,4 @@ def parse(text: str | bytes | Path, ctx: Context) -> ParsedLines:
         and bool(g.select((pl.col("pre_reason").is_null() & pl.col("ts_s").is_null()).any()).item())
     )
     basis = ctx.file_time_basis if untimed else "sample"
-    return ParsedLines(samples, quarantine, d.height, skipped, basis)
+    return ParsedLines(samples, quarantine, d.height, skipped, basis, records)

@@ -38,18 +38,38 @@ def parse(text: str, ctx: Context) -> ParsedLines:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
-        raise WholeFile(f"invalid JSON (truncated?): {e}") from None
+        raise WholeFile(
+            f"not valid JSON at line {e.lineno} column {e.colno} ({e.msg}): truncated or not an "
+            "API response"
+        ) from None
     if not isinstance(doc, dict):
-        raise WholeFile("not a Prometheus API response (top level is not an object)")
+        raise WholeFile(
+            "not a Prometheus API response: the top level is not an object "
+            '{"status": ..., "data": {...}}'
+        )
     if doc.get("status") == "error":
         raise WholeFile(
             f"Prometheus API error: {doc.get('errorType', '?')}: {doc.get('error', '?')}"
         )
-    data = doc.get("data") or {}
+    data = doc.get("data")
+    if not isinstance(data, dict):
+        raise WholeFile(
+            'field "data" is not an object {"resultType": ..., "result": [...]}: not a query '
+            "or query_range response"
+        )
     rtype = data.get("resultType")
     if rtype not in ("matrix", "vector"):
-        raise WholeFile(f"unsupported Prometheus resultType {rtype!r} (need matrix or vector)")
-    results = data.get("result") or []
+        raise WholeFile(
+            f'field "data.resultType" is {rtype!r}: only "matrix" (query_range) and "vector" '
+            "(query) carry samples"
+        )
+    results = data.get("result")
+    if results is None:
+        results = []
+    if not isinstance(results, list):
+        raise WholeFile('field "data.result" is not a list of series')
+    points = "values" if rtype == "matrix" else "value"
+    shape = '[timestamp, "value"]'
 
     series, ts, vals, pre, metric, labels_json = [], [], [], [], [], []
     pair_s, pair_k, pair_v = [], [], []
@@ -62,18 +82,29 @@ def parse(text: str, ctx: Context) -> ParsedLines:
             pair_s.append(i)
             pair_k.append(k)
             pair_v.append(str(v))
-        for p in _points(r, rtype) if isinstance(r, dict) else [None]:
+        if not isinstance(r, dict):
             series.append(i)
+            ts.append(None)
+            vals.append(json.dumps(r)[:200])
+            pre.append(
+                f'data.result[{i}] is not a series object {{"metric": {{...}}, "{points}": ...}}'
+            )
+            continue
+        for j, p in enumerate(_points(r, rtype)):
+            series.append(i)
+            where = f"data.result[{i}].{points}" + (f"[{j}]" if rtype == "matrix" else "")
             if isinstance(p, list) and len(p) == 2:
                 # JSON true/false are Python bools, which are ints: not a time
                 is_num = isinstance(p[0], int | float) and not isinstance(p[0], bool)
                 ts.append(p[0] if is_num else None)
                 vals.append(str(p[1]))
-                pre.append(None if is_num else "timestamp is not a number")
+                pre.append(
+                    None if is_num else f"{where}: the timestamp is not a number, expected {shape}"
+                )
             else:
                 ts.append(None)
-                vals.append(json.dumps(p))
-                pre.append('malformed sample: expected [timestamp, "value"]')
+                vals.append(json.dumps(p)[:200])
+                pre.append(f"{where} is not {shape}")
 
     per_series = pl.DataFrame(
         {"series": range(len(results)), "metric": metric, "labels_json": labels_json},

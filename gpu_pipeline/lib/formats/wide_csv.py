@@ -7,6 +7,7 @@ and which columns carry identity.
 
 from __future__ import annotations
 
+import csv
 import re
 
 import polars as pl
@@ -32,10 +33,24 @@ def split_rows(text: str, header_index: int) -> tuple[list[str], pl.DataFrame, i
         .with_row_index("line", offset=1)
         .with_columns(pl.col("line").cast(pl.Int64), pl.col("raw").str.strip_suffix("\r"))
     )
-    header = df["raw"][header_index].split(",")
+    header = _csv_cells(df["raw"][header_index])
     body = df.slice(header_index + 1).filter(pl.col("raw").str.strip_chars() != "")
     body = body.with_columns(pl.col("raw").str.split(",").alias("cells"))
+    quoted = body.get_column("raw").str.contains('"', literal=True)
+    if bool(quoted.any()):  # valid CSV quoting ("NVIDIA A100, 40GB"): these rows the slow way
+        cells = [
+            _csv_cells(raw) if q else c
+            for raw, q, c in zip(body["raw"], quoted, body["cells"].to_list(), strict=True)
+        ]
+        body = body.with_columns(pl.Series("cells", cells, dtype=pl.List(pl.String)))
     return header, body, df.height, df.height - body.height
+
+
+def _csv_cells(line: str) -> list[str]:
+    """One CSV line's cells, quotes honoured (a quoted cell may hold commas)."""
+    if '"' not in line:
+        return line.split(",")
+    return next(csv.reader([line], skipinitialspace=True), [])
 
 
 def cell(i: int) -> pl.Expr:
@@ -76,6 +91,10 @@ def to_long(
         reason.otherwise(None).alias("pre_reason"),
         *[e.alias(a) for a, e in attrs.items()],
     )
+    # a row rejected as a whole is one record (one quarantine row), not one per field
+    whole = base.filter(pl.col("pre_reason").is_not_null())
+    if whole.height:
+        base = base.filter(pl.col("pre_reason").is_null())
     frames = []
     for column, (idx, scale) in fields.items():
         idxs = idx if isinstance(idx, list) else [idx]
@@ -92,19 +111,29 @@ def to_long(
                 value_s.alias("value_s"),
             ).drop("cells")
         )
+    no_field = "no telemetry field recognized in the header: row not read"
     if not frames:
         # a header naming no field gpu_pipeline reads: each row is one quarantine record
-        return base.drop("cells").with_columns(
-            pl.coalesce(
-                "pre_reason", pl.lit("no telemetry field recognized in the header: row not read")
-            ).alias("pre_reason"),
-            pl.lit(None, pl.String).alias("column"),
-            pl.lit(None, pl.String).alias("metric"),
-            pl.lit(1.0).alias("scale"),
-            pl.lit(None, pl.Float64).alias("value"),
-            pl.lit(None, pl.String).alias("value_s"),
+        whole = pl.concat([whole, base], how="vertical")
+        frames = []
+    if whole.height:
+        frames.append(
+            whole.drop("cells").with_columns(
+                pl.coalesce("pre_reason", pl.lit(no_field)).alias("pre_reason"),
+                pl.lit(None, pl.String).alias("column"),
+                pl.lit(None, pl.String).alias("metric"),
+                pl.lit(1.0).alias("scale"),
+                pl.lit(None, pl.Float64).alias("value"),
+                pl.lit(None, pl.String).alias("value_s"),
+            )
         )
-    return pl.concat(frames).sort("line", maintain_order=True)
+    if not frames:
+        return (
+            base.drop("cells")
+            .with_columns(pl.lit(None, pl.String).alias(c) for c in ("column", "metric", "value_s"))
+            .with_columns(pl.lit(1.0).alias("scale"), pl.lit(None, pl.Float64).alias("value"))
+        )
+    return pl.concat(frames, how="diagonal_relaxed").sort("line", maintain_order=True)
 
 
 def parse_local_time(col: pl.Expr, formats: list[str], tz: str) -> pl.Expr:
