@@ -92,21 +92,14 @@ def cli_env(tmp_path: Path) -> dict:
     return env
 
 
+def materialize_args(day, raw: Path, lake: Path) -> list[str]:
+    return ["materialize", "--start", str(day), "--raw", str(raw), "--lake", str(lake)]
+
+
 def start_materialize(day, raw: Path, lake: Path, env: dict) -> subprocess.Popen:
     """`gpu-pipeline materialize` of one day, running in the background."""
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gpu_pipeline.cli",
-            "materialize",
-            "--start",
-            str(day),
-            "--raw",
-            str(raw),
-            "--lake",
-            str(lake),
-        ],
+        [sys.executable, "-m", "gpu_pipeline.cli", *materialize_args(day, raw, lake)],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
