@@ -9,7 +9,7 @@ START ?= 2024-01-01
 DAYS ?= 7
 END ?= $(shell $(PYTHON) -c "import datetime as d;print(d.date.fromisoformat('$(START)')+d.timedelta(days=$(DAYS)-1))")
 
-.PHONY: demo test dev lint format bench clean install install-dev
+.PHONY: demo test dev lint format bench bench-pull clean install install-dev servers
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,8 +28,19 @@ demo: $(STAMP)
 	$(BIN)/gpu-pipeline generate --start $(START) --days $(DAYS)
 	$(BIN)/gpu-pipeline materialize --start $(START) --end $(END) --summary
 
-test: $(DEV_STAMP)
-	$(BIN)/python -m pytest
+# Real servers the tests start on loopback (Debian packages); a test that needs one fails with
+# the reason when it is still missing, it never skips.
+SERVER_PACKAGES := victoria-metrics
+servers:
+	@missing=""; for b in $(SERVER_PACKAGES); do command -v $$b >/dev/null || missing="$$missing $$b"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing$$missing (Debian packages) for the tests"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null) \
+			|| echo "warning: could not install$$missing; the tests that need it will fail"; \
+	fi
+
+test: $(DEV_STAMP) servers
+	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 dev: $(STAMP)
 	$(BIN)/gpu-pipeline init-instance
@@ -45,6 +56,9 @@ format: $(DEV_STAMP)
 
 bench: $(DEV_STAMP)
 	$(BIN)/python benchmarks/run.py
+
+bench-pull: $(DEV_STAMP) servers
+	$(BIN)/python benchmarks/pull.py
 
 clean:
 	rm -rf data/raw data/lake data/warehouse.duckdb data/reports

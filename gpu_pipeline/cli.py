@@ -117,8 +117,16 @@ def cmd_materialize(a: argparse.Namespace) -> int:
     days = [a.start + timedelta(days=i) for i in range((end - a.start).days + 1)]
     raw = Path(settings.raw_root())
     t0 = time.perf_counter()
+    if a.pull:
+        if a.url:
+            os.environ["GPU_PIPELINE_PROM_URL"] = a.url
+        if not settings.prom_url():
+            _say("error: --pull needs a server: --url URL or GPU_PIPELINE_PROM_URL")
+            return 2
     parsed = _warm_parse_cache()
-    if not parsed and not a.allow_empty:
+    if a.pull:
+        pass  # the run's first step fetches the days; the ledger below says what came
+    elif not parsed and not a.allow_empty:
         why = "does not exist" if not raw.is_dir() else "holds no files"
         _say(
             f"error: the landing zone {raw.resolve()} {why}: nothing to materialize. Land exports "
@@ -128,7 +136,7 @@ def cmd_materialize(a: argparse.Namespace) -> int:
         return 1
     samples = {d: sum(pf.rows_by_day.get(d, 0) for pf in parsed) for d in days}
     empty = [d for d in days if not samples[d]]
-    if empty and not a.allow_empty:
+    if empty and not a.allow_empty and not a.pull:
         spans = sorted({d for pf in parsed for d in pf.days})
         have = f"; the files hold samples for {spans[0]}..{spans[-1]}" if spans else ""
         if len(empty) == len(days):
@@ -143,7 +151,7 @@ def cmd_materialize(a: argparse.Namespace) -> int:
 
     from gpu_pipeline.definitions import build_definitions
 
-    defs = build_definitions()
+    defs = build_definitions(pull=a.pull)
     job = defs.resolve_job_def("daily_pipeline")
     _say(
         f"materializing {len(days)} day(s) {a.start}..{end}: raw={settings.raw_root()} lake={settings.lake_root()}"
@@ -170,6 +178,10 @@ def cmd_materialize(a: argparse.Namespace) -> int:
         except dg.DagsterError as e:
             _say(f"error: the run could not start: {type(e).__name__}: {_first_line(str(e))}")
             return 1
+        for ev in res.get_asset_check_evaluations():
+            if ev.check_name == "server_has_data" and not ev.passed:
+                missing = ev.metadata["days_without_data"].value
+                _say(f"  note: the server holds no DCGM samples for {missing}")
         status = "ok" if res.success else "FAILED"
         _say(
             f"  {days[0]}..{days[-1]}  {status}  run {res.run_id[:8]}  {time.perf_counter() - t:.1f}s"
@@ -400,6 +412,45 @@ def cmd_sql(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_pull(a: argparse.Namespace) -> int:
+    from gpu_pipeline.lib.pull import PromServer, PullError, days_between, pull_day
+
+    url = a.url or settings.prom_url()
+    if not url:
+        _say("error: no server: pass --url URL or set GPU_PIPELINE_PROM_URL")
+        return 2
+    end = a.end or a.start
+    if end < a.start:
+        _say(f"error: --end {end} is before --start {a.start}")
+        return 2
+    try:
+        server = PromServer(**settings.prom_settings(url))
+    except (ValueError, TypeError) as e:
+        _say(f"error: {e}")
+        return 2
+    raw = Path(a.raw or settings.raw_root())
+    _say(f"pulling {a.start}..{end} from {server.public_url} ({server.mode}) into {raw}")
+    reports = []
+    for day in days_between(a.start, end):
+        try:
+            rep = pull_day(server, day, raw, progress=lambda m: _say("  " + m))
+        except PullError as e:
+            _say(f"error: {e}")
+            return 1
+        reports.append(rep)
+        _say(
+            f"  {day}: {len(rep.files)} file(s) ({rep.written} changed), {rep.samples:,} samples, "
+            f"{rep.series:,} series, {rep.bytes / 2**20:,.1f} MiB, {rep.seconds:.1f}s"
+            + ("  NO DATA on the server" if rep.empty else "")
+        )
+        for w in rep.warnings[:10]:
+            _say(f"    server warning: {w}")
+    if all(r.empty for r in reports):
+        _say(f"error: {server.public_url} holds no DCGM samples for {a.start}..{end}")
+        return 1
+    return 0
+
+
 def cmd_sample(a: argparse.Namespace) -> int:
     from gpu_pipeline.lib.nvml import NvmlUnavailable, PynvmlBackend, sample
 
@@ -469,6 +520,12 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="show Dagster's logs and the stack traces of failures",
     )
+    m.add_argument(
+        "--pull",
+        action="store_true",
+        help="fetch the days from the Prometheus-compatible server first (GPU_PIPELINE_PROM_URL)",
+    )
+    m.add_argument("--url", help="with --pull: the server URL (default GPU_PIPELINE_PROM_URL)")
     m.set_defaults(fn=cmd_materialize)
 
     s = sub.add_parser("sql", help="read-only DuckDB SQL over the marts (views of sql/views.sql)")
@@ -483,6 +540,16 @@ def parser() -> argparse.ArgumentParser:
     su.add_argument("--end", type=_day)
     su.add_argument("--lake")
     su.set_defaults(fn=cmd_summary)
+
+    pu = sub.add_parser(
+        "pull",
+        help="fetch UTC days of DCGM series from a Prometheus-compatible server into the landing zone",
+    )
+    pu.add_argument("--start", type=_day, required=True)
+    pu.add_argument("--end", type=_day)
+    pu.add_argument("--url", help="server URL (default GPU_PIPELINE_PROM_URL)")
+    pu.add_argument("--raw", help="landing folder (default GPU_PIPELINE_RAW or data/raw)")
+    pu.set_defaults(fn=cmd_pull)
 
     sa = sub.add_parser("sample", help="sample local GPUs through NVML into the landing zone")
     sa.add_argument(

@@ -3,9 +3,16 @@
 import dagster as dg
 
 from gpu_pipeline import settings
-from gpu_pipeline.defs import marts, raw, report, staging, warehouse
+from gpu_pipeline.defs import marts, report, staging, warehouse
 from gpu_pipeline.defs.jobs import daily_pipeline, daily_schedule
-from gpu_pipeline.defs.resources import LakeResource, LandingResource, ReferenceResource
+from gpu_pipeline.defs.pull import prometheus_export
+from gpu_pipeline.defs.raw import build_ingest, ingest
+from gpu_pipeline.defs.resources import (
+    LakeResource,
+    LandingResource,
+    PromResource,
+    ReferenceResource,
+)
 from gpu_pipeline.defs.sensors import (
     freshness_checks,
     freshness_sensor,
@@ -38,13 +45,30 @@ def executor() -> dg.ExecutorDefinition:
     return dg.in_process_executor
 
 
-def build_definitions() -> dg.Definitions:
-    """Definitions bound to the current environment (GPU_PIPELINE_* variables or defaults)."""
+def prometheus(enabled: bool | None = None) -> dict:
+    """The pull's resource bound to the GPU_PIPELINE_PROM_* variables that are set, or {} when
+    no server is configured (then the graph reads files only, as without it)."""
+    if enabled is False or not settings.prom_url():
+        return {}
+    bound = {
+        name: (dg.EnvVar(var) if kind is str else dg.EnvVar.int(var) if kind is int else value)
+        for name, value in settings.prom_settings().items()
+        for var, kind in [settings.PROM_SETTINGS[name]]
+    }
+    return {"prometheus": PromResource(**bound)}
+
+
+def build_definitions(pull: bool | None = None) -> dg.Definitions:
+    """Definitions bound to the current environment (GPU_PIPELINE_* variables or defaults).
+    `pull=False` leaves the Prometheus pull out even when a server is configured."""
+    pull = prometheus(pull)
+    assets = dg.load_assets_from_modules([staging, marts, report, warehouse])
+    if pull:  # the pull lands files before the ingest reads them
+        assets += [prometheus_export, build_ingest(("prometheus_export",))]
+    else:
+        assets += [ingest]
     return dg.Definitions(
-        assets=[
-            landing_files,
-            *dg.load_assets_from_modules([raw, staging, marts, report, warehouse]),
-        ],
+        assets=[landing_files, *assets],
         asset_checks=freshness_checks,
         jobs=[daily_pipeline, warehouse.refresh_warehouse],
         schedules=[daily_schedule],
@@ -57,6 +81,7 @@ def build_definitions() -> dg.Definitions:
             "reference": ReferenceResource(
                 prices=settings.prices_path(), catalog=settings.catalog_path()
             ),
+            **pull,
         },
     )
 

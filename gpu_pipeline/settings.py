@@ -64,3 +64,42 @@ def dagster_home() -> Path:
 def reports_dir(lake: str | None = None) -> Path:
     """The lake's HTML reports: `<lake>/_reports/`."""
     return _derived_home(lake) / "_reports"
+
+
+# the Prometheus-compatible server to pull from: name -> (environment variable, type)
+PROM_SETTINGS = {
+    "url": ("GPU_PIPELINE_PROM_URL", str),
+    "token": ("GPU_PIPELINE_PROM_TOKEN", str),
+    "username": ("GPU_PIPELINE_PROM_USER", str),
+    "password": ("GPU_PIPELINE_PROM_PASSWORD", str),
+    "ca_bundle": ("GPU_PIPELINE_PROM_CA_BUNDLE", str),
+    "verify": ("GPU_PIPELINE_PROM_VERIFY", bool),
+    "selector": ("GPU_PIPELINE_PROM_SELECTOR", str),
+    "mode": ("GPU_PIPELINE_PROM_MODE", str),
+    "step_s": ("GPU_PIPELINE_PROM_STEP", int),
+    "window_s": ("GPU_PIPELINE_PROM_WINDOW", int),
+    "concurrency": ("GPU_PIPELINE_PROM_CONCURRENCY", int),
+    "cluster": ("GPU_PIPELINE_PROM_CLUSTER", str),
+}
+
+
+def prom_url() -> str:
+    return os.environ.get("GPU_PIPELINE_PROM_URL", "")
+
+
+def prom_settings(url: str | None = None) -> dict:
+    """The pull settings the environment sets (typed), `url` overriding GPU_PIPELINE_PROM_URL."""
+    out = {}
+    for name, (var, kind) in PROM_SETTINGS.items():
+        v = os.environ.get(var)
+        if v is None or v == "":
+            continue
+        if kind is bool:
+            out[name] = v.strip().lower() not in ("0", "false", "no", "off")
+        elif kind is int:
+            out[name] = int(v)
+        else:
+            out[name] = v
+    if url:
+        out["url"] = url
+    return out

@@ -20,9 +20,12 @@ import dagster as dg
 import polars as pl
 import pytest
 from helpers import MODELS, expo_lines, write_file
+from servers import load, start_victoria_metrics
 
-from gpu_pipeline.defs import marts, raw, report, staging
+from gpu_pipeline.defs import marts, report, staging
+from gpu_pipeline.defs import raw as raw_assets
 from gpu_pipeline.defs.resources import LakeResource, LandingResource, ReferenceResource
+from gpu_pipeline.lib.generate import generate
 from gpu_pipeline.lib.lake import Lake
 
 REPO = Path(__file__).resolve().parents[1]
@@ -117,12 +120,19 @@ def wait_for(fn, timeout: float, what: str, log: Path | None = None):
     raise AssertionError(f"timed out waiting for {what}: {last}\n{tail}")
 
 
+PULL_DAYS = [date(2026, 5, 1) + timedelta(days=i) for i in range(3)]
+PULL_CLUSTER = "us-east-train"  # the generated cluster: pulled and file minutes name it alike
+
+
 @pytest.fixture()
 def server(tmp_path):
     rawd = tmp_path / "raw"
     for d in DAYS[1:]:
         plant(rawd, d)
     land_samples(rawd / "samples")
+    # a real Prometheus-compatible server holding three more days, which only it has
+    vm, vm_url = start_victoria_metrics(tmp_path)
+    load(vm_url, generate(tmp_path / "vmfiles", PULL_DAYS[0], days=3, gpus=2, clusters=1, seed=3))
     (tmp_path / "prices.csv").write_text(PRICES)
     home = tmp_path / "dh"
     home.mkdir()
@@ -135,6 +145,8 @@ def server(tmp_path):
         "GPU_PIPELINE_LAKE": str(tmp_path / "lake"),
         "GPU_PIPELINE_PRICES": str(tmp_path / "prices.csv"),
         "GPU_PIPELINE_SENSOR_INTERVAL": "5",
+        "GPU_PIPELINE_PROM_URL": vm_url,
+        "GPU_PIPELINE_PROM_CLUSTER": PULL_CLUSTER,
     }
     dagster = str(Path(sys.executable).with_name("dagster"))
     with open(tmp_path / "dev.log", "w") as log:
@@ -154,6 +166,8 @@ def server(tmp_path):
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
+            vm.terminate()
+            vm.wait(timeout=30)
 
 
 LOCATION = (
@@ -199,18 +213,18 @@ def log_tail(log: Path) -> str:
     return log.read_text()[-3000:]
 
 
-def clean_run(tmp: Path, days: list[date]) -> Lake:
+def clean_run(tmp: Path, days: list[date], raw: Path | None = None, lake: str = "clean") -> Lake:
     """The same files, materialized day by day in order in a fresh lake, in process."""
-    assets = dg.load_assets_from_modules([raw, staging, marts, report])
+    assets = dg.load_assets_from_modules([raw_assets, staging, marts, report])
     res = {
-        "lake": LakeResource(root=str(tmp / "clean")),
-        "landing": LandingResource(root=str(tmp / "raw")),
+        "lake": LakeResource(root=str(tmp / lake)),
+        "landing": LandingResource(root=str(raw or tmp / "raw")),
         "reference": ReferenceResource(prices=str(tmp / "prices.csv")),
     }
     instance = dg.DagsterInstance.ephemeral()
     for d in days:
         assert dg.materialize(assets, partition_key=d.isoformat(), resources=res, instance=instance)
-    return Lake(tmp / "clean")
+    return Lake(tmp / lake)
 
 
 def test_sensor_late_data_and_a_ui_backfill_on_dagster_dev(server):
@@ -287,6 +301,28 @@ def test_sensor_late_data_and_a_ui_backfill_on_dagster_dev(server):
             got, want = lake.read(table, d), clean.read(table, d)
             assert got.equals(want), (table, d, got, want)
     assert [d for d in window if lake.exists("gpu_minutes", d)] == DAYS
+
+    # a 3-day UI backfill of days only the Prometheus-compatible server has: pulled, then the
+    # same marts as the scrape files give (GPU_PIPELINE_PROM_URL is all that was configured)
+    out = gql(
+        port,
+        LAUNCH,
+        {
+            "p": {
+                "partitionNames": [d.isoformat() for d in PULL_DAYS],
+                "assetSelection": [{"path": [k]} for k in ["prometheus_export", *PARTITIONED]],
+            }
+        },
+    )
+    assert out["launchPartitionBackfill"]["__typename"] == "LaunchBackfillSuccess", out
+    wait_backfills(port, 3, log)
+    files = clean_run(tmp, PULL_DAYS, raw=tmp / "vmfiles", lake="vmclean")
+    for d in PULL_DAYS:
+        got, want = lake.read("gpu_minutes", d), files.read("gpu_minutes", d)
+        assert got.height == 2 * 1440 and got.equals(want), d
+        assert lake.read("priced_waste", d).equals(files.read("priced_waste", d)), d
+        pulled = lake.read("ingest_log", d).filter(pl.col("origin").is_not_null())
+        assert pulled.height > 0 and pulled["rows_accepted"].sum() > 0
 
     # the real samples, backfilled from the UI: every day they touch went through
     if not SAMPLES.is_dir():

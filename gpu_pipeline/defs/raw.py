@@ -17,28 +17,46 @@ RAW_TABLES = {
 }
 
 
-@dg.multi_asset(
-    specs=[
-        dg.AssetSpec(name, description=desc, group_name="raw", metadata=spec_metadata(name))
-        for name, desc in RAW_TABLES.items()
-    ],
-    partitions_def=daily_partitions,
-    backfill_policy=BACKFILL_POLICY,
-    check_specs=[
-        checks.spec(
-            "ingest_log",
-            "row_conservation",
-            "rows read = accepted + quarantined + duplicate, per file",
-        ),
-        checks.spec(
-            "gpu_samples",
-            "validation_pass_rate",
-            "share of rows that passed validation",
-            blocking=False,
-        ),
-    ],
-)
-def ingest(context: dg.AssetExecutionContext, landing: LandingResource, lake: LakeResource):
+def build_ingest(upstream: tuple[str, ...] = ()) -> dg.AssetsDefinition:
+    """The ingest step; `upstream`: assets that land files first (the Prometheus pull)."""
+
+    @dg.multi_asset(
+        specs=[
+            dg.AssetSpec(
+                name,
+                description=desc,
+                group_name="raw",
+                metadata=spec_metadata(name),
+                deps=list(upstream),
+            )
+            for name, desc in RAW_TABLES.items()
+        ],
+        partitions_def=daily_partitions,
+        backfill_policy=BACKFILL_POLICY,
+        check_specs=[
+            checks.spec(
+                "ingest_log",
+                "row_conservation",
+                "rows read = accepted + quarantined + duplicate, per file",
+            ),
+            checks.spec(
+                "gpu_samples",
+                "validation_pass_rate",
+                "share of rows that passed validation",
+                blocking=False,
+            ),
+        ],
+        name="ingest",
+    )
+    def _ingest(context: dg.AssetExecutionContext, landing: LandingResource, lake: LakeResource):
+        """Parse every landing file once (cached by content) and assemble each day of the
+        partition range."""
+        yield from ingest_days(context, landing, lake)
+
+    return _ingest
+
+
+def ingest_days(context: dg.AssetExecutionContext, landing: LandingResource, lake: LakeResource):
     """Parse every landing file once (cached by content) and assemble each day of the partition range."""
     the_lake = lake.lake()
     files = list_landing(landing.root, hash_memo(the_lake.cache_dir))
@@ -64,3 +82,6 @@ def ingest(context: dg.AssetExecutionContext, landing: LandingResource, lake: La
         yield w.result()
     yield checks.merge(conservation)
     yield checks.merge(pass_rate)
+
+
+ingest = build_ingest()

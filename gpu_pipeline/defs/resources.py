@@ -9,6 +9,7 @@ import dagster as dg
 import polars as pl
 
 from gpu_pipeline.lib.lake import Lake
+from gpu_pipeline.lib.pull import PromServer
 from gpu_pipeline.lib.reference import load_catalog, load_prices
 
 
@@ -71,3 +72,40 @@ class ReferenceResource(dg.ConfigurableResource):
 
     def load_prices(self) -> pl.DataFrame:
         return load_prices(self.prices or None)
+
+
+class PromResource(dg.ConfigurableResource):
+    """A Prometheus-compatible server (Prometheus, Thanos, Mimir, VictoriaMetrics) to pull from.
+
+    Bound to GPU_PIPELINE_PROM_* environment variables; credentials stay in the environment
+    (Dagster shows an EnvVar's name, never its value).
+    """
+
+    url: str
+    token: str = ""
+    username: str = ""
+    password: str = ""
+    ca_bundle: str = ""
+    verify: bool = True
+    selector: str = ""
+    mode: str = "raw"
+    step_s: int = 30
+    window_s: int = 6 * 3600
+    concurrency: int = 2
+    cluster: str = "default"
+
+    def server(self) -> PromServer:
+        return PromServer(
+            url=self.url,
+            token=self.token,
+            username=self.username,
+            password=self.password,
+            ca_bundle=self.ca_bundle,
+            verify=self.verify,
+            selector=self.selector,
+            mode=self.mode,
+            step_s=self.step_s,
+            window_s=self.window_s,
+            concurrency=self.concurrency,
+            cluster=self.cluster,
+        )

@@ -37,7 +37,7 @@ from gpu_pipeline.lib.samples import (
 from gpu_pipeline.lib.schemas import GPU_SAMPLES_SCHEMA, INGEST_LOG_SCHEMA, QUARANTINE_SCHEMA
 
 # bump when parsing changes what a file yields, so cached parses are redone
-PARSER_VERSION = "p5"
+PARSER_VERSION = "p6"
 DEFAULT_CLUSTER = "default"
 KEY = ("gpu_uuid", "gpu_instance_id", "timestamp")
 META_SCHEMA = {
@@ -51,6 +51,7 @@ META_SCHEMA = {
     "lines_skipped": pl.Int64,
     "home": pl.Boolean,
     "rows_read": pl.Int64,
+    "origin": pl.String,
 }
 
 
@@ -89,6 +90,7 @@ class ParsedFile:
     records_by_day: dict[date | None, int]  # records read per day (None: the home day's own)
     samples: pl.LazyFrame
     quarantine: pl.LazyFrame
+    origin: str | None = None
 
     def records_on(self, day: date) -> int:
         """Records of this file accounted on `day` (the ledger's rows_read)."""
@@ -490,6 +492,7 @@ def parse_landing_file(lf: LandingFile) -> tuple[str, ParsedLines]:
         skipped,
         out.time_basis,
         records,
+        out.origin,
     )
 
 
@@ -543,6 +546,7 @@ def _write_cache(lf: LandingFile, cdir: Path, cache_root: Path) -> None:
         "home_day": home_day(days, lf.source_file, lf.mtime).isoformat(),
         "days": [d.isoformat() for d in days],
         "rows_by_day": {d.isoformat(): n for d, n in rows_by_day.items()},
+        "origin": parsed.origin,
         "records_by_day": {
             (d.isoformat() if d else ""): n for d, n in parsed.records_by_day.items()
         },
@@ -608,6 +612,7 @@ def load_or_parse(lf: LandingFile, cache_root: str | os.PathLike) -> ParsedFile:
         },
         samples=pl.scan_parquet(cdir / "samples.parquet"),
         quarantine=pl.scan_parquet(cdir / "quarantine.parquet"),
+        origin=meta.get("origin"),
     )
 
 
@@ -653,6 +658,7 @@ def assemble_day(files: list[ParsedFile], day: date) -> DayIngest:
                 "home": pf.home_day == day,
                 # counted by the parser from what it read, before anything was decided
                 "rows_read": pf.records_on(day),
+                "origin": pf.origin,
             }
         )
 

@@ -46,6 +46,8 @@ class ParsedLines:
     # accepted or rejected: the ledger's rows_read, which row_conservation checks the outcome
     # (accepted + duplicate + quarantined) against
     records_by_day: dict = field(default_factory=dict)
+    # where the file came from when it says so (a pulled file: the server and query)
+    origin: str | None = None
 
 
 def normalize_uuid(expr: pl.Expr) -> pl.Expr:

@@ -66,6 +66,7 @@ INGEST_LOG_SCHEMA: dict[str, pl.DataType] = {
     "file_bytes": pl.Int64,
     "first_sample": TS,
     "last_sample": TS,
+    "origin": pl.String,  # the server and query a pulled file came from
 }
 
 GPU_MINUTES_SCHEMA: dict[str, pl.DataType] = {

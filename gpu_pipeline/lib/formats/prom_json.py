@@ -158,4 +158,8 @@ def parse(text: str, ctx: Context) -> ParsedLines:
         )
         .with_columns(pl.col("metric").fill_null("?"))
     )
-    return parsed(g, lines_total=g.height, lines_skipped=0, window=ctx.time_window())
+    out = parsed(g, lines_total=g.height, lines_skipped=0, window=ctx.time_window())
+    prov = doc.get("gpu_pipeline")  # written by `gpu-pipeline pull`: the server and the query
+    if isinstance(prov, dict) and prov.get("server"):
+        out.origin = f"{prov.get('server')} {prov.get('query', '')}".strip()[:500]
+    return out
