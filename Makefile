@@ -9,7 +9,7 @@ START ?= 2024-01-01
 DAYS ?= 7
 END ?= $(shell $(PYTHON) -c "import datetime as d;print(d.date.fromisoformat('$(START)')+d.timedelta(days=$(DAYS)-1))")
 
-.PHONY: demo test dev lint format bench bench-pull clean install install-dev servers
+.PHONY: demo test dev lint format bench bench-day bench-pull clean install install-dev servers
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,7 +40,7 @@ servers:
 	fi
 
 test: $(DEV_STAMP) servers
-	$(BIN)/python -m pytest -n 2 --dist loadfile
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 dev: $(STAMP)
 	$(BIN)/gpu-pipeline init-instance
@@ -56,6 +56,9 @@ format: $(DEV_STAMP)
 
 bench: $(DEV_STAMP)
 	$(BIN)/python benchmarks/run.py
+
+bench-day: $(DEV_STAMP)
+	$(BIN)/python benchmarks/day.py
 
 bench-pull: $(DEV_STAMP) servers
 	$(BIN)/python benchmarks/pull.py

@@ -4,7 +4,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 # The longest test files go first: `make test` spreads files over two workers (pytest-xdist,
-# --dist loadfile) in collection order, and a long file started last would run alone at the end.
+# --dist loadfile --no-loadscope-reorder) in collection order; a long file started last would
+# run alone at the end.
 LONG_FIRST = ("test_e2e_server.py", "test_real_fleets.py", "test_integrity.py")
 
 

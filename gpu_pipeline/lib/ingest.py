@@ -329,6 +329,8 @@ def _bad_lines(data: bytes) -> tuple[bytes, list[tuple[int, str, str]]]:
     """Blank out lines with NUL bytes or invalid UTF-8 (numbering kept): (clean data, and for
     each such line (number, reason, its text with the bad bytes escaped))."""
     if b"\x00" not in data:
+        if data.isascii():  # the common case, checked at memory speed: valid UTF-8
+            return data, []
         try:
             data.decode("utf-8")
             return data, []
@@ -443,7 +445,8 @@ def parse_landing_file(lf: LandingFile) -> tuple[str, ParsedLines]:
         return fmt, ParsedLines(
             pl.DataFrame(schema=LONG_SCHEMA), pl.DataFrame(schema=QUARANTINE_LINE_SCHEMA), n, n
         )
-    text = data.decode("utf-8")
+    # the exposition parser reads the bytes; the others (and the quarantine) need the text
+    text = "" if fmt == "dcgm_exposition" else data.decode("utf-8")
     if fmt is None:
         reason = next((r for rx, r in UNSUPPORTED if rx.search(head)), None)
         return "unknown", _whole_file(
