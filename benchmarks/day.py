@@ -92,11 +92,15 @@ def main() -> int:
     generate(raw)
     files = [p for p in raw.rglob("*") if p.is_file() and not p.name.startswith(".")]
     size = sum(p.stat().st_size for p in files)
-    ref = subprocess.run(
-        [PY, "-c", READ_LINES, str(raw)], capture_output=True, text=True, check=True
-    )
-    read_s, lines = ref.stdout.split()
-    read_s, lines = float(read_s), int(lines)
+    # the reference twice, best of both: the second reads the files from the page cache, as the
+    # parse right after it does
+    reads = []
+    for _ in range(2):
+        ref = subprocess.run(
+            [PY, "-c", READ_LINES, str(raw)], capture_output=True, text=True, check=True
+        )
+        reads.append(ref.stdout.split())
+    read_s, lines = min(float(r[0]) for r in reads), int(reads[0][1])
     print(f"landing zone: {len(files)} files, {size / 2**30:.2f} GiB, {lines:,} lines", flush=True)
 
     shutil.rmtree(lake, ignore_errors=True)

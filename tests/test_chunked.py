@@ -141,6 +141,28 @@ def test_chunk_size_and_split_come_from_the_environment(monkeypatch):
         chunked.split_mode()
 
 
+def test_chunks_follow_the_memory_budget_by_default(monkeypatch, samples):
+    monkeypatch.delenv("GPU_PIPELINE_CHUNK_GPUS", raising=False)
+    monkeypatch.setenv("GPU_PIPELINE_CHUNK_MB", "16")
+    assert chunked.chunk_gpus() is None and chunked.chunk_rows() == 16 * 1024
+    # 16,384 rows: eleven minute-level GPUs of 1,440 rows fit, a twelfth does not
+    rows = samples.group_by("gpu_uuid").len().sort("gpu_uuid")
+    chunks = chunked.plan(samples.lazy())
+    sizes = [rows.filter(pl.col("gpu_uuid").is_in(c.uuids))["len"].sum() for c in chunks]
+    assert all(n <= 16 * 1024 for n in sizes) and sum(sizes) == samples.height
+    assert [len(c.uuids) for c in chunks][0] == 16 * 1024 // 1440
+    # a GPU alone over the budget is a chunk of its own, nothing is dropped
+    assert chunked.cut_by_size(["a", "b", "c"], [5, 20, 1], None, 10) == [["a"], ["b"], ["c"]]
+    # the tables are those of one pass whatever the chunking
+    got = _chunked(samples, max_gpus=None, split="gpus")
+    want = _one_pass(samples)
+    for k in want:
+        assert_frame_equal(got[k], want[k])
+    monkeypatch.setenv("GPU_PIPELINE_CHUNK_MB", "1")
+    with pytest.raises(ValueError, match="at least 16"):
+        chunked.chunk_rows()
+
+
 def test_an_empty_day_gives_empty_typed_tables():
     tables = chunked.DayTables()
     empty = pl.LazyFrame(schema=GPU_SAMPLES_SCHEMA)

@@ -161,3 +161,49 @@ def test_hidden_files_and_empty_landing_zone(tmp_path):
     out = ingest(tmp_path / "raw", tmp_path / "cache", D1)
     assert out.gpu_samples.height == 0 and out.ingest_log.height == 0 and out.quarantine.height == 0
     assert ingest(tmp_path / "nope", tmp_path / "cache", D1).gpu_samples.height == 0
+
+
+def test_a_day_assembled_in_gpu_ranges_equals_the_day_at_once(tmp_path):
+    """A day over the memory budget is split by GPU range through spill files: the same
+    gpu_samples (in SAMPLE_ORDER), quarantine and ingest_log as the day assembled at once,
+    duplicates and conflicting duplicates included."""
+    from gpu_pipeline.lib.ingest import DayAssembly
+
+    d = date(2024, 3, 5)
+    raw = tmp_path / "raw"
+    for h in range(4):
+        lines = []
+        for g in range(3):
+            lines += expo_lines(
+                f"GPU-{h}{g}",
+                MODELS["A100"],
+                f"n{h}",
+                f"ns{g}",
+                d,
+                range(0, 90),
+                50 + g,
+                200.0,
+                gpu=g,
+            )
+        write_file(raw / "c1" / f"n{h}_{d}.prom", lines)
+    # the same host landed twice (duplicates), and a third copy that disagrees on one sample
+    twice = (raw / "c1" / f"n1_{d}.prom").read_text()
+    (raw / "c1" / f"n1_{d}_copy.prom").write_text(twice)
+    (raw / "c2").mkdir()
+    (raw / "c2" / f"n2_{d}.prom").write_text(
+        (raw / "c1" / f"n2_{d}.prom").read_text().replace(" 50 ", " 77 ", 1)
+    )
+    parsed = [load_or_parse(f, tmp_path / "cache") for f in list_landing(raw)]
+    whole = assemble_day(parsed, d, max_rows=10**9)
+    chunked = DayAssembly(parsed, d, max_rows=400)  # a GPU-day here is 180 rows: two GPUs a range
+    parts = list(chunked.gpu_samples())
+    q = chunked.quarantine()
+    assert chunked.chunks == len(parts) >= 6  # GPUs landed twice count twice
+    assert pl.concat(parts).equals(whole.gpu_samples)
+    assert q.equals(whole.quarantine) and chunked.ingest_log(q).equals(whole.ingest_log)
+    assert "conflicting duplicate" in q["reason"].str.join("|").item()
+    log = whole.ingest_log
+    assert log["rows_duplicate"].sum() > 0 and whole.gpu_samples.height == 12 * 90
+    assert (
+        log["rows_read"] == log["rows_accepted"] + log["rows_duplicate"] + log["rows_quarantined"]
+    ).all()

@@ -7,7 +7,7 @@ from gpu_pipeline.defs.daily import BACKFILL_POLICY, DayWriter, partition_days
 from gpu_pipeline.defs.metadata import spec_metadata
 from gpu_pipeline.defs.partitions import daily_partitions
 from gpu_pipeline.defs.resources import LakeResource, LandingResource
-from gpu_pipeline.lib.ingest import assemble_day, hash_memo, list_landing, load_or_parse
+from gpu_pipeline.lib.ingest import DayAssembly, hash_memo, list_landing, load_or_parse
 from gpu_pipeline.lib.schemas import validate
 
 RAW_TABLES = {
@@ -64,19 +64,21 @@ def ingest_days(context: dg.AssetExecutionContext, landing: LandingResource, lak
     writers = {t: DayWriter(the_lake, t) for t in RAW_TABLES}
     conservation, pass_rate = [], []
     for day in partition_days(context):
-        result = assemble_day(parsed, day)
-        frames = {
-            "gpu_samples": validate("gpu_samples", result.gpu_samples),
-            "quarantine": validate("quarantine", result.quarantine),
-            "ingest_log": validate("ingest_log", result.ingest_log),
-        }
-        for name, df in frames.items():
-            writers[name].write(day, df)
-        conservation.append(checks.row_conservation(frames["ingest_log"]))
-        pass_rate.append(checks.validation_pass_rate(frames["ingest_log"], frames["quarantine"]))
+        # a range of GPUs at a time (memory follows GPU_PIPELINE_CHUNK_MB, not the fleet),
+        # each range validated and streamed into the day's gpu_samples file
+        day_in = DayAssembly(parsed, day)
+        writers["gpu_samples"].write_frames(
+            day, (validate("gpu_samples", df) for df in day_in.gpu_samples())
+        )
+        quarantine = validate("quarantine", day_in.quarantine())
+        log = validate("ingest_log", day_in.ingest_log(quarantine))
+        writers["quarantine"].write(day, quarantine)
+        writers["ingest_log"].write(day, log)
+        conservation.append(checks.row_conservation(log))
+        pass_rate.append(checks.validation_pass_rate(log, quarantine))
         context.log.info(
-            f"{day}: {len(files)} landing files, {frames['gpu_samples'].height} samples, "
-            f"{frames['quarantine'].height} quarantined"
+            f"{day}: {len(files)} landing files, {writers['gpu_samples'].rows[day]} samples in "
+            f"{day_in.chunks} chunk(s), {quarantine.height} quarantined"
         )
     for w in writers.values():
         yield w.result()

@@ -3,7 +3,7 @@
 gpu_minutes, gpu_daily, hourly_fleet_metrics and priced_waste come out of the same pass
 (gpu_pipeline.lib.chunked): each chunk of GPUs is read, its minutes computed, streamed into the
 gpu_minutes partition and aggregated while in memory, so memory stays bounded by the chunk size
-(GPU_PIPELINE_CHUNK_GPUS) however large the fleet, and the day's minutes are not read back.
+(GPU_PIPELINE_CHUNK_MB, or GPU_PIPELINE_CHUNK_GPUS) however large the fleet, and the day's minutes are not read back.
 """
 
 from collections.abc import Iterator
@@ -16,7 +16,7 @@ from gpu_pipeline.defs.daily import BACKFILL_POLICY, DayWriter, partition_days
 from gpu_pipeline.defs.metadata import spec_metadata
 from gpu_pipeline.defs.partitions import daily_partitions
 from gpu_pipeline.defs.resources import LakeResource, ReferenceResource
-from gpu_pipeline.lib.chunked import DayTables, chunk_gpus, minutes_by_chunk, split_mode
+from gpu_pipeline.lib.chunked import DayTables, chunking, minutes_by_chunk, split_mode
 from gpu_pipeline.lib.schemas import GPU_MINUTES_SCHEMA, validate
 
 TABLES = {
@@ -94,7 +94,7 @@ def staging(context: dg.AssetExecutionContext, lake: LakeResource, reference: Re
         results["waste"].append(checks.cost_split_sums_to_cost(waste))
         context.log.info(
             f"{day}: {tables.minutes_rows} GPU-minutes in {tables.chunks} chunk(s) of at most "
-            f"{chunk_gpus()} GPUs (split by {split_mode()})"
+            f"{chunking()} (split by {split_mode()})"
         )
     for w in writers.values():
         yield w.result()

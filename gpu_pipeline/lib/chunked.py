@@ -11,8 +11,10 @@ are exactly the tables of the day processed at once.
 clusters' GPUs, a cluster larger than `max_gpus` is cut further), so a cluster's rows are
 contiguous in every table of the day and a very large fleet's day is processed cluster by cluster.
 
-Peak memory is one chunk's samples and minutes plus the small partials: `GPU_PIPELINE_CHUNK_GPUS`
-(default 1000 GPUs, about 1.4 M GPU-minutes) bounds it whatever the fleet size.
+Peak memory is one chunk's samples and minutes plus the small partials, whatever the fleet size.
+A chunk is sized from a memory budget, `GPU_PIPELINE_CHUNK_MB` (default 640 MiB, at about 1 KiB
+of working memory per sample row: ~650,000 rows, 450 GPUs of minute data, half that at 30 s
+samples); `GPU_PIPELINE_CHUNK_GPUS` caps chunks by GPU count instead.
 """
 
 from __future__ import annotations
@@ -29,15 +31,55 @@ from gpu_pipeline.lib.rules import DEFAULT, Thresholds
 from gpu_pipeline.lib.samples import SAMPLE_ORDER, collect_stable
 from gpu_pipeline.lib.schemas import GPU_MINUTES_SCHEMA
 
-DEFAULT_CHUNK_GPUS = 1000
+DEFAULT_CHUNK_MB = 640
+BYTES_PER_ROW = 1024  # working memory per sample row in a chunk (measured: benchmarks/run.py)
 SPLITS = ("gpus", "cluster")
 
 
-def chunk_gpus() -> int:
-    n = int(os.environ.get("GPU_PIPELINE_CHUNK_GPUS", DEFAULT_CHUNK_GPUS))
+def chunk_gpus() -> int | None:
+    """GPUs per chunk when GPU_PIPELINE_CHUNK_GPUS sets it; None: chunks follow the memory budget."""
+    raw = os.environ.get("GPU_PIPELINE_CHUNK_GPUS")
+    if raw is None:
+        return None
+    n = int(raw)
     if n < 1:
         raise ValueError(f"GPU_PIPELINE_CHUNK_GPUS must be a positive number of GPUs, not {n}")
     return n
+
+
+def chunk_rows() -> int:
+    """Sample rows per chunk from the memory budget GPU_PIPELINE_CHUNK_MB."""
+    mb = int(os.environ.get("GPU_PIPELINE_CHUNK_MB", DEFAULT_CHUNK_MB))
+    if mb < 16:
+        raise ValueError(f"GPU_PIPELINE_CHUNK_MB must be at least 16 (MiB), not {mb}")
+    return mb * 2**20 // BYTES_PER_ROW
+
+
+def chunking() -> str:
+    """How chunks are sized, for run metadata."""
+    n = chunk_gpus()
+    return f"{n} GPUs" if n else f"{chunk_rows():,} rows ({chunk_rows() * BYTES_PER_ROW >> 20} MiB)"
+
+
+def cut_by_size(
+    uuids: list[str], rows: list[int], max_gpus: int | None, max_rows: int
+) -> list[list[str]]:
+    """Consecutive GPUs, at most `max_gpus` per chunk when given, else as many as fit in
+    `max_rows` rows (a GPU alone over the budget is a chunk of its own)."""
+    if max_gpus:
+        return [uuids[i : i + max_gpus] for i in range(0, len(uuids), max_gpus)]
+    out: list[list[str]] = []
+    current: list[str] = []
+    size = 0
+    for u, n in zip(uuids, rows, strict=True):
+        if current and size + n > max_rows:
+            out.append(current)
+            current, size = [], 0
+        current.append(u)
+        size += n
+    if current:
+        out.append(current)
+    return out
 
 
 def split_mode() -> str:
@@ -65,29 +107,38 @@ class Chunk:
 
 
 def plan(
-    samples: pl.LazyFrame, max_gpus: int | None = None, split: str | None = None
+    samples: pl.LazyFrame,
+    max_gpus: int | None = None,
+    split: str | None = None,
+    max_rows: int | None = None,
 ) -> list[Chunk]:
-    """The day's chunks: consecutive UUIDs, at most `max_gpus` GPUs each (and one cluster each
-    when `split="cluster"`; a GPU seen in two clusters on a day goes with its first one)."""
-    max_gpus = max_gpus or chunk_gpus()
+    """The day's chunks: consecutive UUIDs, at most `max_gpus` GPUs each when given (or set by
+    GPU_PIPELINE_CHUNK_GPUS), else at most `max_rows` sample rows (the memory budget); one
+    cluster each when `split="cluster"` (a GPU seen in two clusters on a day goes with its first)."""
+    max_gpus = max_gpus or (None if max_rows else chunk_gpus())
+    max_rows = max_rows or chunk_rows()
     split = split or split_mode()
     if split == "cluster":
         gpus = (
             samples.group_by("gpu_uuid")
-            .agg(pl.col("cluster").sort_by("timestamp").drop_nulls().first())
+            .agg(pl.col("cluster").sort_by("timestamp").drop_nulls().first(), pl.len().alias("n"))
             .collect()
             .sort("cluster", "gpu_uuid", nulls_last=True)
         )
         out = []
         for (cluster,), part in gpus.group_by("cluster", maintain_order=True):
-            uuids = part.get_column("gpu_uuid").to_list()
             out += [
-                Chunk(cluster, tuple(uuids[i : i + max_gpus]))
-                for i in range(0, len(uuids), max_gpus)
+                Chunk(cluster, tuple(c))
+                for c in cut_by_size(
+                    part["gpu_uuid"].to_list(), part["n"].to_list(), max_gpus, max_rows
+                )
             ]
         return out
-    uuids = samples.select("gpu_uuid").unique().collect().get_column("gpu_uuid").sort().to_list()
-    return [Chunk(None, tuple(uuids[i : i + max_gpus])) for i in range(0, len(uuids), max_gpus)]
+    gpus = samples.group_by("gpu_uuid").agg(pl.len().alias("n")).collect().sort("gpu_uuid")
+    return [
+        Chunk(None, tuple(c))
+        for c in cut_by_size(gpus["gpu_uuid"].to_list(), gpus["n"].to_list(), max_gpus, max_rows)
+    ]
 
 
 @dataclass(frozen=True)
