@@ -571,8 +571,16 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from gpu_pipeline.lib.rules import RulesError
+
     a = parser().parse_args(argv)
-    return a.fn(a)
+    try:
+        return a.fn(a)
+    except RulesError as e:  # a rules file (GPU_PIPELINE_RULES) that does not hold
+        _say(f"error: {e}")
+        return 2
+    except BrokenPipeError:  # `gpu-pipeline sql ... | head`: the reader has gone, not an error
+        return 0
 
 
 if __name__ == "__main__":

@@ -79,7 +79,9 @@ def build_definitions(pull: bool | None = None) -> dg.Definitions:
             "lake": LakeResource(root=settings.lake_root()),
             "landing": LandingResource(root=settings.raw_root()),
             "reference": ReferenceResource(
-                prices=settings.prices_path(), catalog=settings.catalog_path()
+                prices=settings.prices_path(),
+                catalog=settings.catalog_path(),
+                rules=settings.rules_path(),
             ),
             **pull,
         },

@@ -27,6 +27,11 @@ def catalog_path() -> str:
     return os.environ.get("GPU_PIPELINE_CATALOG", "")
 
 
+def rules_path() -> str:
+    """The TOML rules file (thresholds) in force; empty: the defaults of lib/rules.py."""
+    return os.environ.get("GPU_PIPELINE_RULES", "")
+
+
 def executor() -> str:
     return os.environ.get("GPU_PIPELINE_EXECUTOR", "in_process")
 

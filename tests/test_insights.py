@@ -13,6 +13,7 @@ from gpu_pipeline.lib.metrics import diagnosis_expr
 from gpu_pipeline.lib.recommend import VOCABULARY, _recommend, recommendations
 from gpu_pipeline.lib.reference import load_catalog, load_prices
 from gpu_pipeline.lib.roi import efficiency_roi, namespace_efficiency
+from gpu_pipeline.lib.rules import HealthThresholds
 from gpu_pipeline.lib.samples import collect_stable, conform
 from gpu_pipeline.lib.schemas import GPU_SAMPLES_SCHEMA
 
@@ -290,3 +291,43 @@ def test_stragglers_fifteen_points_below_the_pod_median():
     r = s.row(0, named=True)
     assert r["metric"] == "sm_active_pct" and r["pod_median"] == pytest.approx(75.0)
     assert r["points_below"] == pytest.approx(15.0) and r["pod_gpus"] == 4
+
+
+def test_stragglers_by_spread_name_the_slowest_gpu():
+    """DOMAIN.md: a pod whose GPUs' SM activity spreads with a std dev above 0.15 straggles."""
+    pods = {
+        # median 72, the slowest 12 below (not below_median); population std dev:
+        # mean 80.8, squares 432.64 + 2 x 77.44 + 2 x 368.64 = 1324.8, / 5 = 264.96 -> 16.28
+        "spread-only": [0.60, 0.72, 0.72, 1.00, 1.00],
+        # median 70, 50 is 20 below, std dev 20: both rules
+        "both": [0.90, 0.50],
+        # median 76, 62 is 14 below, std dev 14: neither
+        "neither": [0.90, 0.90, 0.62, 0.62],
+    }
+    rows = [
+        {
+            "minute": T0 + timedelta(minutes=i),
+            "gpu_uuid": f"GPU-{pod}-{g}",
+            "pod": pod,
+            "prof_sm_active": sm,
+            "gpu_util_pct": 99.0,
+        }
+        for pod, values in pods.items()
+        for g, sm in enumerate(values)
+        for i in range(60)
+    ]
+    s = collect_stable(stragglers(minutes_frame(rows).lazy()))
+    by = {r["gpu_uuid"]: r for r in s.iter_rows(named=True)}
+    assert set(by) == {"GPU-spread-only-0", "GPU-both-1"}
+    r = by["GPU-spread-only-0"]
+    assert r["rule"] == "spread" and r["points_below"] == pytest.approx(12.0)
+    assert r["pod_stddev"] == pytest.approx((1324.8 / 5) ** 0.5)
+    r = by["GPU-both-1"]
+    assert r["rule"] == "below_median, spread" and r["pod_stddev"] == pytest.approx(20.0)
+    # a stricter spread rule (0.25) leaves only the median rule
+    strict = collect_stable(
+        stragglers(minutes_frame(rows).lazy(), HealthThresholds(straggler_spread_from=0.25))
+    )
+    assert strict["gpu_uuid"].to_list() == ["GPU-both-1"] and strict["rule"].to_list() == [
+        "below_median"
+    ]

@@ -399,7 +399,10 @@ def test_backfill_target_carries_the_window_forward_and_those_days_succeed(tmp_p
             if {k.to_user_string() for k in a.keys} & {"persistent_bottlenecks", "daily_report"}
         ],
         partition_key=later.isoformat(),
-        resources={"lake": LakeResource(root=str(tmp_path / "lake"))},
+        resources={
+            "lake": LakeResource(root=str(tmp_path / "lake")),
+            "reference": ReferenceResource(),  # the rules of the persistence window
+        },
         instance=dg.DagsterInstance.ephemeral(),
         raise_on_error=False,
     )

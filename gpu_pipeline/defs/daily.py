@@ -15,6 +15,7 @@ import polars as pl
 from gpu_pipeline.defs.metadata import spec_metadata, table_metadata
 from gpu_pipeline.defs.partitions import daily_partitions
 from gpu_pipeline.lib.lake import Lake
+from gpu_pipeline.lib.rules import Rules
 
 # a range of days runs as one run; steps of different assets still run in parallel processes.
 # Dagster 1.13 marks `backfill_policy` beta; single-run is what `--partition-range` requires.
@@ -69,9 +70,12 @@ class DayWriter:
         self.rows[day] = rows
         self.last = (first[0] if first else pl.DataFrame(), path)
 
-    def result(self) -> dg.MaterializeResult:
+    def result(self, rules: Rules | None = None) -> dg.MaterializeResult:
+        """The materialization's metadata; `rules`: the thresholds the table was computed with."""
         df, path = self.last
         meta = table_metadata(df, path)
+        if rules is not None:
+            meta["rules"] = dg.MetadataValue.json(rules.flat())
         meta["dagster/row_count"] = dg.MetadataValue.int(sum(self.rows.values()))
         if len(self.rows) > 1:
             meta["rows_per_day"] = dg.MetadataValue.md(

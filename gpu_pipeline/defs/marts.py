@@ -3,6 +3,7 @@
 (hourly_fleet_metrics and priced_waste come out of the staging pass, defs/staging.py.)
 """
 
+import os
 import warnings
 from collections.abc import Callable
 
@@ -14,16 +15,18 @@ from gpu_pipeline.defs.daily import DayWriter, daily, partition_days
 from gpu_pipeline.defs.resources import LakeResource, ReferenceResource
 from gpu_pipeline.lib import health, marts, recommend, roi
 from gpu_pipeline.lib.lake import Lake
-from gpu_pipeline.lib.rules import DEFAULT
+from gpu_pipeline.lib.rules import Rules, load_rules
 from gpu_pipeline.lib.samples import collect_stable
 from gpu_pipeline.lib.schemas import validate
 
 # D's persistence reads the GPU-days D-6..D; days before the first partition simply don't exist.
 # (allow_nonexistent_upstream_partitions is marked beta in Dagster 1.13; it is what first days need.)
+# the window's length comes from the rules file when the definitions load (GPU_PIPELINE_RULES)
+WINDOW_DAYS = load_rules(os.environ.get("GPU_PIPELINE_RULES") or None).t.window_days
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", dg.BetaWarning)
     SEVEN_DAY_WINDOW = dg.TimeWindowPartitionMapping(
-        start_offset=-(DEFAULT.window_days - 1),
+        start_offset=-(WINDOW_DAYS - 1),
         end_offset=0,
         allow_nonexistent_upstream_partitions=True,
     )
@@ -35,6 +38,7 @@ def from_minutes(
     table: str,
     fn: Callable[[pl.LazyFrame], pl.DataFrame],
     check: Callable[[pl.DataFrame], dg.AssetCheckResult] | None = None,
+    rules: Rules | None = None,
 ):
     """Run `fn` on each day's gpu_minutes, write `table`, and evaluate `check` on every day."""
     out, results = DayWriter(lake, table), []
@@ -42,7 +46,7 @@ def from_minutes(
         df = out.write(day, fn(lake.scan_days("gpu_minutes", [day])))
         if check:
             results.append(check(df))
-    yield out.result()
+    yield out.result(rules)
     if check:
         yield checks.merge(results)
 
@@ -54,15 +58,17 @@ def from_minutes(
         deps=[dg.AssetDep("gpu_daily", partition_mapping=SEVEN_DAY_WINDOW)],
     )
 )
-def persistent_bottlenecks(context: dg.AssetExecutionContext, lake: LakeResource):
-    """GPUs bottlenecked on at least 3 of the last 7 days (D-6..D)."""
-    the_lake = lake.lake()
+def persistent_bottlenecks(
+    context: dg.AssetExecutionContext, lake: LakeResource, reference: ReferenceResource
+):
+    """GPUs bottlenecked on at least 3 of the last 7 days (D-6..D; `[bottlenecks]` rules)."""
+    the_lake, t = lake.lake(), reference.load_rules().t
     out = DayWriter(the_lake, "persistent_bottlenecks")
     for day in partition_days(context):
         # the window's days may be another run's to write: read one version of each, now
-        daily_frames = the_lake.read_days("gpu_daily", marts.window(day)).lazy()
-        out.write(day, collect_stable(marts.persistent_bottlenecks(daily_frames, day)))
-    return out.result()
+        daily_frames = the_lake.read_days("gpu_daily", marts.window(day, t)).lazy()
+        out.write(day, collect_stable(marts.persistent_bottlenecks(daily_frames, day, t)))
+    return out.result(reference.load_rules())
 
 
 @dg.asset(
@@ -92,29 +98,39 @@ def recommendations(
 @dg.asset(**daily("gpu_health", "marts", deps=["gpu_samples"]))
 def gpu_health(context: dg.AssetExecutionContext, lake: LakeResource, reference: ReferenceResource):
     """Physical GPU-day: hot and power-capped minutes, XID, double-bit ECC, row-remap failures, a status."""
-    the_lake, catalog = lake.lake(), reference.load_catalog()
+    the_lake, catalog, rules = lake.lake(), reference.load_catalog(), reference.load_rules()
     out = DayWriter(the_lake, "gpu_health")
     for day in partition_days(context):
-        out.write(
-            day,
-            collect_stable(health.gpu_health(the_lake.scan_days("gpu_samples", [day]), catalog)),
-        )
-    return out.result()
+        samples = the_lake.scan_days("gpu_samples", [day])
+        out.write(day, collect_stable(health.gpu_health(samples, catalog, rules.h)))
+    return out.result(rules)
 
 
 @dg.asset(**daily("stragglers", "marts", deps=["gpu_minutes"]))
-def stragglers(context: dg.AssetExecutionContext, lake: LakeResource):
+def stragglers(context: dg.AssetExecutionContext, lake: LakeResource, reference: ReferenceResource):
     """GPU-hours where a GPU sits 15+ points below its pod's median SM activity (or utilization)."""
+    rules = reference.load_rules()
     yield from from_minutes(
-        context, lake.lake(), "stragglers", lambda m: collect_stable(health.stragglers(m))
+        context,
+        lake.lake(),
+        "stragglers",
+        lambda m: collect_stable(health.stragglers(m, rules.h)),
+        rules=rules,
     )
 
 
 @dg.asset(**daily("efficiency_roi", "marts", deps=["gpu_minutes"]))
-def efficiency_roi(context: dg.AssetExecutionContext, lake: LakeResource):
+def efficiency_roi(
+    context: dg.AssetExecutionContext, lake: LakeResource, reference: ReferenceResource
+):
     """Fleet and per model: the GPUs and dollars that raising RFU to the target is worth."""
+    rules = reference.load_rules()
     yield from from_minutes(
-        context, lake.lake(), "efficiency_roi", lambda m: collect_stable(roi.efficiency_roi(m))
+        context,
+        lake.lake(),
+        "efficiency_roi",
+        lambda m: collect_stable(roi.efficiency_roi(m, rules.roi_target_rfu_pct)),
+        rules=rules,
     )
 
 

@@ -11,6 +11,7 @@ import polars as pl
 from gpu_pipeline.lib.lake import Lake
 from gpu_pipeline.lib.pull import PromServer
 from gpu_pipeline.lib.reference import load_catalog, load_prices
+from gpu_pipeline.lib.rules import Rules, load_rules
 
 
 def run_days(tags: dict[str, str]) -> list[date]:
@@ -62,10 +63,19 @@ class LandingResource(dg.ConfigurableResource):
 
 
 class ReferenceResource(dg.ConfigurableResource):
-    """GPU catalog and price book; empty paths mean the shipped defaults."""
+    """GPU catalog, price book and rules (thresholds); empty paths mean the shipped defaults.
+
+    `rules`: a TOML rules file (GPU_PIPELINE_RULES); `rule_overrides`: `section.key` -> value
+    from run config, over the file (e.g. {"health.hot_from_c": 85}).
+    """
 
     prices: str = ""
     catalog: str = ""
+    rules: str = ""
+    rule_overrides: dict[str, float] = {}
+
+    def load_rules(self) -> Rules:
+        return load_rules(self.rules or None, dict(self.rule_overrides) or None)
 
     def load_catalog(self) -> pl.DataFrame:
         return load_catalog(self.catalog or None)

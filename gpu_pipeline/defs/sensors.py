@@ -22,12 +22,11 @@ import dagster as dg
 # asset backfill is `RunRequest.for_asset_graph_subset`, whose argument type lives here
 from dagster._core.definitions.assets.graph.asset_graph_subset import AssetGraphSubset
 
-from gpu_pipeline.defs.marts import persistent_bottlenecks, recommendations
+from gpu_pipeline.defs.marts import WINDOW_DAYS, persistent_bottlenecks, recommendations
 from gpu_pipeline.defs.partitions import daily_partitions
 from gpu_pipeline.defs.report import daily_report
 from gpu_pipeline.defs.resources import LakeResource, LandingResource
 from gpu_pipeline.lib.ingest import hash_memo, is_cached, list_landing, load_or_parse
-from gpu_pipeline.lib.rules import DEFAULT
 
 # what a late day changes after itself: persistence of D+1..D+6 reads D's GPU-day
 WINDOW_ASSETS = [dg.AssetKey("persistent_bottlenecks"), dg.AssetKey("daily_report")]
@@ -53,7 +52,7 @@ def plan_backfill(
     """Partition keys per asset: every asset for the changed days, the window assets for the six
     days after each (only days that have a partition: first..last)."""
     days = sorted(d for d in changed_days if first <= d <= last)
-    after = {d + timedelta(days=k) for d in days for k in range(1, DEFAULT.window_days)} - set(days)
+    after = {d + timedelta(days=k) for d in days for k in range(1, WINDOW_DAYS)} - set(days)
     window = sorted(d for d in after if d <= last)
     out: dict[dg.AssetKey, list[str]] = {}
     for key in partitioned:

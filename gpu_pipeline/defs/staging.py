@@ -73,15 +73,18 @@ def staging(context: dg.AssetExecutionContext, lake: LakeResource, reference: Re
     """Each day's samples -> gpu_minutes (streamed) and gpu_daily, hourly_fleet_metrics and
     priced_waste, one chunk of GPUs at a time."""
     the_lake = lake.lake()
-    catalog, prices = reference.load_catalog(), reference.load_prices()
+    catalog, prices, rules = (
+        reference.load_catalog(),
+        reference.load_prices(),
+        reference.load_rules(),
+    )
     writers = {t: DayWriter(the_lake, t) for t in TABLES}
     results: dict[str, list] = {"minutes": [], "hourly": [], "waste": []}
     for day in partition_days(context):
         samples = the_lake.scan_days("gpu_samples", [day])
-        tables, unique = DayTables(), []
-        writers["gpu_minutes"].write_frames(
-            day, _checked(minutes_by_chunk(samples, catalog, prices), tables, unique)
-        )
+        tables, unique = DayTables(t=rules.t), []
+        chunks = minutes_by_chunk(samples, catalog, prices, rules.t, d=rules.d)
+        writers["gpu_minutes"].write_frames(day, _checked(chunks, tables, unique))
         results["minutes"].append(
             checks.merge(unique, "chunks")
             if unique
@@ -97,7 +100,7 @@ def staging(context: dg.AssetExecutionContext, lake: LakeResource, reference: Re
             f"{chunking()} (split by {split_mode()})"
         )
     for w in writers.values():
-        yield w.result()
+        yield w.result(rules)
     for name in ("minutes", "hourly", "waste"):
         yield checks.merge(results[name])
 

@@ -27,7 +27,7 @@ import polars as pl
 
 from gpu_pipeline.lib import marts
 from gpu_pipeline.lib.metrics import gpu_daily_final, gpu_minutes
-from gpu_pipeline.lib.rules import DEFAULT, Thresholds
+from gpu_pipeline.lib.rules import DEFAULT, DIAGNOSIS, DiagnosisThresholds, Thresholds
 from gpu_pipeline.lib.samples import SAMPLE_ORDER, collect_stable
 from gpu_pipeline.lib.schemas import GPU_MINUTES_SCHEMA
 
@@ -217,6 +217,7 @@ def minutes_by_chunk(
     t: Thresholds = DEFAULT,
     max_gpus: int | None = None,
     split: str | None = None,
+    d: DiagnosisThresholds = DIAGNOSIS,
 ) -> Iterator[pl.DataFrame]:
     """gpu_minutes of a day's samples, one chunk of GPUs at a time, in SAMPLE_ORDER overall
     (by cluster first when split by cluster)."""
@@ -231,5 +232,6 @@ def minutes_by_chunk(
                 already_minutes=shape.one_per_minute,
                 mig=shape.mig,
                 presorted=True,
+                d=d,
             )
         )

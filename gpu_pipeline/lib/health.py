@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from gpu_pipeline.lib.reference import model_key
-from gpu_pipeline.lib.rules import HOT_FROM_C, POWER_CAPPED_FROM, STRAGGLER_POINTS
+from gpu_pipeline.lib.rules import HEALTH, HealthThresholds
 from gpu_pipeline.lib.samples import conform_lazy
 from gpu_pipeline.lib.schemas import GPU_HEALTH_SCHEMA, STRAGGLERS_SCHEMA
 
@@ -13,7 +13,9 @@ from gpu_pipeline.lib.schemas import GPU_HEALTH_SCHEMA, STRAGGLERS_SCHEMA
 POWER_CAP_BITS = 0x4 | 0x80
 
 
-def gpu_health(samples: pl.LazyFrame, catalog: pl.DataFrame) -> pl.LazyFrame:
+def gpu_health(
+    samples: pl.LazyFrame, catalog: pl.DataFrame, h: HealthThresholds = HEALTH
+) -> pl.LazyFrame:
     """Per physical GPU-day: hot minutes, power-capped minutes, XID, double-bit ECC, row-remap failures.
 
     Any double-bit ECC error or a failed row remap means the GPU's math can't be trusted: `drain`.
@@ -21,7 +23,7 @@ def gpu_health(samples: pl.LazyFrame, catalog: pl.DataFrame) -> pl.LazyFrame:
     """
     minute = pl.col("timestamp").dt.truncate("1m")
     limit = pl.coalesce("power_limit_w", "_cat_power")
-    capped = (pl.col("power_w") >= POWER_CAPPED_FROM * limit) | (
+    capped = (pl.col("power_w") >= h.power_capped_from * limit) | (
         (pl.col("clock_event_reasons").cast(pl.Int64, strict=False) & POWER_CAP_BITS) != 0
     ).fill_null(False)
     cat = catalog.lazy().select("model_key", pl.col("max_power_w").alias("_cat_power"))
@@ -34,7 +36,7 @@ def gpu_health(samples: pl.LazyFrame, catalog: pl.DataFrame) -> pl.LazyFrame:
         .agg(
             *[pl.col(c).drop_nulls().last() for c in ("hostname", "cluster", "gpu_model")],
             minute.n_unique().alias("minutes"),
-            minute.filter(pl.col("gpu_temp_c") >= HOT_FROM_C).n_unique().alias("hot_minutes"),
+            minute.filter(pl.col("gpu_temp_c") >= h.hot_from_c).n_unique().alias("hot_minutes"),
             pl.col("gpu_temp_c").max().alias("max_temp_c"),
             minute.filter(capped).n_unique().alias("power_capped_minutes"),
             (pl.col("xid_errors") > 0).sum().alias("xid_error_samples"),
@@ -63,7 +65,7 @@ def gpu_health(samples: pl.LazyFrame, catalog: pl.DataFrame) -> pl.LazyFrame:
                     pl.format(
                         "{} min at or above {} C (max {})",
                         "hot_minutes",
-                        pl.lit(HOT_FROM_C),
+                        pl.lit(h.hot_from_c),
                         "max_temp_c",
                     )
                 ),
@@ -78,8 +80,14 @@ def gpu_health(samples: pl.LazyFrame, catalog: pl.DataFrame) -> pl.LazyFrame:
     return conform_lazy(h, GPU_HEALTH_SCHEMA).sort("gpu_uuid")
 
 
-def stragglers(minutes: pl.LazyFrame) -> pl.LazyFrame:
-    """GPUs of one pod whose hourly SM activity (else utilization) sits >= 15 points below the pod's median."""
+def stragglers(minutes: pl.LazyFrame, h: HealthThresholds = HEALTH) -> pl.LazyFrame:
+    """GPU-hours that hold their pod back: SM activity (else utilization), in points.
+
+    `below_median`: the GPU sits `straggler_points` (15) or more below its pod's median that hour.
+    `spread`: the pod's GPUs spread with a population std dev of `straggler_spread_from` (0.15 of
+    SM activity: 15 points) or more, and this is its slowest GPU (DOMAIN.md's rule for
+    synchronous jobs). A row can carry both.
+    """
     metric = (
         pl.when(pl.col("prof_sm_active").is_not_null())
         .then(100.0 * pl.col("prof_sm_active"))
@@ -100,8 +108,28 @@ def stragglers(minutes: pl.LazyFrame) -> pl.LazyFrame:
         .with_columns(
             pl.col("value").median().over("hour", "pod").alias("pod_median"),
             pl.len().over("hour", "pod").alias("pod_gpus"),
+            pl.col("value").std(ddof=0).over("hour", "pod").alias("pod_stddev"),
+            (pl.col("value") == pl.col("value").min().over("hour", "pod")).alias("_slowest"),
         )
         .with_columns((pl.col("pod_median") - pl.col("value")).alias("points_below"))
-        .filter((pl.col("pod_gpus") >= 2) & (pl.col("points_below") >= STRAGGLER_POINTS))
+        .with_columns(
+            ((pl.col("pod_gpus") >= 2) & (pl.col("points_below") >= h.straggler_points)).alias(
+                "_below"
+            ),
+            (
+                (pl.col("pod_gpus") >= 2)
+                & pl.col("_slowest")
+                & (pl.col("pod_stddev") >= 100.0 * h.straggler_spread_from)
+            ).alias("_spread"),
+        )
+        .filter(pl.col("_below") | pl.col("_spread"))
+        .with_columns(
+            pl.concat_str(
+                pl.when(pl.col("_below")).then(pl.lit("below_median")),
+                pl.when(pl.col("_spread")).then(pl.lit("spread")),
+                separator=", ",
+                ignore_nulls=True,
+            ).alias("rule")
+        )
     )
     return conform_lazy(per_hour, STRAGGLERS_SCHEMA).sort("hour", "pod", "gpu_uuid")

@@ -497,8 +497,21 @@ def build_report(lake: Lake, day: date, require_data: bool = False) -> Report:
         parts.append(
             _table(
                 strag.head(50),
-                ["hour", "pod", "gpu_uuid", "metric", "value", "pod_median", "points_below"],
-                {c: (lambda v: f"{v:.1f}") for c in ("value", "pod_median", "points_below")},
+                [
+                    "hour",
+                    "pod",
+                    "gpu_uuid",
+                    "rule",
+                    "metric",
+                    "value",
+                    "pod_median",
+                    "points_below",
+                    "pod_stddev",
+                ],
+                {
+                    c: (lambda v: "" if v is None else f"{v:.1f}")
+                    for c in ("value", "pod_median", "points_below", "pod_stddev")
+                },
             )
         )
     parts.append(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import polars as pl
 
@@ -64,11 +64,166 @@ DIAGNOSES = (
 # the diagnoses a recommendation rule can act on (not idle, mixed or unknown)
 BOTTLENECK_DIAGNOSES = DIAGNOSES[1:7]
 
-# GPU-level health and stragglers
-HOT_FROM_C = 85.0
-POWER_CAPPED_FROM = 0.98  # power at >= 98 % of its limit
-STRAGGLER_POINTS = 15.0  # an hour this far below its pod's median
+
+@dataclass(frozen=True)
+class HealthThresholds:
+    """GPU-level health and stragglers."""
+
+    hot_from_c: float = 80.0  # DOMAIN.md: temperature alert above 80 C (throttling near 85 C)
+    power_capped_from: float = 0.98  # power at >= 98 % of its limit
+    straggler_points: float = 15.0  # an hour this far below its pod's median
+    # DOMAIN.md: a synchronous job straggles when the std dev of its GPUs' SM activity > 0.15
+    straggler_spread_from: float = 0.15
+
+
+HEALTH = HealthThresholds()
 ROI_TARGET_RFU_PCT = 60.0
+
+
+@dataclass(frozen=True)
+class Rules:
+    """Every threshold in force for a run: defaults, then the rules file, then run config."""
+
+    t: Thresholds = DEFAULT
+    d: DiagnosisThresholds = DIAGNOSIS
+    h: HealthThresholds = HEALTH
+    roi_target_rfu_pct: float = ROI_TARGET_RFU_PCT
+
+    def flat(self) -> dict[str, float]:
+        """`section.key` -> value, as the rules file and run config name them."""
+        return {
+            f"{sec}.{key}": getattr(getattr(self, part), key) if part else getattr(self, field)
+            for sec, key, part, field, _, _ in _KEYS
+        }
+
+
+RULES = Rules()
+
+# section, key, Rules part (None: a field of Rules itself), Rules field, type, (low, high)
+_PCT, _RATIO = (0.0, 100.0), (0.0, 1.0)
+_KEYS: tuple[tuple[str, str, str | None, str, type, tuple[float, float]], ...] = (
+    ("phases", "idle_below", "t", "", float, _PCT),
+    ("phases", "productive_from", "t", "", float, _PCT),
+    ("phases", "compute_bound_from", "t", "", float, _PCT),
+    ("classes", "inefficient_below", "t", "", float, _PCT),
+    ("classes", "bottleneck_pif_below", "t", "", float, _RATIO),
+    ("classes", "efficient_pif_from", "t", "", float, _RATIO),
+    ("bottlenecks", "day_min_active_minutes", "t", "", int, (0, 1440)),
+    ("bottlenecks", "day_min_bottleneck_share", "t", "", float, _RATIO),
+    ("bottlenecks", "window_days", "t", "", int, (1, 31)),
+    ("bottlenecks", "persistent_min_days", "t", "", int, (1, 31)),
+    ("diagnosis", "sm_underfed_below", "d", "", float, _RATIO),
+    ("diagnosis", "sm_busy_from", "d", "", float, _RATIO),
+    ("diagnosis", "dram_bound_from", "d", "", float, _RATIO),
+    ("diagnosis", "tensor_unused_below", "d", "", float, _RATIO),
+    ("diagnosis", "occupancy_low_below", "d", "", float, _RATIO),
+    ("diagnosis", "nvlink_busy_from", "d", "", float, (0.0, 1e13)),
+    ("diagnosis", "pcie_busy_from", "d", "", float, (0.0, 1e13)),
+    ("health", "hot_from_c", "h", "", float, (0.0, 130.0)),
+    ("health", "power_capped_from", "h", "", float, _RATIO),
+    ("health", "straggler_points", "h", "", float, _PCT),
+    ("health", "straggler_spread_from", "h", "", float, _RATIO),
+    ("roi", "target_rfu_pct", None, "roi_target_rfu_pct", float, (1.0, 100.0)),
+)
+RULE_KEYS = tuple(f"{sec}.{key}" for sec, key, *_ in _KEYS)
+# the window shapes which partitions a day depends on: fixed when the definitions load
+LOAD_TIME_KEYS = ("bottlenecks.window_days",)
+
+
+class RulesError(ValueError):
+    """A rules file or override that names an unknown rule, or a value out of its range."""
+
+
+def rules_from(values: dict[str, object], where: str = "rules") -> Rules:
+    """Rules from `section.key` -> value (defaults for the rest); unknown keys, wrong types,
+    out-of-range values and inconsistent orders are RulesErrors naming the key."""
+    unknown = sorted(set(values) - set(RULE_KEYS))
+    if unknown:
+        raise RulesError(
+            f"{where}: unknown rule(s) {', '.join(unknown)}; known: {', '.join(RULE_KEYS)}"
+        )
+    parts: dict[str | None, dict[str, object]] = {"t": {}, "d": {}, "h": {}, None: {}}
+    for sec, key, part, field, kind, (low, high) in _KEYS:
+        name = f"{sec}.{key}"
+        if name not in values:
+            continue
+        v = values[name]
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise RulesError(f"{where}: {name} must be a number, not {v!r}")
+        if kind is int and float(v) != int(v):
+            raise RulesError(f"{where}: {name} must be a whole number, not {v!r}")
+        if not low <= v <= high:
+            raise RulesError(f"{where}: {name} = {v} is out of range [{low:g}, {high:g}]")
+        parts[part][field or key] = kind(v)
+    rules = Rules(
+        t=replace(DEFAULT, **parts["t"]),
+        d=replace(DIAGNOSIS, **parts["d"]),
+        h=replace(HEALTH, **parts["h"]),
+        **parts[None],
+    )
+    t, d = rules.t, rules.d
+    for lo, hi, what in (
+        (t.idle_below, t.productive_from, "phases.idle_below <= phases.productive_from"),
+        (
+            t.productive_from,
+            t.compute_bound_from,
+            "phases.productive_from <= phases.compute_bound_from",
+        ),
+        (
+            t.bottleneck_pif_below,
+            t.efficient_pif_from,
+            "classes.bottleneck_pif_below <= classes.efficient_pif_from",
+        ),
+        (
+            t.persistent_min_days,
+            t.window_days,
+            "bottlenecks.persistent_min_days <= bottlenecks.window_days",
+        ),
+        (
+            d.sm_underfed_below,
+            d.sm_busy_from,
+            "diagnosis.sm_underfed_below <= diagnosis.sm_busy_from",
+        ),
+    ):
+        if lo > hi:
+            raise RulesError(f"{where}: the rules must keep {what} ({lo:g} > {hi:g})")
+    return rules
+
+
+def _flatten(doc: dict, where: str) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for sec, body in doc.items():
+        if not isinstance(body, dict):
+            raise RulesError(f"{where}: {sec} = {body!r} is not a [section] (e.g. [health])")
+        for key, v in body.items():
+            out[f"{sec}.{key}"] = v
+    return out
+
+
+def load_rules(path: str | None = None, overrides: dict[str, object] | None = None) -> Rules:
+    """Defaults, then the TOML rules file `path` ([phases], [classes], [bottlenecks],
+    [diagnosis], [health], [roi]), then `overrides` (`section.key` -> value, from run config)."""
+    import tomllib
+
+    values: dict[str, object] = {}
+    if path:
+        try:
+            with open(path, "rb") as f:
+                values = _flatten(tomllib.load(f), path)
+        except OSError as e:
+            raise RulesError(f"rules file {path}: {e.strerror}") from None
+        except tomllib.TOMLDecodeError as e:
+            raise RulesError(f"rules file {path} is not TOML: {e}") from None
+        rules_from(values, path)  # the file alone must hold
+    if overrides:
+        fixed = sorted(set(overrides) & set(LOAD_TIME_KEYS))
+        if fixed:
+            raise RulesError(
+                f"run config: {', '.join(fixed)} shapes the partition dependencies and can only "
+                "be set in the rules file (GPU_PIPELINE_RULES)"
+            )
+        values = {**values, **overrides}
+    return rules_from(values, "run config" if overrides else (path or "rules"))
 
 
 # Categorical columns are Enums: one byte a row instead of a string, and cheap to compare

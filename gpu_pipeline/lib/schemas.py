@@ -214,6 +214,10 @@ STRAGGLERS_SCHEMA: dict[str, pl.DataType] = {
     "pod_median": pl.Float64,
     "points_below": pl.Float64,
     "pod_gpus": pl.UInt32,
+    # the pod-hour's spread (population std dev of its GPUs' values, points) and which rule
+    # flagged the row: below_median, spread (the slowest GPU of a pod whose spread is too wide)
+    "pod_stddev": pl.Float64,
+    "rule": pl.String,
 }
 
 EFFICIENCY_ROI_SCHEMA: dict[str, pl.DataType] = {
