@@ -4,7 +4,7 @@ from datetime import UTC, date, datetime, timedelta
 
 import polars as pl
 import pytest
-from helpers import minutes_frame
+from helpers import MODELS, minutes_frame
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,22 +22,28 @@ D = date(2024, 1, 1)
 
 
 @pytest.mark.parametrize(
-    ("util", "sm", "dram", "tensor", "occ", "nvlink", "expected"),
+    ("util", "sm", "dram", "tensor", "occ", "nvlink", "pif", "expected"),
     [
-        (5, 0.9, None, None, None, None, "idle"),
-        (90, None, None, None, None, None, "unknown"),
-        (90, 0.29, 0.1, 0.1, None, 0.0, "data_starved"),
-        (90, 0.29, 0.1, 0.1, None, 6e9, "communication_bound"),
-        (90, 0.29, 0.8, 0.1, None, 6e9, "memory_bound"),
-        (90, 0.30, 0.1, 0.04, None, None, "tensor_cores_unused"),
-        (90, 0.50, 0.1, 0.2, 0.1, None, "low_occupancy"),
-        (90, 0.50, 0.1, 0.2, None, None, "mixed"),
-        (90, 0.70, 0.79, 0.5, None, None, "compute_bound"),
-        (90, 0.70, 0.80, 0.5, None, None, "memory_bound"),
-        (90, 0.95, 0.2, 0.0, None, None, "tensor_cores_unused"),
+        (5, 0.9, None, None, None, None, None, "idle"),
+        (90, None, None, None, None, None, None, "unknown"),
+        (90, 0.29, 0.1, 0.1, None, 0.0, None, "data_starved"),
+        (90, 0.29, 0.1, 0.1, None, 6e9, None, "communication_bound"),
+        (90, 0.29, 0.8, 0.1, None, 6e9, None, "memory_bound"),
+        (90, 0.30, 0.1, 0.04, None, None, None, "tensor_cores_unused"),
+        (90, 0.50, 0.1, 0.2, 0.1, None, None, "low_occupancy"),
+        (90, 0.50, 0.1, 0.2, None, None, None, "mixed"),
+        (90, 0.70, 0.79, 0.5, None, None, None, "compute_bound"),
+        (90, 0.70, 0.80, 0.5, None, None, None, "memory_bound"),
+        (90, 0.95, 0.2, 0.0, None, None, None, "tensor_cores_unused"),
+        # no profiling fields: power decides (NVML / nvidia-smi fleets)
+        (98, None, None, None, None, None, 0.85, "compute_bound"),
+        (95, None, None, None, None, None, 0.20, "data_starved"),
+        (95, None, None, None, None, None, 0.50, "unknown"),
+        (50, None, None, None, None, None, 0.85, "unknown"),
+        (95, None, None, None, None, None, None, "unknown"),
     ],
 )
-def test_diagnosis_decision_tree(util, sm, dram, tensor, occ, nvlink, expected):
+def test_diagnosis_decision_tree(util, sm, dram, tensor, occ, nvlink, pif, expected):
     df = pl.DataFrame(
         {
             "gpu_util_pct": [util],
@@ -46,6 +52,7 @@ def test_diagnosis_decision_tree(util, sm, dram, tensor, occ, nvlink, expected):
             "prof_pipe_tensor_active": [tensor],
             "prof_sm_occupancy": [occ],
             "nvlink_rx_bytes_per_s": [nvlink],
+            "pif": [pif],
         },
         schema={
             c: pl.Float64
@@ -56,6 +63,7 @@ def test_diagnosis_decision_tree(util, sm, dram, tensor, occ, nvlink, expected):
                 "prof_pipe_tensor_active",
                 "prof_sm_occupancy",
                 "nvlink_rx_bytes_per_s",
+                "pif",
             )
         },
     )
@@ -331,3 +339,131 @@ def test_stragglers_by_spread_name_the_slowest_gpu():
     assert strict["gpu_uuid"].to_list() == ["GPU-both-1"] and strict["rule"].to_list() == [
         "below_median"
     ]
+
+
+def test_advice_without_profiling_fields_comes_from_power_and_pcie():
+    """An NVML-only fleet (utilization, power, PCIe; no DCP fields): a namespace busy at high
+    power on FP8-capable H100s gets precision and kernel advice, namespaces busy at low power
+    get input-pipeline advice, split by PCIe into data loading and CPU preprocessing."""
+    from gpu_pipeline.lib.metrics import gpu_minutes
+
+    gpus = [
+        # uuid, model, namespace, util, power W, PCIe RX bytes/s
+        ("GPU-x", MODELS["H100"], "llm", 98.0, 620.0, None),  # PIF 620/700 = 0.886
+        ("GPU-y", MODELS["A100"], "etl", 95.0, 80.0, 1e8),  # PIF 0.2, PCIe quiet
+        ("GPU-z", MODELS["A100"], "loader", 95.0, 80.0, 3e9),  # PIF 0.2, PCIe busy
+    ]
+    samples = pl.DataFrame(
+        {
+            "date": [D] * 180,
+            "timestamp": [T0 + timedelta(minutes=10 * 60 + i) for _ in gpus for i in range(60)],
+            "gpu_uuid": [g[0] for g in gpus for _ in range(60)],
+            "gpu_model": [g[1] for g in gpus for _ in range(60)],
+            "namespace": [g[2] for g in gpus for _ in range(60)],
+            "gpu_util_pct": [g[3] for g in gpus for _ in range(60)],
+            "power_w": [g[4] for g in gpus for _ in range(60)],
+            "pcie_rx_bytes_per_s": [g[5] for g in gpus for _ in range(60)],
+        }
+    )
+    samples = conform(samples, GPU_SAMPLES_SCHEMA)
+    cat, prices = load_catalog(), load_prices()
+    m = collect_stable(gpu_minutes(samples.lazy(), cat, prices))
+    by = {
+        r["gpu_uuid"]: r
+        for r in m.group_by("gpu_uuid")
+        .agg(pl.col("diagnosis").first(), pl.col("diagnosis_basis").first())
+        .iter_rows(named=True)
+    }
+    assert (by["GPU-x"]["diagnosis"], by["GPU-x"]["diagnosis_basis"]) == ("compute_bound", "power")
+    assert (by["GPU-y"]["diagnosis"], by["GPU-y"]["diagnosis_basis"]) == (
+        "data_starved",
+        "power_pcie",
+    )
+    rec = {r["namespace"]: r for r in recommendations(m.lazy(), prices, cat).iter_rows(named=True)}
+    llm = rec["llm"]
+    assert {"AMP", "BF16", "FP8", "torch.compile", "fused_kernels"} <= set(llm["actions"])
+    assert not {"DALI", "num_workers"} & set(llm["actions"])
+    # the catalog, not the name, says A100s have no FP8: a compute-bound A100 namespace gets none
+    a100 = m.filter(pl.col("gpu_uuid") == "GPU-x").with_columns(
+        pl.lit(MODELS["A100"]).alias("gpu_model"), pl.lit("a100-llm").alias("namespace")
+    )
+    a100_rec = recommendations(a100.lazy(), prices, cat).row(0, named=True)
+    assert "FP8" not in a100_rec["actions"] and "BF16" in a100_rec["actions"]
+    for ns, cause in (("etl", "CPU preprocessing"), ("loader", "data loading")):
+        r = rec[ns]
+        assert {"DALI", "num_workers", "pin_memory"} <= set(r["actions"]), ns
+        dali = next(d for d in r["action_details"] if d["action"] == "DALI")
+        assert cause in dali["rationale"], (ns, dali["rationale"])
+        # savings stay capped by the measured waste
+        assert r["utilization_savings_frac"] <= r["measured_waste_frac"] + 1e-12
+
+
+def test_report_trend_and_capacity_by_hand(tmp_path):
+    """The 7-day trend reads the days the lake holds; capacity is theoretical vs achievable vs
+    realized TFLOPS per model, all computed here by hand."""
+    from gpu_pipeline.lib.lake import Lake
+    from gpu_pipeline.lib.report import build_report, fleet_capacity, fleet_trend
+    from gpu_pipeline.lib.schemas import TABLES
+
+    lake = Lake(tmp_path / "lake")
+    d1, d3 = date(2024, 1, 5), date(2024, 1, 7)  # 2024-01-06 is not in the lake
+
+    def hourly(rows):
+        return conform(
+            pl.DataFrame(
+                [
+                    {
+                        "date": r[0],
+                        "gpu_minutes": r[1],
+                        "avg_gpu_util_pct": r[2],
+                        "avg_rfu_pct": r[3],
+                    }
+                    for r in rows
+                ]
+            ),
+            TABLES["hourly_fleet_metrics"],
+        )
+
+    def waste(d, amounts):
+        return conform(
+            pl.DataFrame({"date": [d] * len(amounts), "total_waste_usd": amounts}),
+            TABLES["priced_waste"],
+        )
+
+    lake.write("hourly_fleet_metrics", d1, hourly([(d1, 60, 50.0, 20.0), (d1, 180, 90.0, 60.0)]))
+    lake.write("priced_waste", d1, waste(d1, [3.0, 4.5]))
+    lake.write("hourly_fleet_metrics", d3, hourly([(d3, 120, 70.0, 35.0)]))
+    lake.write("priced_waste", d3, waste(d3, [2.25]))
+    t = fleet_trend(lake, d3)
+    assert t["date"].to_list() == [d1, d3]
+    # (50 x 60 + 90 x 180) / 240 = 80; (20 x 60 + 60 x 180) / 240 = 50
+    assert t.row(0) == (d1, 240, 80.0, 50.0, 7.5)
+    assert t.row(1) == (d3, 120, 70.0, 35.0, 2.25)
+
+    # two H100s, two minutes each, at PIF 0.5 and 0.25: realized 323 and 161.5 TFLOPS
+    m = minutes_frame(
+        [
+            {
+                "date": d3,
+                "minute": T0 + timedelta(minutes=i),
+                "gpu_uuid": g,
+                "gpu_model": "H100 80GB HBM3",
+                "achievable_tflops": 646.0,
+                "pif": pif,
+                "realized_tflops": 646.0 * pif,
+                "rfu_pct": 100 * pif,
+                "gpu_util_pct": 95.0,
+            }
+            for g, pif in (("GPU-1", 0.5), ("GPU-2", 0.25))
+            for i in range(2)
+        ]
+    )
+    cap = fleet_capacity(m, load_catalog()).row(0, named=True)
+    assert cap["gpus"] == 2 and cap["theoretical_tflops"] == 2 * 1979
+    assert cap["achievable_tflops"] == 2 * 646
+    assert cap["realized_tflops"] == pytest.approx(2 * (323 + 161.5) / 2)  # 484.5
+    assert cap["realized_pct_of_achievable"] == pytest.approx(37.5)
+    lake.write("gpu_minutes", d3, m)
+    html = build_report(lake, d3).html
+    assert "Fleet trend" in html and "Fleet capacity per model" in html
+    assert "<td>3,958</td><td>1,292</td><td>484</td><td>37.5 %</td>" in html

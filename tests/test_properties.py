@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import polars as pl
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -89,6 +89,11 @@ def test_exposition_never_crashes_or_loses_a_line(text):
 
 @SETTINGS
 @given(mutated(BASE_SMI))
+# found by this test: a stray quote after a bare CR made the csv module raise
+@example(
+    "0timestamp, uuid, utilization.gpu [%], power.draw [W]\r\r\n2024/01/01 10:00:00.000, GPU-1, "
+    '50 %, 100 W\r"\n2024/01/01 10:01:00.000, GPU-1, [N/A], 90.5 W\r\r\n'
+)
 def test_nvidia_smi_never_crashes_or_loses_a_line(text):
     if not nvidia_smi.detect(text, "x.csv"):
         return

@@ -85,13 +85,20 @@ def recommendations(
     context: dg.AssetExecutionContext, lake: LakeResource, reference: ReferenceResource
 ):
     """Day x namespace: actions with fractions, overlap groups and rationales; savings never above measured waste."""
-    prices = reference.load_prices()
+    prices, catalog, rules = (
+        reference.load_prices(),
+        reference.load_catalog(),
+        reference.load_rules(),
+    )
     yield from from_minutes(
         context,
         lake.lake(),
         "recommendations",
-        lambda m: validate("recommendations", recommend.recommendations(m, prices)),
+        lambda m: validate(
+            "recommendations", recommend.recommendations(m, prices, catalog, rules.d)
+        ),
         checks.savings_within_measured_waste,
+        rules=rules,
     )
 
 

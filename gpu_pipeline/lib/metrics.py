@@ -168,6 +168,45 @@ def _utilization(per_minute: pl.LazyFrame, mig: bool | None = None) -> pl.LazyFr
     )
 
 
+def _busy_at(t: Thresholds) -> tuple[pl.Expr, pl.Expr]:
+    """(busy at high power, busy at low power): the minutes power alone can diagnose."""
+    util, pif = pl.col("gpu_util_pct"), pl.col("pif")
+    busy = util.is_not_null() & (util >= t.productive_from) & pif.is_not_null()
+    return busy & (pif >= t.efficient_pif_from), busy & (pif < t.bottleneck_pif_below)
+
+
+def power_diagnosis(t: Thresholds = DEFAULT) -> pl.Expr:
+    """Without profiling fields (NVML, nvidia-smi, exporters without DCP): a busy minute at high
+    power is compute-bound (precision, compiled and fused kernels pay); a busy minute at low power
+    is data-starved (the GPU waits for its input: the data loader, CPU preprocessing). Anything
+    else stays `unknown`: power alone cannot tell."""
+    high, low = _busy_at(t)
+    return (
+        pl.when(high)
+        .then(pl.lit(dtype=DIAGNOSIS_ENUM, value="compute_bound"))
+        .when(low)
+        .then(pl.lit(dtype=DIAGNOSIS_ENUM, value="data_starved"))
+        .otherwise(pl.lit(dtype=DIAGNOSIS_ENUM, value="unknown"))
+    )
+
+
+def diagnosis_basis_expr(t: Thresholds = DEFAULT) -> pl.Expr:
+    """Which signals the minute's diagnosis used."""
+    high, low = _busy_at(t)
+    util = pl.col("gpu_util_pct")
+    return (
+        pl.when(pl.col("prof_sm_active").is_not_null())
+        .then(pl.lit(dtype=DIAGNOSIS_BASIS_ENUM, value="dcgm_profiling"))
+        .when(util.is_not_null() & (util < t.idle_below))
+        .then(pl.lit(dtype=DIAGNOSIS_BASIS_ENUM, value="utilization"))
+        .when((high | low) & pl.col("pcie_rx_bytes_per_s").is_not_null())
+        .then(pl.lit(dtype=DIAGNOSIS_BASIS_ENUM, value="power_pcie"))
+        .when(high | low)
+        .then(pl.lit(dtype=DIAGNOSIS_BASIS_ENUM, value="power"))
+        .otherwise(pl.lit(dtype=DIAGNOSIS_BASIS_ENUM, value="none"))
+    )
+
+
 def diagnosis_expr(t: Thresholds = DEFAULT, d: DiagnosisThresholds = DIAGNOSIS) -> pl.Expr:
     """Why a busy minute is not productive, from DCGM profiling ratios (the decision tree).
 
@@ -175,7 +214,7 @@ def diagnosis_expr(t: Thresholds = DEFAULT, d: DiagnosisThresholds = DIAGNOSIS) 
     NVLink is busy, else data-starved (PCIe RX bursts: the data loader; low PCIe: CPU
     preprocessing). 30-70 %: tensor pipe idle means no mixed precision; low occupancy means
     kernels/batches too small. > 70 %: memory-bound when DRAM > 80 %, else compute-bound (good),
-    unless the tensor pipe is idle. Without SM activity the minute is `unknown`.
+    unless the tensor pipe is idle. Without SM activity: `power_diagnosis`.
     """
     sm, dram = pl.col("prof_sm_active"), pl.col("prof_dram_active")
     tensor, occ = pl.col("prof_pipe_tensor_active"), pl.col("prof_sm_occupancy")
@@ -187,7 +226,7 @@ def diagnosis_expr(t: Thresholds = DEFAULT, d: DiagnosisThresholds = DIAGNOSIS) 
         pl.when(util.is_not_null() & (util < t.idle_below))
         .then(pl.lit(dtype=DIAGNOSIS_ENUM, value="idle"))
         .when(sm.is_null())
-        .then(pl.lit(dtype=DIAGNOSIS_ENUM, value="unknown"))
+        .then(power_diagnosis(t))
         .when(sm < d.sm_underfed_below)
         .then(
             pl.when(dram_bound)
@@ -379,12 +418,7 @@ def gpu_minutes(
                 "efficiency_class"
             ),
             diagnosis_expr(t, d).alias("diagnosis"),
-            pl.when(pl.col("prof_sm_active").is_not_null())
-            .then(pl.lit(dtype=DIAGNOSIS_BASIS_ENUM, value="dcgm_profiling"))
-            .when(pl.col("gpu_util_pct").is_not_null() & (pl.col("gpu_util_pct") < t.idle_below))
-            .then(pl.lit(dtype=DIAGNOSIS_BASIS_ENUM, value="utilization"))
-            .otherwise(pl.lit(dtype=DIAGNOSIS_BASIS_ENUM, value="none"))
-            .alias("diagnosis_basis"),
+            diagnosis_basis_expr(t).alias("diagnosis_basis"),
             # most minutes have no note: build the joined string only where both parts exist
             pl.when(pl.col("_row_note") == "")
             .then(pl.when(pl.col("_model_note") == "").then(None).otherwise(pl.col("_model_note")))

@@ -19,7 +19,7 @@ import polars as pl
 
 from gpu_pipeline.lib.marts import allocated_minutes, weighted_share
 from gpu_pipeline.lib.reference import model_key
-from gpu_pipeline.lib.rules import BOTTLENECK_DIAGNOSES
+from gpu_pipeline.lib.rules import BOTTLENECK_DIAGNOSES, DIAGNOSIS, DiagnosisThresholds
 from gpu_pipeline.lib.schemas import RECOMMENDATIONS_SCHEMA
 
 VOCABULARY = (
@@ -62,10 +62,20 @@ def _idle(s: dict) -> str:
 
 
 def _starved(s: dict) -> str:
-    return (
-        f"{_pct(s['data_starved'])} of active minutes data-starved (SM active < 30 %), "
-        f"{_pct(s['bottlenecked'])} busy at low power; stall ${s['stall_usd']:,.2f}"
+    why = (
+        f"{_pct(s['data_starved'])} of active minutes data-starved (SM active < 30 %, or busy at "
+        f"low power where no profiling fields exist), {_pct(s['bottlenecked'])} busy at low "
+        f"power; stall ${s['stall_usd']:,.2f}"
     )
+    if s.get("pcie_measured", 0.0) >= 0.5:  # PCIe counters tell data loading from CPU work
+        if s["pcie_busy"] >= 0.5:
+            why += f"; PCIe RX busy in {_pct(s['pcie_busy'])} of them: data loading and host copies"
+        else:
+            why += (
+                f"; PCIe RX quiet in {_pct(1 - s['pcie_busy'])} of them: CPU preprocessing "
+                "(decode, augmentation) holds the GPU"
+            )
+    return why
 
 
 RULES: tuple[Rule, ...] = (
@@ -193,9 +203,13 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def namespace_stats(minutes: pl.LazyFrame, prices: pl.DataFrame) -> pl.DataFrame:
+def namespace_stats(
+    minutes: pl.LazyFrame, prices: pl.DataFrame, pcie_busy_from: float = DIAGNOSIS.pcie_busy_from
+) -> pl.DataFrame:
     """The measured numbers rules read, one row per day and namespace."""
     active = pl.col("gpu_util_pct") >= 10
+    starved = pl.col("diagnosis") == "data_starved"
+    pcie = pl.col("pcie_rx_bytes_per_s")
     spot = prices.lazy().select("model_key", pl.col("spot_usd_per_hour").alias("_spot"))
     costs = (
         allocated_minutes(minutes)
@@ -227,6 +241,9 @@ def namespace_stats(minutes: pl.LazyFrame, prices: pl.DataFrame) -> pl.DataFrame
             share(pl.col("phase") == "underutilized").alias("underutilized"),
             share(pl.col("diagnosis") == "unknown").alias("_unknown"),
             *[share(pl.col("diagnosis") == d).alias(d) for d in BOTTLENECK_DIAGNOSES],
+            # of the data-starved minutes: how many have PCIe counters, how many with RX busy
+            share(pcie.is_not_null(), starved).alias("pcie_measured"),
+            share(pcie >= pcie_busy_from, starved & pcie.is_not_null()).alias("pcie_busy"),
             # what spot would have cost for the same minutes (on-demand where a model has no spot price)
             (pl.coalesce("_spot", "price_usd_per_hour") * pl.col("_w") / 60.0)
             .sum()
@@ -238,7 +255,26 @@ def namespace_stats(minutes: pl.LazyFrame, prices: pl.DataFrame) -> pl.DataFrame
     )
 
 
-def _recommend(row: dict) -> dict:
+def _capable(
+    row: dict, caps: dict[str, tuple[bool | None, bool | None]], which: int, rx: str
+) -> bool:
+    """Does any of the namespace's models support the precision? The catalog says (`bf16`, `fp8`
+    columns); a model it leaves open is judged by its name."""
+    for m in row["models"] or []:
+        known = caps.get(_key(m), (None, None))[which]
+        if known is None:
+            known = bool(pl.select(pl.lit(m.upper()).str.contains(rx)).item())
+        if known:
+            return True
+    return False
+
+
+def _key(model: str) -> str:
+    return pl.select(model_key(pl.lit(model))).item()
+
+
+def _recommend(row: dict, caps: dict | None = None) -> dict:
+    caps = caps or {}
     cost = row["cost_usd"] or 0.0
     models = " ".join(row["models"] or []).upper()
     s = {
@@ -251,8 +287,8 @@ def _recommend(row: dict) -> dict:
         "headroom_frac": (row["headroom_waste_usd"] or 0.0) / cost if cost else 0.0,
         "unprofiled_bottleneck": row["_unknown"] > 0.5 and row["bottlenecked"] >= 0.2,
         "mig_capable": bool(pl.select(pl.lit(models).str.contains(MIG_CAPABLE)).item()),
-        "bf16_capable": bool(pl.select(pl.lit(models).str.contains(BF16_CAPABLE)).item()),
-        "fp8_capable": bool(pl.select(pl.lit(models).str.contains(FP8_CAPABLE)).item()),
+        "bf16_capable": _capable(row, caps, 0, BF16_CAPABLE),
+        "fp8_capable": _capable(row, caps, 1, FP8_CAPABLE),
     }
     # float sums of the components can land a hair above 1: a fraction of cost is at most 1
     waste_frac = (
@@ -305,10 +341,22 @@ def _recommend(row: dict) -> dict:
     }
 
 
-def recommendations(minutes: pl.LazyFrame, prices: pl.DataFrame) -> pl.DataFrame:
-    """One row per day and namespace (a small table: rules run per row of it, not per minute)."""
-    stats = namespace_stats(minutes, prices)
-    rows = [_recommend(r) for r in stats.iter_rows(named=True)]
+def recommendations(
+    minutes: pl.LazyFrame,
+    prices: pl.DataFrame,
+    catalog: pl.DataFrame | None = None,
+    d: DiagnosisThresholds = DIAGNOSIS,
+) -> pl.DataFrame:
+    """One row per day and namespace (a small table: rules run per row of it, not per minute).
+    `catalog`: the GPU catalog, whose `bf16` / `fp8` columns say which precisions to advise."""
+    stats = namespace_stats(minutes, prices, d.pcie_busy_from)
+    caps = {}
+    if catalog is not None and {"bf16", "fp8"} <= set(catalog.columns):
+        caps = {
+            r["model_key"]: (r["bf16"], r["fp8"])
+            for r in catalog.select("model_key", "bf16", "fp8").iter_rows(named=True)
+        }
+    rows = [_recommend(r, caps) for r in stats.iter_rows(named=True)]
     return (
         pl.DataFrame(rows, schema=RECOMMENDATIONS_SCHEMA)
         if rows

@@ -24,10 +24,13 @@ CATALOG_SCHEMA = {
     "achievable_fp16_tflops": pl.Float64,
     # compute slices of a MIG-capable model (7 on A100/H100 class, 4 on A30); empty otherwise
     "mig_slices": pl.Int64,
+    # tensor-core precisions beyond FP16 (for precision advice); empty: judged from the name
+    "bf16": pl.Boolean,
+    "fp8": pl.Boolean,
     "source": pl.String,
 }
 # columns a user's catalog may leave out
-OPTIONAL = {"source", "mig_slices"}
+OPTIONAL = {"source", "mig_slices", "bf16", "fp8"}
 PRICES_SCHEMA = {
     "gpu_model": pl.String,
     "on_demand_usd_per_hour": pl.Float64,

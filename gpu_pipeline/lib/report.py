@@ -6,7 +6,7 @@ import base64
 import html
 import io
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import date, timedelta
 
 import matplotlib
 
@@ -287,6 +287,100 @@ def _roi(roi: pl.DataFrame) -> Chart:
     return Chart("Efficiency ROI", _png(fig))
 
 
+TREND_DAYS = 7
+
+
+def _minute_mean(h: pl.DataFrame, c: str) -> float | None:
+    """An hourly mean column averaged over the groups' GPU-minutes (groups without it left out)."""
+    ok = h.filter(pl.col(c).is_not_null())
+    n = ok["gpu_minutes"].sum()
+    return (ok[c] * ok["gpu_minutes"]).sum() / n if n else None
+
+
+def fleet_trend(lake: Lake, day: date, days: int = TREND_DAYS) -> pl.DataFrame:
+    """Per day of D-(days-1)..D that the lake holds: GPU-minutes, utilization and RFU (means over
+    the GPU-minutes of hourly_fleet_metrics, physical GPUs) and the dollars of waste."""
+    rows = []
+    for d in [day - timedelta(days=i) for i in range(days - 1, -1, -1)]:
+        if not lake.exists("hourly_fleet_metrics", d):
+            continue
+        h = lake.read("hourly_fleet_metrics", d)
+        w = _read(lake, "priced_waste", d)
+        rows.append(
+            {
+                "date": d,
+                "gpu_minutes": int(h["gpu_minutes"].sum()),
+                "util": _minute_mean(h, "avg_gpu_util_pct"),
+                "rfu": _minute_mean(h, "avg_rfu_pct"),
+                "waste_usd": float(w["total_waste_usd"].sum()),
+            }
+        )
+    schema = {
+        "date": pl.Date,
+        "gpu_minutes": pl.Int64,
+        "util": pl.Float64,
+        "rfu": pl.Float64,
+        "waste_usd": pl.Float64,
+    }
+    return pl.DataFrame(rows, schema=schema)
+
+
+def _trend(t: pl.DataFrame) -> Chart:
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    x = list(range(t.height))
+    ax.plot(x, _f(t["util"]), marker="o", color="#1e88e5", label="utilization %")
+    ax.plot(x, _f(t["rfu"]), marker="o", color="#43a047", label="RFU %")
+    ax.set_ylim(0, 100)
+    ax.set_ylabel("percent")
+    ax.set_xticks(x, [str(d)[5:] for d in t["date"]], fontsize=8)
+    ax2 = ax.twinx()
+    ax2.bar(x, _f(t["waste_usd"]), color="#e53935", alpha=0.25, label="waste $/day")
+    ax2.set_ylabel("waste, $ per day")
+    lines = ax.get_legend_handles_labels()
+    bars = ax2.get_legend_handles_labels()
+    ax.legend(lines[0] + bars[0], lines[1] + bars[1], fontsize=8, loc="upper left")
+    ax.set_title(f"Fleet trend, last {TREND_DAYS} days: utilization vs RFU, waste")
+    return Chart(
+        "Fleet trend",
+        _png(fig),
+        f"Days of the last {TREND_DAYS} the lake holds ({t.height}); means over GPU-minutes of "
+        "physical GPUs; waste = idle + stall + headroom dollars.",
+    )
+
+
+def fleet_capacity(m: pl.DataFrame, catalog: pl.DataFrame) -> pl.DataFrame:
+    """Per model (physical GPUs): what the fleet could do on paper (theoretical FP16 TFLOPS), what
+    it can achieve (the catalog's achievable TFLOPS), and what it realized on average over the
+    day's GPU-minutes (realized TFLOPS = achievable x PIF)."""
+    from gpu_pipeline.lib.reference import model_key
+
+    cat = catalog.select("model_key", pl.col("theoretical_fp16_tflops").alias("_theoretical"))
+    g = (
+        m.group_by("gpu_model")
+        .agg(
+            pl.col("gpu_uuid").n_unique().alias("gpus"),
+            pl.col("achievable_tflops").max().alias("_achievable"),
+            pl.col("realized_tflops").mean().alias("_realized"),
+        )
+        .with_columns(model_key(pl.col("gpu_model")).alias("model_key"))
+        .join(cat, on="model_key", how="left")
+        .select(
+            "gpu_model",
+            "gpus",
+            (pl.col("gpus") * pl.col("_theoretical")).alias("theoretical_tflops"),
+            (pl.col("gpus") * pl.col("_achievable")).alias("achievable_tflops"),
+            (pl.col("gpus") * pl.col("_realized")).alias("realized_tflops"),
+        )
+        .with_columns(
+            (100.0 * pl.col("realized_tflops") / pl.col("achievable_tflops")).alias(
+                "realized_pct_of_achievable"
+            )
+        )
+        .sort("gpu_model", nulls_last=True)
+    )
+    return g
+
+
 def _table(df: pl.DataFrame, cols: list[str], fmt: dict | None = None) -> str:
     fmt = fmt or {}
     head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
@@ -315,7 +409,9 @@ def _read(lake: Lake, table: str, day: date) -> pl.DataFrame:
     return lake.read(table, day) if lake.exists(table, day) else pl.DataFrame(schema=TABLES[table])
 
 
-def build_report(lake: Lake, day: date, require_data: bool = False) -> Report:
+def build_report(
+    lake: Lake, day: date, require_data: bool = False, catalog: pl.DataFrame | None = None
+) -> Report:
     """Read the day's marts and build the charts and the HTML.
 
     A day with no GPU-minutes gets a short "no data" report (a backfill may reach days nothing
@@ -347,7 +443,14 @@ def build_report(lake: Lake, day: date, require_data: bool = False) -> Report:
             "(see the quarantine and ingest_log tables).</p></body></html>"
         )
         return rep
-    rep.charts = [_scatter(m), _timeseries(m), _models(m), _bottlenecks(daily), _waste(w)]
+    trend = fleet_trend(lake, day)
+    if catalog is None:
+        from gpu_pipeline.lib.reference import load_catalog
+
+        catalog = load_catalog()
+    capacity = fleet_capacity(m, catalog)
+    rep.charts = [_scatter(m), _timeseries(m), _trend(trend), _models(m), _bottlenecks(daily)]
+    rep.charts.append(_waste(w))
     if rec is not None and rec.height:
         rep.charts.append(_recommendations(rec))
     if roi is not None and roi.height:
@@ -437,6 +540,43 @@ def build_report(lake: Lake, day: date, require_data: bool = False) -> Report:
                 "<p class='note'>Actions in one group recover the same waste and do not add up; groups "
                 "compose as 1 − Π(1 − f), capped by the measured waste; spot composes on the rate axis. "
                 "The naive sum is shown to say why adding fractions is wrong.</p>"
+            )
+        if c.title == "Fleet trend":
+            parts.append(
+                _table(
+                    trend,
+                    ["date", "gpu_minutes", "util", "rfu", "waste_usd"],
+                    {
+                        "util": lambda v: _num(v, ".1f"),
+                        "rfu": lambda v: _num(v, ".1f"),
+                        "waste_usd": lambda v: f"${v:,.2f}",
+                    },
+                )
+            )
+        if c.title == "GPU model comparison":
+            parts.append("<p>Fleet capacity per model (TFLOPS, FP16):</p>")
+            parts.append(
+                _table(
+                    capacity,
+                    [
+                        "gpu_model",
+                        "gpus",
+                        "theoretical_tflops",
+                        "achievable_tflops",
+                        "realized_tflops",
+                        "realized_pct_of_achievable",
+                    ],
+                    {
+                        c: (lambda v: _num(v, ",.0f"))
+                        for c in ("theoretical_tflops", "achievable_tflops", "realized_tflops")
+                    }
+                    | {"realized_pct_of_achievable": lambda v: f"{_num(v, '.1f')} %"},
+                )
+            )
+            parts.append(
+                "<p class='note'>Theoretical: the datasheet's peak; achievable: what real kernels "
+                "reach (the catalog); realized: achievable × PIF, averaged over the day's GPU-minutes. "
+                "Realized / achievable is the model's RFU.</p>"
             )
         if c.title == "Bottlenecked GPUs" and pb.height:
             parts.append("<p>Persistent bottlenecks (≥ 3 of the last 7 days):</p>")

@@ -229,7 +229,8 @@ def load_rules(path: str | None = None, overrides: dict[str, object] | None = No
 # Categorical columns are Enums: one byte a row instead of a string, and cheap to compare
 UTIL_SOURCES = ("gpu_util", "prof_gr_engine_active", "mig_instances")
 POWER_BASES = ("catalog", "power_limit")
-DIAGNOSIS_BASES = ("dcgm_profiling", "utilization", "none")
+# power: utilization and power; power_pcie: with PCIe counters too (no profiling fields)
+DIAGNOSIS_BASES = ("dcgm_profiling", "utilization", "power", "power_pcie", "none")
 PHASE_ENUM = pl.Enum(PHASES)
 CLASS_ENUM = pl.Enum(EFFICIENCY_CLASSES)
 DIAGNOSIS_ENUM = pl.Enum(DIAGNOSES)

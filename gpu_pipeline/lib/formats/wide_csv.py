@@ -50,7 +50,10 @@ def _csv_cells(line: str) -> list[str]:
     """One CSV line's cells, quotes honoured (a quoted cell may hold commas)."""
     if '"' not in line:
         return line.split(",")
-    return next(csv.reader([line], skipinitialspace=True), [])
+    try:
+        return next(csv.reader([line], skipinitialspace=True), [])
+    except csv.Error:  # a stray quote or a bare CR inside: the cells as written (the row's
+        return line.split(",")  # values then fail their own checks and are quarantined)
 
 
 def cell(i: int) -> pl.Expr:
