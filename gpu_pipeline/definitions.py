@@ -82,6 +82,7 @@ def build_definitions(pull: bool | None = None) -> dg.Definitions:
                 prices=settings.prices_path(),
                 catalog=settings.catalog_path(),
                 rules=settings.rules_path(),
+                energy=settings.energy_path(),
             ),
             **pull,
         },

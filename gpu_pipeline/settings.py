@@ -27,6 +27,11 @@ def catalog_path() -> str:
     return os.environ.get("GPU_PIPELINE_CATALOG", "")
 
 
+def energy_path() -> str:
+    """Electricity $/kWh and gCO2/kWh per cluster; empty: the shipped defaults."""
+    return os.environ.get("GPU_PIPELINE_ENERGY", "")
+
+
 def rules_path() -> str:
     """The TOML rules file (thresholds) in force; empty: the defaults of lib/rules.py."""
     return os.environ.get("GPU_PIPELINE_RULES", "")

@@ -467,3 +467,52 @@ def test_report_trend_and_capacity_by_hand(tmp_path):
     html = build_report(lake, d3).html
     assert "Fleet trend" in html and "Fleet capacity per model" in html
     assert "<td>3,958</td><td>1,292</td><td>484</td><td>37.5 %</td>" in html
+
+
+def test_energy_per_gpu_day_and_namespace_by_hand(tmp_path):
+    """kWh from mean power x minutes (idle kWh its own line), priced per cluster, with CO2."""
+    from gpu_pipeline.lib.metrics import gpu_daily, gpu_minutes
+    from gpu_pipeline.lib.reference import load_energy
+
+    # GPU-a (c1, ns a): 30 idle minutes at 100 W, 30 busy at 400 W; GPU-b (c2, ns b): 60 at 300 W
+    rows = [
+        ("GPU-a", "c1", "a", 5.0 if i < 30 else 90.0, 100.0 if i < 30 else 400.0) for i in range(60)
+    ]
+    rows += [("GPU-b", "c2", "b", 80.0, 300.0) for _ in range(60)]
+    samples = conform(
+        pl.DataFrame(
+            {
+                "date": [D] * 120,
+                "timestamp": [T0 + timedelta(minutes=i % 60) for i in range(120)],
+                "gpu_uuid": [r[0] for r in rows],
+                "cluster": [r[1] for r in rows],
+                "namespace": [r[2] for r in rows],
+                "gpu_model": [MODELS["A100"]] * 120,
+                "gpu_util_pct": [r[3] for r in rows],
+                "power_w": [r[4] for r in rows],
+            }
+        ),
+        GPU_SAMPLES_SCHEMA,
+    )
+    m = collect_stable(gpu_minutes(samples.lazy(), load_catalog(), load_prices()))
+    daily = {r["gpu_uuid"]: r for r in collect_stable(gpu_daily(m.lazy())).iter_rows(named=True)}
+    # (30 x 100 + 30 x 400) W-min / 60 = 250 Wh; idle 30 x 100 / 60 = 50 Wh; GPU-b 300 Wh
+    assert daily["GPU-a"]["energy_kwh"] == pytest.approx(0.25)
+    assert daily["GPU-a"]["idle_energy_kwh"] == pytest.approx(0.05)
+    assert daily["GPU-b"]["energy_kwh"] == pytest.approx(0.30)
+    assert daily["GPU-b"]["idle_energy_kwh"] == 0.0
+    rates = tmp_path / "energy.csv"
+    rates.write_text("cluster,usd_per_kwh,co2_g_per_kwh\nc2,0.30,100\n*,0.10,500\n")
+    ns = {
+        r["namespace"]: r
+        for r in collect_stable(namespace_efficiency(m.lazy(), load_energy(rates))).iter_rows(
+            named=True
+        )
+    }
+    # a: 0.25 kWh x $0.10 = $0.025, x 500 g = 0.125 kg; b: 0.3 kWh x $0.30 = $0.09, x 100 g = 0.03 kg
+    assert (ns["a"]["energy_kwh"], ns["a"]["idle_energy_kwh"]) == pytest.approx((0.25, 0.05))
+    assert (ns["a"]["energy_usd"], ns["a"]["co2_kg"]) == pytest.approx((0.025, 0.125))
+    assert (ns["b"]["energy_usd"], ns["b"]["co2_kg"]) == pytest.approx((0.09, 0.03))
+    rates.write_text("cluster,usd_per_kwh,co2_g_per_kwh\nc2,-1,100\n")
+    with pytest.raises(Exception, match="rates must be numbers >= 0"):
+        load_energy(rates)

@@ -142,11 +142,15 @@ def efficiency_roi(
 
 
 @dg.asset(**daily("namespace_efficiency", "marts", deps=["gpu_minutes"]))
-def namespace_efficiency(context: dg.AssetExecutionContext, lake: LakeResource):
-    """Day x namespace: utilization vs RFU, idle and bottleneck shares, dominant diagnosis, cost and waste."""
+def namespace_efficiency(
+    context: dg.AssetExecutionContext, lake: LakeResource, reference: ReferenceResource
+):
+    """Day x namespace: utilization vs RFU, idle and bottleneck shares, dominant diagnosis, cost,
+    waste, energy (kWh, idle kWh, $ and CO2 at the cluster's rates)."""
+    energy = reference.load_energy()
     yield from from_minutes(
         context,
         lake.lake(),
         "namespace_efficiency",
-        lambda m: collect_stable(roi.namespace_efficiency(m)),
+        lambda m: collect_stable(roi.namespace_efficiency(m, energy)),
     )

@@ -10,7 +10,7 @@ import polars as pl
 
 from gpu_pipeline.lib.lake import Lake
 from gpu_pipeline.lib.pull import PromServer
-from gpu_pipeline.lib.reference import load_catalog, load_prices
+from gpu_pipeline.lib.reference import load_catalog, load_energy, load_prices
 from gpu_pipeline.lib.rules import Rules, load_rules
 
 
@@ -63,7 +63,8 @@ class LandingResource(dg.ConfigurableResource):
 
 
 class ReferenceResource(dg.ConfigurableResource):
-    """GPU catalog, price book and rules (thresholds); empty paths mean the shipped defaults.
+    """GPU catalog, price book, rules (thresholds) and energy rates; empty paths mean the shipped
+    defaults.
 
     `rules`: a TOML rules file (GPU_PIPELINE_RULES); `rule_overrides`: `section.key` -> value
     from run config, over the file (e.g. {"health.hot_from_c": 85}).
@@ -73,6 +74,11 @@ class ReferenceResource(dg.ConfigurableResource):
     catalog: str = ""
     rules: str = ""
     rule_overrides: dict[str, float] = {}
+    energy: str = ""
+
+    def load_energy(self) -> pl.DataFrame:
+        """Electricity $/kWh and gCO2/kWh per cluster (GPU_PIPELINE_ENERGY)."""
+        return load_energy(self.energy or None)
 
     def load_rules(self) -> Rules:
         return load_rules(self.rules or None, dict(self.rule_overrides) or None)

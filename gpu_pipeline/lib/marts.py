@@ -87,6 +87,12 @@ def minute_runs(minutes: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
             (pl.col("gpu_util_pct") >= t.idle_below).sum().alias("_active"),
             pl.col("price_usd_per_hour").max(),
             pl.col("cost_usd").is_not_null().any().alias("_priced"),
+            # energy of the physical GPU (instance rows repeat its power): mean W x 1 min
+            (pl.col("power_w") / 60.0).filter(PHYSICAL).sum().alias("_energy_wh"),
+            (pl.col("power_w") / 60.0)
+            .filter(PHYSICAL & (pl.col("phase") == "idle"))
+            .sum()
+            .alias("_idle_energy_wh"),
             *[pl.col(c).sum() for c in MONEY],
         )
         .drop("_run")

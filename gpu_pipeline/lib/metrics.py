@@ -455,8 +455,16 @@ def gpu_daily_final(runs: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame
             *[pl.col(f"_n_{p}").sum().alias(f"{p}_minutes") for p in PHASES],
             *[pl.col(f"_c_{c}").sum().alias(f"class_{c}_minutes") for c in EFFICIENCY_CLASSES],
             pl.col(*[f"_{x}_{c}" for c in DAILY_MEANS for x in ("sum", "n")]).sum(),
+            pl.col("_energy_wh", "_idle_energy_wh").sum(),
         )
         .with_columns(
+            # the physical GPU's row carries the GPU's energy; a MIG instance's is its share of it
+            *[
+                pl.when(pl.col("gpu_instance_id").is_null())
+                .then(pl.col(f"_{c}_wh") / 1000.0)
+                .alias(f"{c}_kwh")
+                for c in ("energy", "idle_energy")
+            ],
             *[ratio(f"_sum_{c}", f"_n_{c}").alias(name) for c, name in DAILY_MEANS.items()],
             (
                 (pl.col("active_minutes") >= t.day_min_active_minutes)

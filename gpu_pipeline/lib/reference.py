@@ -15,6 +15,8 @@ import polars as pl
 REFERENCE_DIR = Path(__file__).resolve().parents[1] / "reference"
 DEFAULT_CATALOG = REFERENCE_DIR / "gpu_catalog.csv"
 DEFAULT_PRICES = REFERENCE_DIR / "prices.csv"
+DEFAULT_ENERGY = REFERENCE_DIR / "energy.csv"
+ENERGY_SCHEMA = {"cluster": pl.String, "usd_per_kwh": pl.Float64, "co2_g_per_kwh": pl.Float64}
 
 CATALOG_SCHEMA = {
     "gpu_model": pl.String,
@@ -94,3 +96,45 @@ def load_prices(path: str | os.PathLike | None = None) -> pl.DataFrame:
     """The price book: `path`, else GPU_PIPELINE_PRICES, else the shipped defaults."""
     path = path or os.environ.get("GPU_PIPELINE_PRICES") or DEFAULT_PRICES
     return _read(Path(path), PRICES_SCHEMA, "price book").sort("gpu_model")
+
+
+def load_energy(path: str | os.PathLike | None = None) -> pl.DataFrame:
+    """Electricity $/kWh and grid gCO2/kWh per cluster (`*`: every other cluster): `path`, else
+    GPU_PIPELINE_ENERGY, else the shipped defaults."""
+    path = Path(path or os.environ.get("GPU_PIPELINE_ENERGY") or DEFAULT_ENERGY)
+    if not path.is_file():
+        raise ReferenceError(f"energy rates file not found: {path}")
+    df = pl.read_csv(path, schema_overrides=ENERGY_SCHEMA, comment_prefix="#")
+    missing = [c for c in ENERGY_SCHEMA if c not in df.columns]
+    if missing:
+        raise ReferenceError(
+            f"energy rates {path} lack column(s) {missing}; expected {list(ENERGY_SCHEMA)}"
+        )
+    df = df.select(list(ENERGY_SCHEMA)).with_columns(pl.col("cluster").str.strip_chars())
+    bad = df.filter(
+        pl.col("usd_per_kwh").is_null()
+        | (pl.col("usd_per_kwh") < 0)
+        | pl.col("co2_g_per_kwh").is_null()
+        | (pl.col("co2_g_per_kwh") < 0)
+    )
+    if bad.height:
+        raise ReferenceError(f"energy rates {path}: rates must be numbers >= 0: {bad.rows()}")
+    if df["cluster"].is_duplicated().any():
+        raise ReferenceError(f"energy rates {path} list a cluster twice")
+    return df
+
+
+def energy_rates(energy: pl.DataFrame, cluster: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
+    """($/kWh, gCO2/kWh) of `cluster`: its own row, else the `*` row, else null."""
+    rates = {
+        r["cluster"]: (r["usd_per_kwh"], r["co2_g_per_kwh"]) for r in energy.iter_rows(named=True)
+    }
+    default = rates.get("*", (None, None))
+    keys = [k for k in rates if k != "*"]
+    usd = cluster.replace_strict(
+        keys, [rates[k][0] for k in keys], default=default[0], return_dtype=pl.Float64
+    )
+    co2 = cluster.replace_strict(
+        keys, [rates[k][1] for k in keys], default=default[1], return_dtype=pl.Float64
+    )
+    return usd, co2

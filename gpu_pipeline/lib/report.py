@@ -480,6 +480,15 @@ def build_report(
         ("cost", f"${cost:,.2f}"),
         ("waste", f"${waste:,.2f}"),
     ]
+    if nse is not None and nse.height and "energy_kwh" in nse.columns:
+        e = nse.select(pl.col("energy_kwh", "idle_energy_kwh", "energy_usd", "co2_kg").sum()).row(
+            0, named=True
+        )
+        kpis += [
+            ("energy", f"{e['energy_kwh']:,.1f} kWh (${e['energy_usd']:,.2f})"),
+            ("idle energy", f"{e['idle_energy_kwh']:,.1f} kWh"),
+            ("CO₂", f"{e['co2_kg']:,.1f} kg"),
+        ]
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'><title>GPU efficiency report {day}</title>"
         f"<style>{CSS}</style></head><body><h1>GPU efficiency report — {day}</h1>",
@@ -611,6 +620,10 @@ def build_report(
                     "dominant_diagnosis",
                     "cost_usd",
                     "waste_usd",
+                    "energy_kwh",
+                    "idle_energy_kwh",
+                    "energy_usd",
+                    "co2_kg",
                 ],
                 {
                     c: pct
@@ -620,9 +633,16 @@ def build_report(
                         "avg_rfu_pct",
                         "pct_idle",
                         "pct_active_bottlenecked",
+                        "energy_kwh",
+                        "idle_energy_kwh",
+                        "co2_kg",
                     )
                 }
-                | {"cost_usd": lambda v: f"${v:,.2f}", "waste_usd": lambda v: f"${v:,.2f}"},
+                | {
+                    "cost_usd": lambda v: f"${v:,.2f}",
+                    "waste_usd": lambda v: f"${v:,.2f}",
+                    "energy_usd": lambda v: f"${v:,.2f}",
+                },
             )
         )
     if health is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from gpu_pipeline.lib.marts import allocated_minutes, weighted_mean, weighted_share
+from gpu_pipeline.lib.reference import energy_rates, load_energy
 from gpu_pipeline.lib.rules import ROI_TARGET_RFU_PCT
 from gpu_pipeline.lib.samples import conform_lazy
 from gpu_pipeline.lib.schemas import EFFICIENCY_ROI_SCHEMA, NAMESPACE_EFFICIENCY_SCHEMA
@@ -62,13 +63,17 @@ def efficiency_roi(
     return conform_lazy(out, EFFICIENCY_ROI_SCHEMA).sort("scope", "gpu_model", nulls_last=False)
 
 
-def namespace_efficiency(minutes: pl.LazyFrame) -> pl.LazyFrame:
+def namespace_efficiency(minutes: pl.LazyFrame, energy: pl.DataFrame | None = None) -> pl.LazyFrame:
     """Per namespace and day: utilization vs RFU, phase and bottleneck mix, the dominant diagnosis, money.
 
     Minutes are weighted by their GPU share (a MIG instance by its slices), so GPU-hours and
     means count a physical GPU once however it is split among namespaces.
     """
     active = pl.col("gpu_util_pct") >= 10
+    usd_per_kwh, co2_per_kwh = energy_rates(
+        load_energy() if energy is None else energy, pl.col("cluster")
+    )
+    kwh = pl.col("power_w") * pl.col("_w") / 60.0 / 1000.0  # a MIG instance: its share
     out = (
         allocated_minutes(minutes)
         .group_by("date", "namespace")
@@ -87,6 +92,10 @@ def namespace_efficiency(minutes: pl.LazyFrame) -> pl.LazyFrame:
             (pl.col("idle_waste_usd") + pl.col("stall_waste_usd") + pl.col("headroom_waste_usd"))
             .sum()
             .alias("waste_usd"),
+            kwh.sum().alias("energy_kwh"),
+            kwh.filter(pl.col("phase") == "idle").sum().alias("idle_energy_kwh"),
+            (kwh * usd_per_kwh).sum().alias("energy_usd"),
+            (kwh * co2_per_kwh / 1000.0).sum().alias("co2_kg"),
         )
         .with_columns((pl.col("waste_usd") / pl.col("cost_usd")).alias("waste_frac"))
     )

@@ -126,6 +126,9 @@ GPU_DAILY_SCHEMA: dict[str, pl.DataType] = {
     "avg_pif": pl.Float64,
     "avg_rfu_pct": pl.Float64,
     "bottlenecked_day": pl.Boolean,
+    # mean power x minutes of the physical GPU (null on MIG instance rows); idle: idle minutes
+    "energy_kwh": pl.Float64,
+    "idle_energy_kwh": pl.Float64,
 }
 
 HOURLY_FLEET_METRICS_SCHEMA: dict[str, pl.DataType] = {
@@ -245,6 +248,11 @@ NAMESPACE_EFFICIENCY_SCHEMA: dict[str, pl.DataType] = {
     "cost_usd": pl.Float64,
     "waste_usd": pl.Float64,
     "waste_frac": pl.Float64,
+    # energy allocated like cost (a MIG instance: its slices' share), priced per cluster
+    "energy_kwh": pl.Float64,
+    "idle_energy_kwh": pl.Float64,
+    "energy_usd": pl.Float64,
+    "co2_kg": pl.Float64,
 }
 
 ACTION = pl.Struct(
