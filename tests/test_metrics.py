@@ -239,3 +239,54 @@ def test_bottlenecked_day_rule(active, bottlenecked, expected):
     assert d["minutes"] == active + 30
     assert d["idle_minutes"] == 30 and d["class_idle_minutes"] == 30
     assert d["bottlenecked_day"] is expected
+
+
+def test_a_10hz_sawtooth_is_half_idle_and_half_compute_bound():
+    """10 Hz NVML samples bouncing 100 % <-> 0 % every 5 s: the minute's phase (minute mean 50 %)
+    stays underutilized, its sub-minute shares say half idle, half compute-bound, and the hourly
+    shares and the idle dollars follow the shares."""
+    from datetime import UTC, date, datetime, timedelta
+
+    from gpu_pipeline.lib.marts import hourly_fleet_metrics, priced_waste
+    from gpu_pipeline.lib.metrics import gpu_minutes
+    from gpu_pipeline.lib.reference import load_catalog, load_prices
+    from gpu_pipeline.lib.samples import collect_stable, conform
+    from gpu_pipeline.lib.schemas import GPU_SAMPLES_SCHEMA
+
+    t0 = datetime(2024, 3, 1, 10, tzinfo=UTC)
+    n = 2 * 600  # two minutes at 10 Hz
+    busy = [(i // 50) % 2 == 0 for i in range(n)]  # 5 s busy, 5 s idle
+    samples = conform(
+        pl.DataFrame(
+            {
+                "date": [date(2024, 3, 1)] * n,
+                "timestamp": [t0 + timedelta(milliseconds=100 * i) for i in range(n)],
+                "gpu_uuid": ["GPU-saw"] * n,
+                "cluster": ["c1"] * n,
+                "namespace": ["ns"] * n,
+                "gpu_model": ["NVIDIA A100-SXM4-40GB"] * n,
+                "gpu_util_pct": [100.0 if b else 0.0 for b in busy],
+                "power_w": [400.0 if b else 50.0 for b in busy],
+            }
+        ),
+        GPU_SAMPLES_SCHEMA,
+    )
+    prices = load_prices()
+    m = collect_stable(gpu_minutes(samples.lazy(), load_catalog(), prices))
+    assert m.height == 2 and set(m["phase"]) == {"underutilized"}  # the minute mean is 50 %
+    assert m["phase_share_idle"].to_list() == [0.5, 0.5]
+    assert m["phase_share_compute_bound"].to_list() == [0.5, 0.5]
+    assert (m.select(pl.sum_horizontal(pl.col("^phase_share_.*$")))).to_series().to_list() == [
+        1.0,
+        1.0,
+    ]
+    h = collect_stable(hourly_fleet_metrics(m.lazy())).row(0, named=True)
+    assert (h["pct_idle"], h["pct_underutilized"], h["pct_compute_bound"]) == (50.0, 0.0, 50.0)
+    price = prices.filter(pl.col("gpu_model") == "A100-SXM4-40GB")["on_demand_usd_per_hour"].item()
+    cost = 2 * price / 60
+    w = collect_stable(priced_waste(m.lazy())).row(0, named=True)
+    # PIF = mean power 225 W / 400 W = 0.5625 > the busy half: productive is capped at 0.5
+    assert w["idle_waste_usd"] == pytest.approx(cost / 2)
+    assert w["productive_usd"] == pytest.approx(cost / 2)
+    assert w["stall_waste_usd"] == 0.0 and w["headroom_waste_usd"] == pytest.approx(0.0, abs=1e-12)
+    assert w["cost_usd"] == pytest.approx(cost)

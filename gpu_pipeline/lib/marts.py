@@ -59,6 +59,15 @@ MONEY = (
 )
 
 
+def phase_share(minutes: pl.LazyFrame, p: str) -> pl.Expr:
+    """The minute's share of phase `p`: its sub-minute share where the minutes carry one, else
+    1 or 0 by the minute's own phase."""
+    own = (pl.col("phase") == p).cast(pl.Float64)
+    if f"phase_share_{p}" in minutes.collect_schema().names():
+        return pl.coalesce(pl.col(f"phase_share_{p}"), own)
+    return own
+
+
 def minute_runs(minutes: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
     """Runs of minutes (one GPU, one hour, the same attributes): minutes, sums and non-null
     counts of the averaged metrics, phase/class/active counts, money, highest price.
@@ -68,6 +77,10 @@ def minute_runs(minutes: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
     """
     hour = pl.col("minute").dt.truncate("1h")
     keys = [pl.col(c) for c in RUN_KEYS] + [hour]
+
+    def share(p: str) -> pl.Expr:
+        return phase_share(minutes, p)
+
     starts = pl.any_horizontal([k.ne_missing(k.shift()) for k in keys])
     return (
         minute_costs(minutes)
@@ -83,6 +96,8 @@ def minute_runs(minutes: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
             *[pl.col(c).count().alias(f"_n_{c}") for c in HOURLY_MEANS],
             *[(pl.col("phase") == p).sum().alias(f"_n_{p}") for p in PHASES],
             pl.col("phase").count().alias("_n_phase"),
+            # sub-minute phase shares summed: the hourly phase shares
+            *[share(p).sum().alias(f"_sh_{p}") for p in PHASES],
             *[(pl.col("efficiency_class") == c).sum().alias(f"_c_{c}") for c in EFFICIENCY_CLASSES],
             (pl.col("gpu_util_pct") >= t.idle_below).sum().alias("_active"),
             pl.col("price_usd_per_hour").max(),
@@ -112,11 +127,12 @@ def hourly_final(runs: pl.LazyFrame) -> pl.LazyFrame:
         .agg(
             pl.col("gpu_uuid").n_unique().alias("gpus"),
             pl.col("_minutes").sum().alias("gpu_minutes"),
-            pl.col(*sums, *[f"_n_{p}" for p in PHASES], "_n_phase").sum(),
+            pl.col(*sums, *[f"_sh_{p}" for p in PHASES], "_n_phase").sum(),
         )
         .with_columns(
             *[ratio(f"_sum_{c}", f"_n_{c}").alias(name) for c, name in HOURLY_MEANS.items()],
-            *[ratio(f"_n_{p}", "_n_phase", 100.0).alias(f"pct_{p}") for p in PHASES],
+            # the minutes' sub-minute phase shares (each minute's sum to 1)
+            *[ratio(f"_sh_{p}", "_n_phase", 100.0).alias(f"pct_{p}") for p in PHASES],
         )
     )
     return conform_lazy(h, HOURLY_FLEET_METRICS_SCHEMA).sort(
@@ -180,19 +196,28 @@ def minute_costs(minutes: pl.LazyFrame) -> pl.LazyFrame:
     slices of a MIG GPU (its physical row) are idle waste of the GPU's owner.
     """
     cost = pl.col("price_usd_per_hour") * pl.col("gpu_share").fill_null(1.0) / 60.0
-    idle = (pl.col("phase") == "idle") | mig_unallocated()
+    # the idle share of the minute: its idle samples (sub-minute phase shares), all of it for the
+    # free slices of a MIG GPU; 0 or 1 when the minute's samples share one phase
+    idle_share = phase_share(minutes, "idle")
+    idle_share = pl.when(mig_unallocated()).then(1.0).otherwise(idle_share).fill_null(0.0)
     measured = pl.col("gpu_util_pct").is_not_null() & pl.col("rfu_pct").is_not_null()
     rfu = pl.col("rfu_pct") / 100.0
     stall = pl.max_horizontal(pl.col("gpu_util_pct") - pl.col("rfu_pct"), pl.lit(0.0)) / 100.0
-    split = ~idle.fill_null(False) & measured
+    busy = 1.0 - idle_share  # what is not idle: productive (RFU) first, then stall, then headroom
+    productive = pl.min_horizontal(rfu, busy)
+    stalled = pl.min_horizontal(stall, busy - productive)
+    split = (idle_share < 1.0) & measured
     return minutes.with_columns(
         cost.alias("cost_usd"),
-        pl.when(split).then(cost * rfu).otherwise(0.0).alias("productive_usd"),
-        pl.when(idle.fill_null(False)).then(cost).otherwise(0.0).alias("idle_waste_usd"),
-        pl.when(split).then(cost * stall).otherwise(0.0).alias("stall_waste_usd"),
-        pl.when(split).then(cost * (1.0 - rfu - stall)).otherwise(0.0).alias("headroom_waste_usd"),
-        pl.when(~idle.fill_null(False) & ~measured)
-        .then(cost)
+        pl.when(split).then(cost * productive).otherwise(0.0).alias("productive_usd"),
+        (cost * idle_share).fill_null(0.0).alias("idle_waste_usd"),
+        pl.when(split).then(cost * stalled).otherwise(0.0).alias("stall_waste_usd"),
+        pl.when(split)
+        .then(cost * (busy - productive - stalled))
+        .otherwise(0.0)
+        .alias("headroom_waste_usd"),
+        pl.when((idle_share < 1.0) & ~measured)
+        .then(cost * busy)
         .otherwise(0.0)
         .alias("unmeasured_usd"),
     )

@@ -13,6 +13,7 @@ from gpu_pipeline.lib.rules import (
     DIAGNOSIS_BASIS_ENUM,
     DIAGNOSIS_ENUM,
     EFFICIENCY_CLASSES,
+    MEASURED_PHASES,
     PHASE_ENUM,
     PHASES,
     POWER_BASIS_ENUM,
@@ -256,9 +257,11 @@ _ATTRS = ("hostname", "cluster", "namespace", "pod", "gpu_model", "gpu_instance_
 _MODEL_COLUMNS = ("_cat_power", "achievable_tflops", "_mig_slices", "_price", "_model_note")
 
 
-def to_minutes(samples: pl.LazyFrame) -> pl.LazyFrame:
+def to_minutes(samples: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
     """Samples in SAMPLE_ORDER -> one row per GPU (and MIG instance) per minute, in that order:
-    means, maxima, last attributes."""
+    means, maxima, last attributes, and how many of the minute's utilization samples fell in
+    each phase (`_s_<phase>`, `_s_n`: the sub-minute phase shares)."""
+    sample_phase = phase_expr(pl.col("gpu_util_pct"), t)
     return (
         samples.with_columns(pl.col("timestamp").dt.truncate("1m").alias("minute"))
         .group_by(*GPU_KEY, "minute", maintain_order=True)
@@ -266,6 +269,8 @@ def to_minutes(samples: pl.LazyFrame) -> pl.LazyFrame:
             pl.col("date").first(),
             *[pl.col(c).drop_nulls().last() for c in _ATTRS],
             pl.len().alias("samples"),
+            *[(sample_phase == p).sum().alias(f"_s_{p}") for p in MEASURED_PHASES],
+            pl.col("gpu_util_pct").count().alias("_s_n"),
             *[pl.col(c).mean() for c in _MEAN_FIELDS],
             pl.col("prof_gr_engine_active").mean().alias("_gr"),
             pl.col("gpu_temp_c").max(),
@@ -289,6 +294,9 @@ def rows_as_minutes(samples: pl.LazyFrame) -> pl.LazyFrame:
         pl.col("timestamp").dt.truncate("1m").alias("minute"),
         *[col(c) for c in _ATTRS],
         pl.lit(1, pl.UInt32).alias("samples"),
+        # one sample a minute: its phase is the minute's (no sub-minute shares to count)
+        *[pl.lit(None, pl.UInt32).alias(f"_s_{p}") for p in MEASURED_PHASES],
+        pl.lit(None, pl.UInt32).alias("_s_n"),
         *[col(c) for c in _MEAN_FIELDS],
         col("prof_gr_engine_active").alias("_gr"),
         col("gpu_temp_c"),
@@ -342,7 +350,7 @@ def gpu_minutes(
     """
     if not presorted:
         samples = samples.sort(*SAMPLE_ORDER, nulls_last=False)
-    per_minute = rows_as_minutes(samples) if already_minutes else to_minutes(samples)
+    per_minute = rows_as_minutes(samples) if already_minutes else to_minutes(samples, t)
     # everything that depends on the model alone is worked out once per distinct model name
     models = (
         per_minute.select("gpu_model")
@@ -428,7 +436,29 @@ def gpu_minutes(
             .alias("note"),
         )
     )
-    return conform_lazy(m, GPU_MINUTES_SCHEMA)
+    return conform_lazy(m.with_columns(*phase_shares()), GPU_MINUTES_SCHEMA)
+
+
+def phase_shares() -> list[pl.Expr]:
+    """The minute's sub-minute phase shares (summing to 1): the shares of its utilization samples
+    in each phase where it was built from several samples that carry utilization as read
+    (`util_source = gpu_util`); otherwise 1 for the minute's own phase. A 10 Hz stream bouncing
+    100 % <-> 0 % is then half idle and half compute-bound, though its minute mean (50 %) makes
+    the minute's `phase` underutilized."""
+    have = pl.col("_s_n").fill_null(0) > 1
+    from_samples = have & (pl.col("util_source") == "gpu_util")
+    return [
+        pl.when(from_samples)
+        .then(pl.col(f"_s_{p}") / pl.col("_s_n"))
+        .otherwise((pl.col("phase") == p).cast(pl.Float64))
+        .alias(f"phase_share_{p}")
+        for p in MEASURED_PHASES
+    ] + [
+        pl.when(from_samples)
+        .then(0.0)
+        .otherwise((pl.col("phase") == "unknown").cast(pl.Float64))
+        .alias("phase_share_unknown")
+    ]
 
 
 def gpu_daily(minutes: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:

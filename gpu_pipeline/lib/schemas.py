@@ -96,6 +96,9 @@ GPU_MINUTES_SCHEMA: dict[str, pl.DataType] = {
     "diagnosis": DIAGNOSIS_ENUM,
     "diagnosis_basis": DIAGNOSIS_BASIS_ENUM,
     "price_usd_per_hour": pl.Float64,
+    # shares of the minute's utilization samples in each phase (sum to 1; the minute's own phase
+    # when it has one sample, or its utilization does not come from samples of GPU_UTIL)
+    **{f"phase_share_{p}": pl.Float64 for p in PHASES},
     # share of the physical GPU the row stands for in GPU-hours and cost (1; MIG: slices)
     "gpu_share": pl.Float64,
     "gpu_temp_c": pl.Float64,
