@@ -55,6 +55,14 @@ def init_instance() -> Path:
 def cmd_generate(a: argparse.Namespace) -> int:
     from gpu_pipeline.lib.generate import generate
 
+    for flag, value, low, high in (
+        ("--gpus", a.gpus, 1, 1_000_000),
+        ("--clusters", a.clusters, 1, 3),
+        ("--days", a.days, 1, 3660),
+    ):
+        if not low <= value <= high:
+            _say(f"error: {flag} must be between {low:,} and {high:,}, not {value}")
+            return 2
     out = Path(a.out or settings.raw_root())
     t = time.perf_counter()
     files = generate(
@@ -494,12 +502,18 @@ def parser() -> argparse.ArgumentParser:
     g = sub.add_parser(
         "generate", help="write a synthetic fleet's dcgm-exporter scrapes into the landing zone"
     )
-    g.add_argument("--start", type=_day, default=start)
-    g.add_argument("--days", type=int, default=7)
-    g.add_argument("--gpus", type=int, default=50)
-    g.add_argument("--clusters", type=int, default=3)
-    g.add_argument("--seed", type=int, default=42)
-    g.add_argument("--format", default="prom", choices=["prom", "prom.gz", "prom-json", "smi-csv"])
+    g.add_argument("--start", type=_day, default=start, help="first UTC day (default %(default)s)")
+    g.add_argument("--days", type=int, default=7, help="days to write (default %(default)s)")
+    g.add_argument("--gpus", type=int, default=50, help="GPUs in the fleet (default %(default)s)")
+    g.add_argument("--clusters", type=int, default=3, help="clusters, 1 to 3 (default %(default)s)")
+    g.add_argument("--seed", type=int, default=42, help="random seed (default %(default)s)")
+    g.add_argument(
+        "--format",
+        default="prom",
+        choices=["prom", "prom.gz", "prom-json", "smi-csv"],
+        help="dcgm-exporter scrapes, gzipped, Prometheus query_range JSON or nvidia-smi CSV "
+        "(default %(default)s)",
+    )
     g.add_argument("--out", help="landing folder (default GPU_PIPELINE_RAW or data/raw)")
     g.set_defaults(fn=cmd_generate)
 

@@ -127,6 +127,14 @@ def test_bad_requests_fail_with_one_clear_line(run):
         check=False,
     )
     assert p.returncode == 2 and "price book not found" in p.stdout
+    for flag, value, message in (
+        ("--gpus", "0", "error: --gpus must be between 1 and 1,000,000, not 0"),
+        ("--clusters", "5", "error: --clusters must be between 1 and 3, not 5"),
+        ("--days", "0", "error: --days must be between 1 and 3,660, not 0"),
+    ):
+        p = cli("generate", flag, value, "--out", str(tmp / "g"), env=env, check=False)
+        assert p.returncode == 2 and p.stdout.strip() == message and not p.stderr, (flag, p)
+    assert not (tmp / "g").exists()
 
 
 def test_days_before_the_configured_start_are_accepted(tmp_path):
