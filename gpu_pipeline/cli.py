@@ -223,17 +223,44 @@ def cmd_materialize(a: argparse.Namespace) -> int:
     _say(f"done in {time.perf_counter() - t0:.1f}s; lake {settings.lake_root()}, views {db}")
     if a.summary:
         _print_summary(a.start, end)
+        me, queries = _cli_command(), _queries_dir()
+        # the hints query the lake this run wrote
+        lake_opt = f" --lake {settings.lake_root()}" if a.lake else ""
         _say(
             "\nLook further:\n"
-            "  gpu-pipeline sql -f sql/queries/top_wasted_namespaces.sql\n"
-            "  gpu-pipeline sql -f sql/queries/persistent_offenders.sql\n"
-            "  gpu-pipeline sql -f sql/queries/fleet_trend.sql\n"
-            '  gpu-pipeline sql "SELECT * FROM fleet_daily ORDER BY date"\n'
+            f"  {me} sql{lake_opt} -f {queries}/top_wasted_namespaces.sql\n"
+            f"  {me} sql{lake_opt} -f {queries}/persistent_offenders.sql\n"
+            f"  {me} sql{lake_opt} -f {queries}/fleet_trend.sql\n"
+            f'  {me} sql{lake_opt} "SELECT * FROM fleet_daily ORDER BY date"\n'
             f"  report for {end}: {settings.reports_dir() / f'gpu_report_{end.isoformat()}.html'}\n"
             f"  duckdb -readonly {db}        (any DuckDB client; views only)\n"
             "  make dev                      (Dagster UI: runs, partitions, backfills)"
         )
     return 0
+
+
+def _cli_command() -> str:
+    """How this user can call the CLI again: its name when it is on PATH, else the path they ran
+    (`.venv/bin/gpu-pipeline` after `make demo` without an activated venv)."""
+    ran = Path(sys.argv[0])
+    if ran.name == "gpu-pipeline":
+        found = shutil.which("gpu-pipeline")
+        if found and Path(found).resolve() == ran.resolve():
+            return "gpu-pipeline"
+        try:
+            return str(ran.resolve().relative_to(Path.cwd()))
+        except ValueError:
+            return str(ran.resolve())
+    return f"{sys.executable} -m gpu_pipeline.cli"
+
+
+def _queries_dir() -> str:
+    """The example queries, as a path that works from here."""
+    repo = Path(__file__).resolve().parents[1] / "sql" / "queries"
+    try:
+        return str(repo.relative_to(Path.cwd()))
+    except ValueError:
+        return str(repo)
 
 
 HOST_TAG, PID_TAG = "gpu_pipeline/host", "gpu_pipeline/pid"

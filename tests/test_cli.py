@@ -2,6 +2,7 @@
 
 import json
 import os
+import subprocess
 
 import dagster as dg
 import pytest
@@ -55,6 +56,18 @@ def test_materialize_reports_progress_and_summary(run):
     assert "2024-01-01..2024-01-02  ok  run" in stdout  # the range in one run
     assert "GPUs: 4" in stdout and "GPU-hours: 192.0" in stdout
     assert "Most wasteful namespace / model" in stdout
+
+
+def test_the_closing_hints_work_as_printed(run):
+    """Each `sql` hint after the summary runs as printed, on the lake the run wrote."""
+    import shlex
+
+    tmp, env, stdout = run
+    hints = [ln.strip() for ln in stdout.splitlines() if " sql " in ln and "-readonly" not in ln]
+    assert len(hints) == 4 and all(f"--lake {tmp / 'lake'}" in h for h in hints)
+    for h in hints:
+        p = subprocess.run(shlex.split(h), env=env, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0 and p.stdout.strip(), (h, p.stdout, p.stderr)
 
 
 def test_runs_are_recorded_in_the_persistent_instance(run):
