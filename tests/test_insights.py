@@ -516,3 +516,45 @@ def test_energy_per_gpu_day_and_namespace_by_hand(tmp_path):
     rates.write_text("cluster,usd_per_kwh,co2_g_per_kwh\nc2,-1,100\n")
     with pytest.raises(Exception, match="rates must be numbers >= 0"):
         load_energy(rates)
+
+
+def test_what_to_do_first_ranks_actions_by_dollars_a_month():
+    from gpu_pipeline.lib.report import top_actions
+    from gpu_pipeline.lib.schemas import TABLES
+
+    def act(action, group, f):
+        return {"action": action, "group": group, "fraction": f, "rationale": f"why {action}"}
+
+    rec = conform(
+        pl.DataFrame(
+            [
+                {
+                    "namespace": "a",
+                    "monthly_cost_usd": 3000.0,
+                    "measured_waste_frac": 0.5,
+                    "action_details": [
+                        act("DALI", "idle_wallclock", 0.3),
+                        act("MPS", "idle_wallclock", 0.6),  # capped by the 50 % measured
+                        act("spot", "rate", 0.6),  # a rate saving: not capped by waste
+                    ],
+                },
+                {
+                    "namespace": "b",
+                    "monthly_cost_usd": 1000.0,
+                    "measured_waste_frac": 0.9,
+                    "action_details": [act("AMP", "precision", 0.2), act("FP8", "precision", 0.4)],
+                },
+            ],
+            schema_overrides={"action_details": TABLES["recommendations"]["action_details"]},
+        ),
+        TABLES["recommendations"],
+    )
+    top = top_actions(rec)
+    # a: spot 0.6 x 3000 = 1800; MPS min(0.6, 0.5) x 3000 = 1500; DALI 0.3 x 3000 = 900;
+    # b: FP8 0.4 x 1000 = 400 is fourth
+    assert top.select("namespace", "action", "monthly_usd").rows() == [
+        ("a", "spot", 1800.0),
+        ("a", "MPS", 1500.0),
+        ("a", "DALI", 900.0),
+    ]
+    assert top["rationale"].to_list()[0] == "why spot"

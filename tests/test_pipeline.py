@@ -117,6 +117,9 @@ def test_recommendations_and_report_for_planted_namespaces(planted):
         "http-equiv", ""
     )
     assert "Bottlenecked today" in html and "<b>starved</b>" in html
+    # the report opens with what to do first: the top actions by dollars a month
+    first = html[html.index("What to do first") : html.index("</ol>")]
+    assert first.count("<li>") == 3 and "a month" in first
     health = lake.read("gpu_health", START)
     assert health.height == 4 and set(health["status"]) == {"ok"}
 

@@ -348,6 +348,34 @@ def _trend(t: pl.DataFrame) -> Chart:
     )
 
 
+def top_actions(rec: pl.DataFrame, n: int = 3) -> pl.DataFrame:
+    """The `n` actions worth the most dollars a month across the fleet: each action's fraction of
+    its namespace's monthly run rate, capped by the waste measured there (spot, a rate saving, by
+    its own fraction); one line per namespace and action, with its evidence."""
+    if rec.height == 0:
+        return pl.DataFrame()
+    d = (
+        rec.select("namespace", "monthly_cost_usd", "measured_waste_frac", "action_details")
+        .explode("action_details")
+        .drop_nulls("action_details")
+        .unnest("action_details")
+    )
+    if d.height == 0:
+        return pl.DataFrame()
+    frac = (
+        pl.when(pl.col("group") == "rate")
+        .then(pl.col("fraction"))
+        .otherwise(pl.min_horizontal("fraction", "measured_waste_frac"))
+    )
+    return (
+        d.with_columns((frac * pl.col("monthly_cost_usd")).alias("monthly_usd"))
+        .filter(pl.col("monthly_usd") > 0)
+        .sort(["monthly_usd", "namespace", "action"], descending=[True, False, False])
+        .head(n)
+        .select("namespace", "action", "monthly_usd", "rationale")
+    )
+
+
 def fleet_capacity(m: pl.DataFrame, catalog: pl.DataFrame) -> pl.DataFrame:
     """Per model (physical GPUs): what the fleet could do on paper (theoretical FP16 TFLOPS), what
     it can achieve (the catalog's achievable TFLOPS), and what it realized on average over the
@@ -496,6 +524,19 @@ def build_report(
         + "".join(f"<div class='kpi'>{n}<b>{v}</b></div>" for n, v in kpis)
         + "</div>",
     ]
+    first = top_actions(rec) if rec is not None else pl.DataFrame()
+    if first.height:
+        items = "".join(
+            f"<li><b>{html.escape(str(r['action']))}</b> for <b>{html.escape(str(r['namespace']))}</b>"
+            f": about ${r['monthly_usd']:,.0f} a month — {html.escape(str(r['rationale']))}</li>"
+            for r in first.iter_rows(named=True)
+        )
+        parts.append(
+            f"<h2>What to do first</h2><ol class='first'>{items}</ol><p class='note'>Ranked by "
+            "dollars a month: the action's share of its namespace's monthly run rate, capped by the "
+            "waste measured there (spot: its rate saving). Actions of one namespace and group "
+            "recover the same waste; the Recommendations table below combines them.</p>"
+        )
     if bn.height:
         names = ", ".join(
             f"<b>{html.escape(str(r['namespace']))}</b> ({r['gpus']} GPUs)"
@@ -512,6 +553,7 @@ def build_report(
         if c.caption:
             parts.append(f"<p class='note'>{html.escape(c.caption)}</p>")
         if c.title == "Recommendations" and rec is not None:
+            rec = rec.sort(["monthly_savings_usd", "namespace"], descending=[True, False])
             details = rec.explode("action_details").unnest("action_details").drop_nulls("action")
             parts.append(
                 _table(
