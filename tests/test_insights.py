@@ -557,4 +557,17 @@ def test_what_to_do_first_ranks_actions_by_dollars_a_month():
         ("a", "MPS", 1500.0),
         ("a", "DALI", 900.0),
     ]
+    # three different actions: spot again elsewhere (b, 0.9 x 1000 = 900) does not take a line
+    more = pl.concat(
+        [
+            rec,
+            rec.filter(pl.col("namespace") == "b").with_columns(
+                pl.lit("c").alias("namespace"),
+                pl.lit([act("spot", "rate", 0.9)])
+                .cast(TABLES["recommendations"]["action_details"])
+                .alias("action_details"),
+            ),
+        ]
+    )
+    assert top_actions(more)["action"].to_list() == ["spot", "MPS", "DALI"]
     assert top["rationale"].to_list()[0] == "why spot"

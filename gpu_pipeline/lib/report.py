@@ -349,9 +349,9 @@ def _trend(t: pl.DataFrame) -> Chart:
 
 
 def top_actions(rec: pl.DataFrame, n: int = 3) -> pl.DataFrame:
-    """The `n` actions worth the most dollars a month across the fleet: each action's fraction of
-    its namespace's monthly run rate, capped by the waste measured there (spot, a rate saving, by
-    its own fraction); one line per namespace and action, with its evidence."""
+    """The `n` different actions worth the most dollars a month across the fleet, each where it is
+    worth the most: its fraction of the namespace's monthly run rate, capped by the waste measured
+    there (spot, a rate saving, by its own fraction), with the evidence."""
     if rec.height == 0:
         return pl.DataFrame()
     d = (
@@ -371,6 +371,9 @@ def top_actions(rec: pl.DataFrame, n: int = 3) -> pl.DataFrame:
         d.with_columns((frac * pl.col("monthly_cost_usd")).alias("monthly_usd"))
         .filter(pl.col("monthly_usd") > 0)
         .sort(["monthly_usd", "namespace", "action"], descending=[True, False, False])
+        # three different actions: each where it is worth the most (the same action elsewhere
+        # is in the Recommendations table)
+        .unique("action", keep="first", maintain_order=True)
         .head(n)
         .select("namespace", "action", "monthly_usd", "rationale")
     )
@@ -532,10 +535,11 @@ def build_report(
             for r in first.iter_rows(named=True)
         )
         parts.append(
-            f"<h2>What to do first</h2><ol class='first'>{items}</ol><p class='note'>Ranked by "
-            "dollars a month: the action's share of its namespace's monthly run rate, capped by the "
-            "waste measured there (spot: its rate saving). Actions of one namespace and group "
-            "recover the same waste; the Recommendations table below combines them.</p>"
+            f"<h2>What to do first</h2><ol class='first'>{items}</ol><p class='note'>Three "
+            "different actions, each where it is worth the most, ranked by dollars a month: the "
+            "action's share of its namespace's monthly run rate, capped by the waste measured there "
+            "(spot: its rate saving). Actions of one namespace and group recover the same waste; the "
+            "Recommendations table below combines them.</p>"
         )
     if bn.height:
         names = ", ".join(
