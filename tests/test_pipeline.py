@@ -120,6 +120,11 @@ def test_recommendations_and_report_for_planted_namespaces(planted):
     # the report opens with what to do first: the top actions by dollars a month
     first = html[html.index("What to do first") : html.index("</ol>")]
     assert first.count("<li>") == 3 and "a month" in first
+    # tables speak to people: no column names with underscores in their headers
+    import re
+
+    headers = re.findall(r"<th>([^<]*)</th>", html)
+    assert headers and not [h for h in headers if "_" in h], headers
     health = lake.read("gpu_health", START)
     assert health.height == 4 and set(health["status"]) == {"ok"}
 

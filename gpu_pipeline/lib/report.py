@@ -412,9 +412,48 @@ def fleet_capacity(m: pl.DataFrame, catalog: pl.DataFrame) -> pl.DataFrame:
     return g
 
 
+# table headers for people, not column names
+LABELS = {
+    "gpu_uuid": "GPU",
+    "hostname": "host",
+    "gpu_model": "model",
+    "gpus": "GPUs",
+    "gpu_hours": "GPU-hours",
+    "gpu_minutes": "GPU-minutes",
+    "days_bottlenecked": "days bottlenecked",
+    "bottleneck_share": "share bottlenecked",
+    "measured_waste_frac": "measured waste",
+    "naive_sum_frac": "naive sum",
+    "utilization_savings_frac": "utilization savings",
+    "rate_savings_frac": "spot (rate) savings",
+    "total_savings_frac": "total savings",
+    "monthly_savings_usd": "savings $/month",
+    "avg_gpu_util_pct": "utilization %",
+    "avg_rfu_pct": "RFU %",
+    "util": "utilization %",
+    "rfu": "RFU %",
+    "pct_idle": "idle %",
+    "pct_active_bottlenecked": "active minutes bottlenecked %",
+    "dominant_diagnosis": "main diagnosis",
+    "cost_usd": "cost",
+    "waste_usd": "waste",
+    "energy_kwh": "energy kWh",
+    "idle_energy_kwh": "idle kWh",
+    "energy_usd": "energy $",
+    "co2_kg": "CO₂ kg",
+    "pod_median": "pod median",
+    "points_below": "points below",
+    "pod_stddev": "pod std dev",
+    "theoretical_tflops": "theoretical TFLOPS",
+    "achievable_tflops": "achievable TFLOPS",
+    "realized_tflops": "realized TFLOPS",
+    "realized_pct_of_achievable": "realized / achievable",
+}
+
+
 def _table(df: pl.DataFrame, cols: list[str], fmt: dict | None = None) -> str:
     fmt = fmt or {}
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+    head = "".join(f"<th>{html.escape(LABELS.get(c, c))}</th>" for c in cols)
     rows = []
     for r in df.select(cols).iter_rows(named=True):
         cells = []
