@@ -28,9 +28,10 @@ demo: $(STAMP)
 	$(BIN)/gpu-pipeline generate --start $(START) --days $(DAYS)
 	$(BIN)/gpu-pipeline materialize --start $(START) --end $(END) --summary
 
-# Real servers the tests start on loopback (Debian packages); a test that needs one fails with
+# Real servers the tests start on loopback, and the browser that renders the report (Debian
+# packages); a test that needs one fails with
 # the reason when it is still missing, it never skips.
-SERVER_PACKAGES := victoria-metrics
+SERVER_PACKAGES := victoria-metrics chromium
 servers:
 	@missing=""; for b in $(SERVER_PACKAGES); do command -v $$b >/dev/null || missing="$$missing $$b"; done; \
 	if [ -n "$$missing" ]; then \
