@@ -8,6 +8,7 @@ import shutil
 import socket
 import sys
 import time
+import uuid
 from datetime import date, timedelta
 from pathlib import Path
 
@@ -170,11 +171,14 @@ def cmd_materialize(a: argparse.Namespace) -> int:
         # one run for the whole range, as a backfill from the UI runs it (single-run backfill
         # policy): every asset loops over the days, and Dagster's per-run cost is paid once
         t = time.perf_counter()
+        run_id = str(uuid.uuid4())
+        watch = _Progress(instance, run_id, t) if not a.verbose else None
         try:
             res = job.execute_in_process(
                 instance=instance,
                 raise_on_error=False,
                 run_config=run_config,
+                run_id=run_id,
                 tags={
                     "dagster/asset_partition_range_start": days[0].isoformat(),
                     "dagster/asset_partition_range_end": days[-1].isoformat(),
@@ -186,6 +190,9 @@ def cmd_materialize(a: argparse.Namespace) -> int:
         except dg.DagsterError as e:
             _say(f"error: the run could not start: {type(e).__name__}: {_first_line(str(e))}")
             return 1
+        finally:
+            if watch:
+                watch.stop()
         for ev in res.get_asset_check_evaluations():
             if ev.check_name == "server_has_data" and not ev.passed:
                 missing = ev.metadata["days_without_data"].value
@@ -261,6 +268,54 @@ def _queries_dir() -> str:
         return str(repo.relative_to(Path.cwd()))
     except ValueError:
         return str(repo)
+
+
+class _Progress:
+    """Prints a run's progress while it works: each step's start and end with the elapsed time,
+    and the per-day lines the assets log, read from the run's event log every half second (so a
+    long backfill is never a silent terminal)."""
+
+    def __init__(self, instance, run_id: str, t0: float):
+        import threading
+
+        self.instance, self.run_id = instance, run_id
+        self.t0 = time.time() - (time.perf_counter() - t0)  # the run's start, wall clock
+        self.seen = 0
+        self.started: dict[str, float] = {}
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while not self.done.wait(0.5):
+            self._poll()
+
+    def _poll(self) -> None:
+        from dagster import DagsterEventType as T
+
+        try:
+            records = self.instance.all_logs(self.run_id)
+        except Exception:  # the run's log may not exist yet; progress is best effort
+            return
+        for r in records[self.seen :]:
+            ev, now = r.dagster_event, r.timestamp - self.t0
+            if ev is not None and ev.step_key and ev.event_type == T.STEP_START:
+                self.started[ev.step_key] = r.timestamp
+                _say(f"  {now:6.1f}s  {ev.step_key} started")
+            elif (
+                ev is not None and ev.step_key and ev.event_type in (T.STEP_SUCCESS, T.STEP_FAILURE)
+            ):
+                took = r.timestamp - self.started.get(ev.step_key, r.timestamp)
+                state = "done" if ev.event_type == T.STEP_SUCCESS else "FAILED"
+                _say(f"  {now:6.1f}s  {ev.step_key} {state} ({took:.1f}s)")
+            elif ev is None and r.user_message[:4].isdigit() and r.user_message[4:5] == "-":
+                _say(f"  {now:6.1f}s    {_first_line(r.user_message)[:160]}")  # "2024-01-01: ..."
+        self.seen = len(records)
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join(timeout=5)
+        self._poll()
 
 
 HOST_TAG, PID_TAG = "gpu_pipeline/host", "gpu_pipeline/pid"

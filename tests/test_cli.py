@@ -56,6 +56,13 @@ def test_materialize_reports_progress_and_summary(run):
     assert "2024-01-01..2024-01-02  ok  run" in stdout  # the range in one run
     assert "GPUs: 4" in stdout and "GPU-hours: 192.0" in stdout
     assert "Most wasteful namespace / model" in stdout
+    # progress while the run works: each step's start and end with the elapsed time, per day
+    import re
+
+    assert re.search(r"^\s+\d+\.\ds  staging started$", stdout, re.M), stdout
+    assert re.search(r"^\s+\d+\.\ds  staging done \(\d+\.\ds\)$", stdout, re.M)
+    assert re.search(r"^\s+\d+\.\ds    2024-01-02: \d+ GPU-minutes", stdout, re.M)
+    assert stdout.index("ingest started") < stdout.index("staging started")
 
 
 def test_the_closing_hints_work_as_printed(run):
