@@ -576,13 +576,36 @@ def cmd_init_instance(_: argparse.Namespace) -> int:
     return 0
 
 
+EXAMPLES = {
+    "generate": "gpu-pipeline generate --start 2024-01-01 --days 7 --gpus 50",
+    "materialize": "gpu-pipeline materialize --start 2024-01-01 --end 2024-01-07 --summary",
+    "sql": 'gpu-pipeline sql "SELECT * FROM fleet_daily ORDER BY date" --format csv',
+    "summary": "gpu-pipeline summary --start 2024-01-01 --end 2024-01-07",
+    "pull": "gpu-pipeline pull --start 2026-11-20 --end 2026-11-22 --url http://prometheus:9090",
+    "sample": "gpu-pipeline sample --interval 0.1 --duration 60",
+    "report": "gpu-pipeline report --date 2024-01-07 --out report.html",
+    "init-instance": "gpu-pipeline init-instance",
+}
+
+
+def _command(sub, name: str, **kw) -> argparse.ArgumentParser:
+    """A command whose --help ends with an example of it."""
+    return sub.add_parser(name, epilog=f"example: {EXAMPLES[name]}", **kw)
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gpu-pipeline", description=__doc__)
+    p = argparse.ArgumentParser(
+        prog="gpu-pipeline",
+        description=__doc__,
+        epilog="new here? make demo, then: gpu-pipeline <command> --help",
+    )
     sub = p.add_subparsers(dest="cmd", required=True)
     start = date.fromisoformat(settings.start_date())
 
-    g = sub.add_parser(
-        "generate", help="write a synthetic fleet's dcgm-exporter scrapes into the landing zone"
+    g = _command(
+        sub,
+        "generate",
+        help="write a synthetic fleet's dcgm-exporter scrapes into the landing zone",
     )
     g.add_argument("--start", type=_day, default=start, help="first UTC day (default %(default)s)")
     g.add_argument("--days", type=int, default=7, help="days to write (default %(default)s)")
@@ -599,12 +622,16 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--out", help="landing folder (default GPU_PIPELINE_RAW or data/raw)")
     g.set_defaults(fn=cmd_generate)
 
-    m = sub.add_parser("materialize", help="run every asset for the given UTC days through Dagster")
-    m.add_argument("--start", type=_day, required=True)
-    m.add_argument("--end", type=_day)
-    m.add_argument("--raw")
-    m.add_argument("--lake")
-    m.add_argument("--prices")
+    m = _command(sub, "materialize", help="run every asset for the given UTC days through Dagster")
+    m.add_argument("--start", type=_day, required=True, help="first UTC day (YYYY-MM-DD)")
+    m.add_argument("--end", type=_day, help="last UTC day, at most yesterday (default: --start)")
+    m.add_argument("--raw", help="landing zone (default GPU_PIPELINE_RAW or data/raw)")
+    m.add_argument(
+        "--lake", help="lake root, a path or s3://… (default GPU_PIPELINE_LAKE or data/lake)"
+    )
+    m.add_argument(
+        "--prices", help="price book CSV (default GPU_PIPELINE_PRICES or the shipped one)"
+    )
     m.add_argument("--summary", action="store_true", help="print the fleet summary afterwards")
     m.add_argument(
         "--allow-empty",
@@ -624,30 +651,36 @@ def parser() -> argparse.ArgumentParser:
     m.add_argument("--url", help="with --pull: the server URL (default GPU_PIPELINE_PROM_URL)")
     m.set_defaults(fn=cmd_materialize)
 
-    s = sub.add_parser("sql", help="read-only DuckDB SQL over the marts (views of sql/views.sql)")
-    s.add_argument("query", nargs="?")
-    s.add_argument("-f", "--file")
-    s.add_argument("--lake")
-    s.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    s = _command(sub, "sql", help="read-only DuckDB SQL over the marts (views of sql/views.sql)")
+    s.add_argument("query", nargs="?", help="SQL to run (several statements: each result printed)")
+    s.add_argument("-f", "--file", help="read the SQL from this file")
+    s.add_argument("--lake", help="lake to query (default GPU_PIPELINE_LAKE or data/lake)")
+    s.add_argument(
+        "--format",
+        choices=["table", "csv", "json"],
+        default="table",
+        help="output format (default %(default)s; CSV encodes nested columns as JSON)",
+    )
     s.set_defaults(fn=cmd_sql)
 
-    su = sub.add_parser("summary", help="print the fleet summary for a range of days")
-    su.add_argument("--start", type=_day, required=True)
-    su.add_argument("--end", type=_day)
-    su.add_argument("--lake")
+    su = _command(sub, "summary", help="print the fleet summary for a range of days")
+    su.add_argument("--start", type=_day, required=True, help="first UTC day (YYYY-MM-DD)")
+    su.add_argument("--end", type=_day, help="last UTC day (default: --start)")
+    su.add_argument("--lake", help="lake root (default GPU_PIPELINE_LAKE or data/lake)")
     su.set_defaults(fn=cmd_summary)
 
-    pu = sub.add_parser(
+    pu = _command(
+        sub,
         "pull",
         help="fetch UTC days of DCGM series from a Prometheus-compatible server into the landing zone",
     )
-    pu.add_argument("--start", type=_day, required=True)
-    pu.add_argument("--end", type=_day)
+    pu.add_argument("--start", type=_day, required=True, help="first UTC day (YYYY-MM-DD)")
+    pu.add_argument("--end", type=_day, help="last UTC day (default: --start)")
     pu.add_argument("--url", help="server URL (default GPU_PIPELINE_PROM_URL)")
     pu.add_argument("--raw", help="landing folder (default GPU_PIPELINE_RAW or data/raw)")
     pu.set_defaults(fn=cmd_pull)
 
-    sa = sub.add_parser("sample", help="sample local GPUs through NVML into the landing zone")
+    sa = _command(sub, "sample", help="sample local GPUs through NVML into the landing zone")
     sa.add_argument(
         "--interval", type=float, default=1.0, help="seconds between samples (0.1 = 10 Hz)"
     )
@@ -655,13 +688,13 @@ def parser() -> argparse.ArgumentParser:
     sa.add_argument("--out", help="folder (default <landing>/nvml)")
     sa.set_defaults(fn=cmd_sample)
 
-    r = sub.add_parser("report", help="write the day's self-contained HTML report")
-    r.add_argument("--date", type=_day, required=True)
-    r.add_argument("--lake")
+    r = _command(sub, "report", help="write the day's self-contained HTML report")
+    r.add_argument("--date", type=_day, required=True, help="the UTC day (YYYY-MM-DD)")
+    r.add_argument("--lake", help="lake root (default GPU_PIPELINE_LAKE or data/lake)")
     r.add_argument("--out", help="file (default data/reports/gpu_report_<date>.html)")
     r.set_defaults(fn=cmd_report)
 
-    i = sub.add_parser("init-instance", help="create DAGSTER_HOME with the project's dagster.yaml")
+    i = _command(sub, "init-instance", help="create DAGSTER_HOME with the project's dagster.yaml")
     i.set_defaults(fn=cmd_init_instance)
     return p
 

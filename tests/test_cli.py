@@ -198,3 +198,19 @@ def test_days_before_the_configured_start_are_accepted(tmp_path):
         env=env,
     ).stdout
     assert n.splitlines() == ["n", "1440"]
+
+
+def test_every_command_has_help_with_an_example():
+    import argparse
+
+    from gpu_pipeline.cli import EXAMPLES, parser
+
+    p = parser()
+    top = p.format_help()
+    sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(sub.choices) == set(EXAMPLES)  # every command, each with an example
+    for name, sp in sub.choices.items():
+        assert f"    {name} " in top  # the top-level help lists it with its one-line help
+        text = " ".join(sp.format_help().split())
+        assert f"example: gpu-pipeline {name}" in text, name
+        assert all(a.help for a in sp._actions if a.dest != "help"), name  # every option explained
