@@ -280,7 +280,7 @@ class _Progress:
 
         self.instance, self.run_id = instance, run_id
         self.t0 = time.time() - (time.perf_counter() - t0)  # the run's start, wall clock
-        self.seen = 0
+        self.cursor: str | None = None
         self.started: dict[str, float] = {}
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._loop, daemon=True)
@@ -293,11 +293,12 @@ class _Progress:
     def _poll(self) -> None:
         from dagster import DagsterEventType as T
 
-        try:
-            records = self.instance.all_logs(self.run_id)
+        try:  # only what is new since the last poll (the cursor), never the whole log again
+            conn = self.instance.get_records_for_run(self.run_id, cursor=self.cursor)
         except Exception:  # the run's log may not exist yet; progress is best effort
             return
-        for r in records[self.seen :]:
+        self.cursor = conn.cursor
+        for r in (rec.event_log_entry for rec in conn.records):
             ev, now = r.dagster_event, r.timestamp - self.t0
             if ev is not None and ev.step_key and ev.event_type == T.STEP_START:
                 self.started[ev.step_key] = r.timestamp
@@ -310,7 +311,6 @@ class _Progress:
                 _say(f"  {now:6.1f}s  {ev.step_key} {state} ({took:.1f}s)")
             elif ev is None and r.user_message[:4].isdigit() and r.user_message[4:5] == "-":
                 _say(f"  {now:6.1f}s    {_first_line(r.user_message)[:160]}")  # "2024-01-01: ..."
-        self.seen = len(records)
 
     def stop(self) -> None:
         self.done.set()

@@ -59,11 +59,11 @@ MONEY = (
 )
 
 
-def phase_share(minutes: pl.LazyFrame, p: str) -> pl.Expr:
-    """The minute's share of phase `p`: its sub-minute share where the minutes carry one, else
-    1 or 0 by the minute's own phase."""
+def phase_share(columns: list[str], p: str) -> pl.Expr:
+    """The minute's share of phase `p`: its sub-minute share where the minutes (`columns`) carry
+    one, else 1 or 0 by the minute's own phase."""
     own = (pl.col("phase") == p).cast(pl.Float64)
-    if f"phase_share_{p}" in minutes.collect_schema().names():
+    if f"phase_share_{p}" in columns:
         return pl.coalesce(pl.col(f"phase_share_{p}"), own)
     return own
 
@@ -77,9 +77,7 @@ def minute_runs(minutes: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
     """
     hour = pl.col("minute").dt.truncate("1h")
     keys = [pl.col(c) for c in RUN_KEYS] + [hour]
-
-    def share(p: str) -> pl.Expr:
-        return phase_share(minutes, p)
+    columns = minutes.collect_schema().names()  # resolved once, not once per phase
 
     starts = pl.any_horizontal([k.ne_missing(k.shift()) for k in keys])
     return (
@@ -97,7 +95,7 @@ def minute_runs(minutes: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
             *[(pl.col("phase") == p).sum().alias(f"_n_{p}") for p in PHASES],
             pl.col("phase").count().alias("_n_phase"),
             # sub-minute phase shares summed: the hourly phase shares
-            *[share(p).sum().alias(f"_sh_{p}") for p in PHASES],
+            *[phase_share(columns, p).sum().alias(f"_sh_{p}") for p in PHASES],
             *[(pl.col("efficiency_class") == c).sum().alias(f"_c_{c}") for c in EFFICIENCY_CLASSES],
             (pl.col("gpu_util_pct") >= t.idle_below).sum().alias("_active"),
             pl.col("price_usd_per_hour").max(),
@@ -198,7 +196,7 @@ def minute_costs(minutes: pl.LazyFrame) -> pl.LazyFrame:
     cost = pl.col("price_usd_per_hour") * pl.col("gpu_share").fill_null(1.0) / 60.0
     # the idle share of the minute: its idle samples (sub-minute phase shares), all of it for the
     # free slices of a MIG GPU; 0 or 1 when the minute's samples share one phase
-    idle_share = phase_share(minutes, "idle")
+    idle_share = phase_share(minutes.collect_schema().names(), "idle")
     idle_share = pl.when(mig_unallocated()).then(1.0).otherwise(idle_share).fill_null(0.0)
     measured = pl.col("gpu_util_pct").is_not_null() & pl.col("rfu_pct").is_not_null()
     rfu = pl.col("rfu_pct") / 100.0
