@@ -100,6 +100,43 @@ def test_runs_are_recorded_in_the_persistent_instance(run):
         assert instance.get_latest_materialization_event(dg.AssetKey("priced_waste")) is not None
 
 
+def test_each_day_of_a_range_run_has_its_own_metadata(run):
+    """One run over two days records, per partition, that day's rows, file, charts and checks'
+    failed days (the UI shows each partition's own numbers, not the range's)."""
+    import polars as pl
+
+    def latest(instance, key, day):
+        (record,) = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey(key), asset_partitions=[day]), limit=1
+        ).records
+        return record.asset_materialization.metadata
+
+    tmp, _, _ = run
+    with dg.DagsterInstance.from_config(str(tmp / "dh")) as instance:
+        for table in ("gpu_samples", "gpu_minutes", "priced_waste", "persistent_bottlenecks"):
+            for day in ("2024-01-01", "2024-01-02"):
+                meta = latest(instance, table, day)
+                path = meta["dagster/uri"].value
+                assert f"date={day}" in path, (table, day, path)
+                rows = pl.read_parquet(path).height
+                assert meta["dagster/row_count"].value == rows, (table, day)
+                assert rows > 0 or table == "persistent_bottlenecks"
+                assert "rules" in meta or table == "gpu_samples"
+        for day in ("2024-01-01", "2024-01-02"):
+            meta = latest(instance, "daily_report", day)
+            assert meta["dagster/uri"].value.endswith(f"gpu_report_{day}.html")
+            charts = [k for k, v in meta.items() if "data:image/png;base64," in str(v.value)]
+            assert len(charts) == meta["charts"].value >= 6
+            assert all(len(k) <= 30 and not k.startswith("chart_") for k in charts), charts
+        # a check of a range run names the days that failed (none here)
+        ev = instance.event_log_storage.get_latest_asset_check_execution_by_key(
+            [dg.AssetCheckKey(dg.AssetKey("priced_waste"), "cost_split_sums_to_cost")]
+        )
+        (execution,) = ev.values()
+        meta = execution.event.asset_check_evaluation.metadata
+        assert meta["failed_days"].value == "none" and meta["days"].value == 2
+
+
 def test_sql_reads_marts_with_overridden_prices(run):
     tmp, env, _ = run
     out = cli(

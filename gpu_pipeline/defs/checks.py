@@ -14,9 +14,14 @@ MIN_PASS_RATE = 0.95
 CENT = 0.005
 
 
-def merge(results: list[dg.AssetCheckResult], parts: str = "days") -> dg.AssetCheckResult:
+def merge(
+    results: list[dg.AssetCheckResult], parts: str = "days", labels: list | None = None
+) -> dg.AssetCheckResult:
     """One result for a run over several days (or a day's chunks): passed when every part
-    passed; counts summed."""
+    passed; counts summed; `labels` name the parts (the days) so the failed ones are listed.
+
+    Dagster 1.13 records one evaluation per check and step: a check result cannot name a
+    partition of a range run (materializations can, see `daily.day_metadata`)."""
     first = results[0]
     meta: dict = {}
     for r in results:
@@ -29,6 +34,11 @@ def merge(results: list[dg.AssetCheckResult], parts: str = "days") -> dg.AssetCh
     if len(results) > 1:
         meta[parts] = len(results)
         meta[f"{parts}_failed"] = sum(not r.passed for r in results)
+        if labels is not None:
+            meta[f"failed_{parts}"] = (
+                ", ".join(str(x) for x, r in zip(labels, results, strict=True) if not r.passed)
+                or "none"
+            )
     return dg.AssetCheckResult(
         asset_key=first.asset_key,
         check_name=first.check_name,

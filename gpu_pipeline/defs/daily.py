@@ -3,6 +3,8 @@
 A run covers one day (schedule, sensor, `gpu-pipeline materialize`) or a range of days (a backfill
 from the UI, `dagster asset materialize --partition-range`): assets loop over the days of their
 partition time window and replace each day's partition atomically, keeping only counters in memory.
+Dagster records one materialization per partition of the range; each carries its own day's
+metadata (`context.add_asset_metadata(..., partition_key=day)`): row count, path, preview.
 """
 
 import warnings
@@ -42,18 +44,26 @@ def partition_days(context: dg.AssetExecutionContext) -> list[date]:
     return [first + timedelta(days=i) for i in range((end - first).days)]
 
 
+def day_metadata(
+    context: dg.AssetExecutionContext, day: date, metadata: dict, asset_key: str | None = None
+) -> None:
+    """`metadata` for `day`'s own materialization (of `asset_key` in a multi-asset)."""
+    context.add_asset_metadata(metadata, asset_key=asset_key, partition_key=day.isoformat())
+
+
 class DayWriter:
-    """Writes a table's days one at a time and describes them for the UI."""
+    """Writes a table's days one at a time and describes each day for the UI."""
 
     def __init__(self, lake: Lake, table: str):
         self.lake, self.table = lake, table
         self.rows: dict[date, int] = {}
-        self.last: tuple[pl.DataFrame, object] | None = None
+        # per day: the first rows (the preview) and the partition file
+        self.days: dict[date, tuple[pl.DataFrame, object]] = {}
 
     def write(self, day: date, df: pl.DataFrame) -> pl.DataFrame:
         path = self.lake.write(self.table, day, df)
         self.rows[day] = df.height
-        self.last = (df, path)
+        self.days[day] = (df.head(10), path)
         return df
 
     def write_frames(self, day: date, frames: Iterable[pl.DataFrame]) -> None:
@@ -68,18 +78,14 @@ class DayWriter:
 
         path, rows = self.lake.write_frames(self.table, day, keep_first(frames))
         self.rows[day] = rows
-        self.last = (first[0] if first else pl.DataFrame(), path)
+        self.days[day] = (first[0] if first else pl.DataFrame(), path)
 
-    def result(self, rules: Rules | None = None) -> dg.MaterializeResult:
-        """The materialization's metadata; `rules`: the thresholds the table was computed with."""
-        df, path = self.last
-        meta = table_metadata(df, path)
-        if rules is not None:
-            meta["rules"] = dg.MetadataValue.json(rules.flat())
-        meta["dagster/row_count"] = dg.MetadataValue.int(sum(self.rows.values()))
-        if len(self.rows) > 1:
-            meta["rows_per_day"] = dg.MetadataValue.md(
-                "| date | rows |\n|---|---|\n"
-                + "\n".join(f"| {d} | {n} |" for d, n in sorted(self.rows.items()))
-            )
-        return dg.MaterializeResult(asset_key=self.table, metadata=meta)
+    def result(
+        self, context: dg.AssetExecutionContext, rules: Rules | None = None
+    ) -> dg.MaterializeResult:
+        """Each day's materialization gets its own row count, path and preview; what all days
+        share (`rules`: the thresholds the table was computed with) is the run's."""
+        for day, (head, path) in self.days.items():
+            day_metadata(context, day, table_metadata(head, path, self.rows[day]), self.table)
+        shared = {} if rules is None else {"rules": dg.MetadataValue.json(rules.flat())}
+        return dg.MaterializeResult(asset_key=self.table, metadata=shared)

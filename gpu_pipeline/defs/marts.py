@@ -46,9 +46,9 @@ def from_minutes(
         df = out.write(day, fn(lake.scan_days("gpu_minutes", [day])))
         if check:
             results.append(check(df))
-    yield out.result(rules)
+    yield out.result(context, rules)
     if check:
-        yield checks.merge(results)
+        yield checks.merge(results, labels=partition_days(context))
 
 
 @dg.asset(
@@ -68,7 +68,7 @@ def persistent_bottlenecks(
         # the window's days may be another run's to write: read one version of each, now
         daily_frames = the_lake.read_days("gpu_daily", marts.window(day, t)).lazy()
         out.write(day, collect_stable(marts.persistent_bottlenecks(daily_frames, day, t)))
-    return out.result(reference.load_rules())
+    return out.result(context, reference.load_rules())
 
 
 @dg.asset(
@@ -110,7 +110,7 @@ def gpu_health(context: dg.AssetExecutionContext, lake: LakeResource, reference:
     for day in partition_days(context):
         samples = the_lake.scan_days("gpu_samples", [day])
         out.write(day, collect_stable(health.gpu_health(samples, catalog, rules.h)))
-    return out.result(rules)
+    return out.result(context, rules)
 
 
 @dg.asset(**daily("stragglers", "marts", deps=["gpu_minutes"]))

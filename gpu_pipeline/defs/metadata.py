@@ -7,11 +7,18 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
+from gpu_pipeline.lib.columns import describe
 from gpu_pipeline.lib.schemas import TABLES
 
 
 def column_schema(table: str) -> dg.TableSchema:
-    return dg.TableSchema(columns=[dg.TableColumn(c, str(t)) for c, t in TABLES[table].items()])
+    """The table's columns, types and meanings (the UI's Columns tab and the catalog)."""
+    return dg.TableSchema(
+        columns=[
+            dg.TableColumn(c, str(t), description=describe(table, c))
+            for c, t in TABLES[table].items()
+        ]
+    )
 
 
 def spec_metadata(table: str) -> dict:
@@ -32,9 +39,10 @@ def markdown_preview(df: pl.DataFrame, rows: int = 5, max_cols: int = 12) -> str
     return "\n".join(lines)
 
 
-def table_metadata(df: pl.DataFrame, path: Path) -> dict:
+def table_metadata(df: pl.DataFrame, path: Path, rows: int) -> dict:
+    """A day's partition: its rows, its file and a preview of `df` (its first rows)."""
     return {
-        "dagster/row_count": dg.MetadataValue.int(df.height),
+        "dagster/row_count": dg.MetadataValue.int(rows),
         "dagster/uri": dg.MetadataValue.path(str(path)),
         "preview": dg.MetadataValue.md(markdown_preview(df)),
     }

@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from gpu_pipeline.defs.daily import daily, partition_days
+from gpu_pipeline.defs.daily import daily, day_metadata, partition_days
 from gpu_pipeline.defs.resources import LandingResource, PromResource
 from gpu_pipeline.lib.pull import pull_day
 
@@ -32,6 +32,18 @@ def prometheus_export(
             context.log.warning(f"{day}: server warning: {w}")
         if rep.empty:
             context.log.warning(f"{day}: {server.public_url} holds no DCGM samples for this day")
+        day_metadata(
+            context,
+            day,
+            {
+                "files": len(rep.files),
+                "files_changed": rep.written,
+                "samples": rep.samples,
+                "bytes": rep.bytes,
+                "seconds": round(rep.seconds, 2),
+                "metrics": ", ".join(sorted(rep.metrics)) or "none",
+            },
+        )
     empty = [str(r.day) for r in reports if r.empty]
     samples = sum(r.samples for r in reports)
     yield dg.MaterializeResult(

@@ -81,9 +81,9 @@ def ingest_days(context: dg.AssetExecutionContext, landing: LandingResource, lak
             f"{day_in.chunks} chunk(s), {quarantine.height} quarantined"
         )
     for w in writers.values():
-        yield w.result()
-    yield checks.merge(conservation)
-    yield checks.merge(pass_rate)
+        yield w.result(context)
+    yield checks.merge(conservation, labels=partition_days(context))
+    yield checks.merge(pass_rate, labels=partition_days(context))
 
 
 ingest = build_ingest()

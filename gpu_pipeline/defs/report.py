@@ -5,7 +5,7 @@ import base64
 import dagster as dg
 
 from gpu_pipeline import settings
-from gpu_pipeline.defs.daily import daily, partition_days
+from gpu_pipeline.defs.daily import daily, day_metadata, partition_days
 from gpu_pipeline.defs.resources import LakeResource
 from gpu_pipeline.lib.report import build_report
 
@@ -22,30 +22,33 @@ REPORT_INPUTS = [
 ]
 
 
+# a day's charts go into its own materialization for runs of up to this many days; a longer
+# backfill records each day's report path only (charts are ~50 KiB each in the event log)
+CHART_DAYS = 14
+
+
 @dg.asset(**daily(None, "reports", deps=REPORT_INPUTS))
 def daily_report(context: dg.AssetExecutionContext, lake: LakeResource):
     """Self-contained HTML report of the day: charts, bottlenecks, waste, recommendations, ROI, health."""
-    written, rep = [], None
-    for day in partition_days(context):
+    days = partition_days(context)
+    for day in days:
         rep = build_report(lake.lake(), day)
         out = settings.reports_dir(lake.root) / f"gpu_report_{day.isoformat()}.html"
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name("." + out.name + ".tmp")
         tmp.write_text(rep.html)
         tmp.replace(out)
-        written.append(out)
-    charts = {
-        f"chart_{i + 1}_{c.title.lower().replace(' ', '_')}": dg.MetadataValue.md(
-            f"![{c.title}](data:image/png;base64,{base64.b64encode(c.png).decode()})"
-        )
-        for i, c in enumerate(rep.charts)
-    }
-    return dg.MaterializeResult(
-        metadata={
-            "dagster/uri": dg.MetadataValue.path(str(written[-1])),
-            "reports": len(written),
+        meta = {
+            "dagster/uri": dg.MetadataValue.path(str(out)),
             "charts": len(rep.charts),
             "bottlenecked_namespaces": ", ".join(rep.bottlenecked_namespaces) or "none",
-            **charts,
         }
-    )
+        if len(days) <= CHART_DAYS:
+            meta |= {
+                c.title: dg.MetadataValue.md(
+                    f"![{c.title}](data:image/png;base64,{base64.b64encode(c.png).decode()})"
+                )
+                for c in rep.charts
+            }
+        day_metadata(context, day, meta)
+    return dg.MaterializeResult(metadata={"reports": len(days)})

@@ -100,9 +100,9 @@ def staging(context: dg.AssetExecutionContext, lake: LakeResource, reference: Re
             f"{chunking()} (split by {split_mode()})"
         )
     for w in writers.values():
-        yield w.result(rules)
+        yield w.result(context, rules)
     for name in ("minutes", "hourly", "waste"):
-        yield checks.merge(results[name])
+        yield checks.merge(results[name], labels=partition_days(context))
 
 
 def _checked(

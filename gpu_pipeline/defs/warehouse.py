@@ -8,10 +8,13 @@ import dagster as dg
 
 from gpu_pipeline import settings
 from gpu_pipeline.defs.resources import LakeResource
+from gpu_pipeline.lib.schemas import TABLES
 from gpu_pipeline.lib.warehouse import build_views_file
 
 
-@dg.asset(group_name="warehouse")
+# lineage only: the views read every table (all their partitions, at query time); nothing here
+# runs when a table does
+@dg.asset(group_name="warehouse", deps=list(TABLES))
 def warehouse_views(lake: LakeResource):
     """DuckDB file of views over every lake table (`sql/views.sql`); analysts open it read-only."""
     path = build_views_file(lake.root, settings.warehouse_path(lake.root))
