@@ -49,6 +49,17 @@ window.addEventListener('load', () => {
     innerWidth: window.innerWidth,
     headings: [...document.querySelectorAll('h2')].map(h => h.textContent),
     firstActions: document.querySelectorAll('ol.first li').length,
+    // print layout: the selectors the print stylesheet keeps whole on a page
+    printWhole: [...document.styleSheets].flatMap(sh => [...sh.cssRules])
+      .filter(r => r.media && r.media.mediaText === 'print')
+      .flatMap(r => [...r.cssRules])
+      .filter(r => r.style && r.style.breakInside === 'avoid')
+      .flatMap(r => r.selectorText.split(',').map(x => x.trim())),
+    charts: [...document.querySelectorAll('div.chart')].map(d =>
+      d.querySelectorAll('h2').length + d.querySelectorAll('img').length),
+    // a table wider than the page scrolls inside its own box, not the page
+    tablesOutsideScroll: [...document.querySelectorAll('table')]
+      .filter(t => !t.parentElement.classList.contains('scroll')).length,
   };
   const pre = document.createElement('pre');
   pre.id = 'probe';
@@ -85,30 +96,30 @@ def report_html(tmp_path_factory):
     return tmp / "lake" / "_reports" / "gpu_report_2024-05-07.html"
 
 
-def test_the_report_renders_whole_in_a_real_browser(report_html, tmp_path):
-    html = report_html.read_text()
-    assert "<script" not in html  # self-contained and inert
-    page = tmp_path / "probe.html"
-    page.write_text(html.replace("<head>", "<head>" + PROBE, 1))
-    out = subprocess.run(
-        [
-            _chromium(),
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--hide-scrollbars",
-            "--window-size=1280,900",
-            "--virtual-time-budget=15000",
-            "--dump-dom",
-            page.as_uri(),
-        ],
+def _headless(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", *args],
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+def _probe(html: str, tmp_path, width: int) -> dict:
+    page = tmp_path / f"probe_{width}.html"
+    page.write_text(html.replace("<head>", "<head>" + PROBE, 1))
+    out = _headless(
+        f"--window-size={width},900", "--virtual-time-budget=15000", "--dump-dom", page.as_uri()
+    )
     found = re.search(r'<pre id="probe">(.*?)</pre>', out.stdout, re.S)
     assert found, (out.returncode, out.stdout[-500:], out.stderr[-2000:])
-    probe = json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    return json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+
+
+def test_the_report_renders_whole_in_a_real_browser(report_html, tmp_path):
+    html = report_html.read_text()
+    assert "<script" not in html  # self-contained and inert
+    probe = _probe(html, tmp_path, 1280)
     assert probe["errors"] == []
     # every chart decodes and is not blank (a plot has many colors; a blank image has one)
     assert len(probe["images"]) >= 6
@@ -120,3 +131,22 @@ def test_the_report_renders_whole_in_a_real_browser(report_html, tmp_path):
     # what to do first comes first, with its actions
     assert probe["headings"][0] == "What to do first" and probe["firstActions"] >= 1
     assert "Fleet trend" in probe["headings"] and "Namespaces" in probe["headings"]
+
+
+def test_the_report_fits_a_laptop_and_a_phone_and_prints_whole(report_html, tmp_path):
+    """At 700 px nothing scrolls the page sideways (wide tables scroll in their own box); the
+    print stylesheet keeps each chart with its title and caption, and table rows, whole; Chromium
+    prints the report to a PDF."""
+    html = report_html.read_text()
+    probe = _probe(html, tmp_path, 700)
+    assert probe["errors"] == []
+    assert probe["innerWidth"] == 700 and probe["scrollWidth"] <= 700, probe
+    assert probe["tablesOutsideScroll"] == 0
+    assert len(probe["charts"]) == len(probe["images"]) and set(probe["charts"]) == {2}
+    assert {".chart", "tr", "img"} <= set(probe["printWhole"]), probe["printWhole"]
+    pdf = tmp_path / "report.pdf"
+    out = _headless(f"--print-to-pdf={pdf}", "--no-pdf-header-footer", report_html.as_uri())
+    assert pdf.is_file(), out.stderr[-2000:]
+    data = pdf.read_bytes()
+    assert data.startswith(b"%PDF")
+    assert len(re.findall(rb"/Type\s*/Page[^s]", data)) >= 3

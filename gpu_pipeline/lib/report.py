@@ -77,10 +77,19 @@ def _png(fig) -> bytes:
     return buf.getvalue()
 
 
+SCATTER_POINTS = 20_000  # more points only blur the chart and grow the page
+
+
 def _scatter(m: pl.DataFrame) -> Chart:
     pts = m.filter(pl.col("pif").is_not_null() & pl.col("gpu_util_pct").is_not_null())
-    if pts.height > 20000:
-        pts = pts.sample(20000, seed=0)
+    total = pts.height
+    if pts.height > SCATTER_POINTS:
+        pts = pts.sample(SCATTER_POINTS, seed=0)
+    shown = (
+        f"all {total:,} GPU-minutes"
+        if pts.height == total
+        else f"a random sample of {pts.height:,} of {total:,} GPU-minutes"
+    )
     fig, ax = plt.subplots(figsize=(7, 5))
     for cls, color in CLASS_COLORS.items():
         p = pts.filter(pl.col("efficiency_class") == cls)
@@ -101,11 +110,12 @@ def _scatter(m: pl.DataFrame) -> Chart:
     ax.set_xlim(0, 101)
     ax.set_ylim(0, 1.02)
     ax.legend(loc="upper left", fontsize=8, markerscale=3)
-    ax.set_title("Utilization vs PIF per GPU-minute, by efficiency class")
+    ax.set_title(f"Utilization vs PIF per GPU-minute ({shown})", fontsize=10)
     return Chart(
         "Utilization vs power intensity",
         _png(fig),
-        "Bottom right (busy, low power) is paid time that does little math.",
+        f"Shows {shown}; the legend counts the points drawn per class. Bottom right (busy, low "
+        "power) is paid time that does little math.",
     )
 
 
@@ -239,23 +249,34 @@ def _recommendations(r: pl.DataFrame) -> Chart:
     g = r.sort("total_savings_frac")
     names = _labels(g["namespace"], 24)
     fig, ax = plt.subplots(figsize=(8, 4))
-    ax.barh(names, _f(100 * g["utilization_savings_frac"]), color="#1e88e5", label="utilization")
+    ax.barh(
+        names,
+        _f(100 * g["utilization_savings_frac"]),
+        color="#1e88e5",
+        label="utilization (capped by the measured waste)",
+    )
     ax.barh(
         names,
         _f(100 * (g["total_savings_frac"] - g["utilization_savings_frac"])),
         left=_f(100 * g["utilization_savings_frac"]),
         color="#fb8c00",
-        label="+ spot (rate)",
+        label="+ spot rate saving on the cost that remains",
     )
     for i, (t, usd) in enumerate(
         zip(g["total_savings_frac"], g["monthly_savings_usd"], strict=True)
     ):
         ax.text(100 * t + 1, i, f"${_num(usd, ',.0f')}/mo", va="center", fontsize=8)
     ax.set_xlim(0, 115)
-    ax.set_xlabel("savings, % of the namespace's cost (never above what was measured)")
+    ax.set_xlabel("savings, % of the namespace's cost")
     ax.legend(fontsize=8, loc="lower right")
     ax.set_title("Recommended savings by namespace")
-    return Chart("Recommendations", _png(fig))
+    return Chart(
+        "Recommendations",
+        _png(fig),
+        "Blue: what the utilization actions recover, never more than the waste measured for the "
+        "namespace. Orange: spot pricing, a cheaper rate for the hours that remain "
+        "(total = 1 − (1 − utilization) × (1 − rate)).",
+    )
 
 
 def _roi(roi: pl.DataFrame) -> Chart:
@@ -284,7 +305,14 @@ def _roi(roi: pl.DataFrame) -> Chart:
     ax.set_ylabel(f"equivalent GPUs gained at {target:.0f} % RFU")
     ax.tick_params(axis="x", labelsize=8)
     ax.set_title("What raising RFU to the target is worth")
-    return Chart("Efficiency ROI", _png(fig))
+    return Chart(
+        "Efficiency ROI",
+        _png(fig),
+        "Each bar is GPUs × (target − RFU) / RFU for its scope. The fleet bar uses the fleet's "
+        "average RFU, which models already above the target raise while counting zero on their "
+        "own, and models without RFU (no catalog entry, no power limit) are left out: so the "
+        "fleet bar is not the sum of the model bars.",
+    )
 
 
 TREND_DAYS = 7
@@ -462,7 +490,7 @@ def _table(df: pl.DataFrame, cols: list[str], fmt: dict | None = None) -> str:
             s = fmt[c](v) if c in fmt and v is not None else ("" if v is None else str(v))
             cells.append(f"<td>{html.escape(s)}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+    return f"<div class='scroll'><table><tr>{head}</tr>{''.join(rows)}</table></div>"
 
 
 CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
@@ -470,7 +498,10 @@ h1{margin-bottom:0}.kpis{display:flex;gap:1em;flex-wrap:wrap;margin:1em 0}
 .kpi{background:#f5f5f5;border-radius:8px;padding:.6em 1em}.kpi b{display:block;font-size:1.4em}
 img{max-width:100%;border:1px solid #eee;margin:.5em 0}table{border-collapse:collapse;font-size:.85em;margin:.5em 0}
 td,th{border:1px solid #ddd;padding:.3em .5em;text-align:left;vertical-align:top}th{background:#fafafa}
-.note{color:#666;font-size:.85em}"""
+.note{color:#666;font-size:.85em}.scroll{overflow-x:auto;max-width:100%}
+@media (max-width:760px){body{margin:.8em}table{font-size:.78em}}
+@media print{body{margin:0;max-width:none}.scroll{overflow:visible}
+img,tr,.kpi,.chart{break-inside:avoid}h2,h3{break-after:avoid}}"""
 
 
 def _read(lake: Lake, table: str, day: date) -> pl.DataFrame:
@@ -507,7 +538,7 @@ def build_report(
     rep = Report(day)
     if m.height == 0:
         rep.html = (
-            f"<!doctype html><html><head><meta charset='utf-8'><title>GPU efficiency report {day}</title>"
+            f"<!doctype html><html><head><meta charset='utf-8'><meta name='viewport' content='width=device-width,initial-scale=1'><title>GPU efficiency report {day}</title>"
             f"<style>{CSS}</style></head><body><h1>GPU efficiency report — {day}</h1>"
             "<p>No GPU-minutes for this day: nothing landed, or every row was quarantined "
             "(see the quarantine and ingest_log tables).</p></body></html>"
@@ -560,7 +591,7 @@ def build_report(
             ("CO₂", f"{e['co2_kg']:,.1f} kg"),
         ]
     parts = [
-        f"<!doctype html><html><head><meta charset='utf-8'><title>GPU efficiency report {day}</title>"
+        f"<!doctype html><html><head><meta charset='utf-8'><meta name='viewport' content='width=device-width,initial-scale=1'><title>GPU efficiency report {day}</title>"
         f"<style>{CSS}</style></head><body><h1>GPU efficiency report — {day}</h1>",
         "<div class='kpis'>"
         + "".join(f"<div class='kpi'>{n}<b>{v}</b></div>" for n, v in kpis)
@@ -590,11 +621,12 @@ def build_report(
         )
     for c in rep.charts:
         b64 = base64.b64encode(c.png).decode()
+        caption = f"<p class='note'>{html.escape(c.caption)}</p>" if c.caption else ""
+        # one block per chart: a printed page never separates a chart from its title and caption
         parts.append(
-            f"<h2>{html.escape(c.title)}</h2><img alt='{html.escape(c.title)}' src='data:image/png;base64,{b64}'>"
+            f"<div class='chart'><h2>{html.escape(c.title)}</h2><img alt='{html.escape(c.title)}' "
+            f"src='data:image/png;base64,{b64}'>{caption}</div>"
         )
-        if c.caption:
-            parts.append(f"<p class='note'>{html.escape(c.caption)}</p>")
         if c.title == "Recommendations" and rec is not None:
             rec = rec.sort(["monthly_savings_usd", "namespace"], descending=[True, False])
             details = rec.explode("action_details").unnest("action_details").drop_nulls("action")
