@@ -43,9 +43,11 @@ servers:
 test: $(DEV_STAMP) servers
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
+# `dg dev` (dagster-dg-cli) loads the project from pyproject.toml's [tool.dg]; `dagster dev -w
+# workspace.yaml` loads the same definitions
 dev: $(STAMP)
 	$(BIN)/gpu-pipeline init-instance
-	$(BIN)/dagster dev -w workspace.yaml
+	VIRTUAL_ENV=$(CURDIR)/.venv $(BIN)/dg dev
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check .

@@ -1,3 +1,8 @@
 """gpu_pipeline: how much of a GPU fleet's paid time is real work."""
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("gpu_pipeline")  # pyproject.toml's, which follows CHANGELOG.md
+except PackageNotFoundError:  # imported from a checkout that was never installed
+    __version__ = "unknown"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from gpu_pipeline import settings
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = Path(__file__).resolve().parent  # what the package ships: config/, sql/, reference/
 # Dagster logs every step at DEBUG on the console, failures with their stack traces at ERROR;
 # the CLI prints its own progress and one line per failure (--verbose shows Dagster's logs)
 QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
@@ -44,7 +44,7 @@ def init_instance() -> Path:
     with open(home / ".init.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not cfg.exists():
-            shutil.copyfile(REPO_ROOT / "config" / "dagster.yaml", cfg)
+            shutil.copyfile(PACKAGE / "config" / "dagster.yaml", cfg)
         if not (home / "history" / "runs.db").exists():
             import dagster as dg
 
@@ -263,7 +263,7 @@ def _cli_command() -> str:
 
 def _queries_dir() -> str:
     """The example queries, as a path that works from here."""
-    repo = Path(__file__).resolve().parents[1] / "sql" / "queries"
+    repo = PACKAGE / "sql" / "queries"
     try:
         return str(repo.relative_to(Path.cwd()))
     except ValueError:
@@ -599,6 +599,9 @@ def parser() -> argparse.ArgumentParser:
         description=__doc__,
         epilog="new here? make demo, then: gpu-pipeline <command> --help",
     )
+    from gpu_pipeline import __version__
+
+    p.add_argument("--version", action="version", version=f"gpu-pipeline {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
     start = date.fromisoformat(settings.start_date())
 

@@ -148,10 +148,12 @@ def server(tmp_path):
         "GPU_PIPELINE_PROM_URL": vm_url,
         "GPU_PIPELINE_PROM_CLUSTER": PULL_CLUSTER,
     }
-    dagster = str(Path(sys.executable).with_name("dagster"))
+    # what `make dev` runs: `dg dev`, loading the project from pyproject.toml's [tool.dg]
+    env["VIRTUAL_ENV"] = sys.prefix
+    dg_cli = str(Path(sys.executable).with_name("dg"))
     with open(tmp_path / "dev.log", "w") as log:
         proc = subprocess.Popen(
-            [dagster, "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
+            [dg_cli, "dev", "-h", "127.0.0.1", "-p", str(port)],
             cwd=REPO,
             env=env,
             stdout=log,
@@ -237,6 +239,7 @@ def test_sensor_late_data_and_a_ui_backfill_on_dagster_dev(server):
 
     (entry,) = wait_for(loaded, 180, "the code location to load", log)
     assert entry["locationOrLoadError"]["__typename"] == "RepositoryLocation"
+    assert entry["name"] == "gpu_pipeline"  # [tool.dg.project] code_location_name
     selector = {
         "repositoryName": "__repository__",
         "repositoryLocationName": entry["name"],

@@ -27,7 +27,8 @@ import polars as pl
 from gpu_pipeline.lib.lake import Lake
 from gpu_pipeline.lib.schemas import TABLES
 
-SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
+# shipped inside the package (`sql/` at the repository root links here)
+SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
 VIEWS_SQL = SQL_DIR / "views.sql"
 QUERIES_DIR = SQL_DIR / "queries"
 # PRAGMAs that only describe the database (others change settings or write profiler output)
