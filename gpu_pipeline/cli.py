@@ -35,7 +35,6 @@ def init_instance() -> Path:
     """Create DAGSTER_HOME with the project's instance config if it has none."""
     home = settings.dagster_home()
     home.mkdir(parents=True, exist_ok=True)
-    os.environ["DAGSTER_HOME"] = str(home)
     cfg = home / "dagster.yaml"
     import fcntl
 
@@ -64,7 +63,7 @@ def cmd_generate(a: argparse.Namespace) -> int:
         if not low <= value <= high:
             _say(f"error: {flag} must be between {low:,} and {high:,}, not {value}")
             return 2
-    out = Path(a.out or settings.raw_root())
+    out = Path(a.out or settings.current().raw)
     t = time.perf_counter()
     files = generate(
         out,
@@ -83,15 +82,19 @@ def cmd_generate(a: argparse.Namespace) -> int:
     return 0
 
 
-def _set_env(a: argparse.Namespace) -> None:
-    for flag, var in (
-        ("raw", "GPU_PIPELINE_RAW"),
-        ("lake", "GPU_PIPELINE_LAKE"),
-        ("prices", "GPU_PIPELINE_PRICES"),
-    ):
+def _settings(a: argparse.Namespace) -> settings.Settings:
+    """The environment's settings with this command's flags (--raw, --lake, --prices, --url)
+    over them; the definitions the command builds are bound to these (nothing is written into
+    the process environment)."""
+    flags: dict = {}
+    for flag in ("raw", "lake", "prices"):
         v = getattr(a, flag, None)
         if v:
-            os.environ[var] = str(Path(v).resolve()) if flag != "lake" or "://" not in v else v
+            flags[flag] = v if flag == "lake" and "://" in v else str(Path(v).resolve())
+    s = settings.current().replace(**flags)
+    if getattr(a, "url", None):
+        s = s.replace(prom={**s.prom, "url": a.url})
+    return s
 
 
 def _last_day() -> date:
@@ -102,7 +105,7 @@ def _last_day() -> date:
 
 
 def cmd_materialize(a: argparse.Namespace) -> int:
-    _set_env(a)
+    s = _settings(a)
     end = a.end or a.start
     if end < a.start:
         _say(f"error: --end {end} is before --start {a.start}")
@@ -116,23 +119,23 @@ def cmd_materialize(a: argparse.Namespace) -> int:
             f"{_last_day()} (a day's partition opens once the day has ended)"
         )
         return 2
-    first = date.fromisoformat(settings.start_date())
+    first = date.fromisoformat(s.start_date)
     if a.start < first:
-        # partitions are built from this variable when the definitions load, just below
-        os.environ["GPU_PIPELINE_START_DATE"] = a.start.isoformat()
+        # the partitions are defined from GPU_PIPELINE_START_DATE when the definitions are
+        # imported: run this command again in a process whose environment starts them earlier
         _say(
             f"note: partitions start at {a.start} for this command (GPU_PIPELINE_START_DATE was {first})"
         )
+        sys.stdout.flush()
+        env = {**os.environ, "GPU_PIPELINE_START_DATE": a.start.isoformat()}
+        os.execve(sys.executable, [sys.executable, "-m", "gpu_pipeline.cli", *sys.argv[1:]], env)
     days = [a.start + timedelta(days=i) for i in range((end - a.start).days + 1)]
-    raw = Path(settings.raw_root())
+    raw = Path(s.raw)
     t0 = time.perf_counter()
-    if a.pull:
-        if a.url:
-            os.environ["GPU_PIPELINE_PROM_URL"] = a.url
-        if not settings.prom_url():
-            _say("error: --pull needs a server: --url URL or GPU_PIPELINE_PROM_URL")
-            return 2
-    parsed = _warm_parse_cache()
+    if a.pull and not s.prom_url:
+        _say("error: --pull needs a server: --url URL or GPU_PIPELINE_PROM_URL")
+        return 2
+    parsed = _warm_parse_cache(s)
     if a.pull:
         pass  # the run's first step fetches the days; the ledger below says what came
     elif not parsed and not a.allow_empty:
@@ -160,13 +163,11 @@ def cmd_materialize(a: argparse.Namespace) -> int:
 
     from gpu_pipeline.definitions import build_definitions
 
-    defs = build_definitions(pull=a.pull)
+    defs = build_definitions(s, pull=a.pull)
     job = defs.resolve_job_def("daily_pipeline")
-    _say(
-        f"materializing {len(days)} day(s) {a.start}..{end}: raw={settings.raw_root()} lake={settings.lake_root()}"
-    )
+    _say(f"materializing {len(days)} day(s) {a.start}..{end}: raw={s.raw} lake={s.lake}")
     run_config = {} if a.verbose else QUIET
-    with dg.DagsterInstance.get() as instance:
+    with dg.DagsterInstance.from_config(str(settings.dagster_home())) as instance:
         _fail_orphaned_runs(instance)
         # one run for the whole range, as a backfill from the UI runs it (single-run backfill
         # policy): every asset loops over the days, and Dagster's per-run cost is paid once
@@ -213,12 +214,12 @@ def cmd_materialize(a: argparse.Namespace) -> int:
                     if ev.is_step_failure:
                         _say(ev.step_failure_data.error.to_string())
             return 1
-        db = settings.warehouse_path()
+        db = settings.warehouse_path(s.lake)
         # the views glob the lake at query time: the file is rewritten only when it no longer
         # matches its lake (new lake, or a table that got its first partition)
         from gpu_pipeline.lib.warehouse import views_current
 
-        if not views_current(db, settings.lake_root()):
+        if not views_current(db, s.lake):
             res = defs.resolve_job_def("refresh_warehouse").execute_in_process(
                 instance=instance, raise_on_error=False, run_config=QUIET
             )
@@ -226,20 +227,20 @@ def cmd_materialize(a: argparse.Namespace) -> int:
                 _say(
                     f"  note: views file {db} not written; `gpu-pipeline sql` still works without it"
                 )
-    _print_ledger(days)
-    _say(f"done in {time.perf_counter() - t0:.1f}s; lake {settings.lake_root()}, views {db}")
+    _print_ledger(s, days)
+    _say(f"done in {time.perf_counter() - t0:.1f}s; lake {s.lake}, views {db}")
     if a.summary:
-        _print_summary(a.start, end)
+        _print_summary(s, a.start, end)
         me, queries = _cli_command(), _queries_dir()
         # the hints query the lake this run wrote
-        lake_opt = f" --lake {settings.lake_root()}" if a.lake else ""
+        lake_opt = f" --lake {s.lake}" if a.lake else ""
         _say(
             "\nLook further:\n"
             f"  {me} sql{lake_opt} -f {queries}/top_wasted_namespaces.sql\n"
             f"  {me} sql{lake_opt} -f {queries}/persistent_offenders.sql\n"
             f"  {me} sql{lake_opt} -f {queries}/fleet_trend.sql\n"
             f'  {me} sql{lake_opt} "SELECT * FROM fleet_daily ORDER BY date"\n'
-            f"  report for {end}: {settings.reports_dir() / f'gpu_report_{end.isoformat()}.html'}\n"
+            f"  report for {end}: {settings.reports_dir(s.lake) / f'gpu_report_{end.isoformat()}.html'}\n"
             f"  duckdb -readonly {db}        (any DuckDB client; views only)\n"
             "  make dev                      (Dagster UI: runs, partitions, backfills)"
         )
@@ -372,13 +373,13 @@ def _step_failures(events) -> list[tuple[str, str]]:
     return out
 
 
-def _print_ledger(days: list[date]) -> None:
+def _print_ledger(s: settings.Settings, days: list[date]) -> None:
     """What the run did with the landing files, per day: files, samples, quarantine, rejects."""
     import polars as pl
 
     from gpu_pipeline.lib.lake import Lake
 
-    lake = Lake(settings.lake_root())
+    lake = Lake(s.lake)
     log = lake.scan_days("ingest_log", days).collect()
     q = lake.scan_days("quarantine", days).collect()
     if log.height == 0:
@@ -413,43 +414,46 @@ def _print_ledger(days: list[date]) -> None:
         )
 
 
-def _warm_parse_cache() -> list:
-    """Parse new landing files up front, with progress; the runs then read the cache."""
+def _warm_parse_cache(s: settings.Settings) -> list:
+    """Parse new landing files up front, with progress; the runs then read the cache (the same
+    options and cache as the run's resources: `LandingResource`, `LakeResource`)."""
+    from gpu_pipeline.defs.resources import LakeResource, LandingResource
     from gpu_pipeline.lib.ingest import hash_memo, is_cached, list_landing, load_or_parse
-    from gpu_pipeline.lib.lake import Lake
 
-    cache = Lake(settings.lake_root()).cache_dir
-    files = list_landing(settings.raw_root(), hash_memo(cache))
-    todo = [f for f in files if not is_cached(f, cache)]
+    cache = LakeResource(root=s.lake, cache=s.cache).lake().cache_dir
+    opts = LandingResource(
+        root=s.raw, csv_timezone=s.csv_timezone, max_file_mb=s.max_file_mb
+    ).parse_options()
+    files = list_landing(s.raw, hash_memo(cache))
+    todo = [f for f in files if not is_cached(f, cache, opts)]
     if todo:
         total = sum(f.size for f in todo)
         _say(f"parsing {len(todo)} new landing file(s), {total / 2**20:,.0f} MiB")
         t, done, step = time.perf_counter(), 0, max(1, len(todo) // 10)
         for i, f in enumerate(todo, 1):
-            load_or_parse(f, cache)
+            load_or_parse(f, cache, opts)
             done += f.size
             if i % step == 0 or i == len(todo):
                 rate = done / 2**20 / max(time.perf_counter() - t, 1e-9)
                 _say(f"  parsed {i}/{len(todo)} files ({rate:,.0f} MiB/s)")
-    return [load_or_parse(f, cache) for f in files]
+    return [load_or_parse(f, cache, opts) for f in files]
 
 
-def _print_summary(start: date, end: date) -> None:
+def _print_summary(s: settings.Settings, start: date, end: date) -> None:
     from gpu_pipeline.lib.lake import Lake
     from gpu_pipeline.lib.summary import fleet_summary, format_summary
 
     _say("")
-    _say(format_summary(fleet_summary(Lake(settings.lake_root()), start, end), start, end))
+    _say(format_summary(fleet_summary(Lake(s.lake), start, end), start, end))
 
 
 def cmd_summary(a: argparse.Namespace) -> int:
-    _set_env(a)
-    _print_summary(a.start, a.end or a.start)
+    _print_summary(_settings(a), a.start, a.end or a.start)
     return 0
 
 
 def cmd_sql(a: argparse.Namespace) -> int:
-    _set_env(a)
+    s = _settings(a)
     from gpu_pipeline.lib.sandbox import deny_writes
     from gpu_pipeline.lib.warehouse import (
         SqlError,
@@ -469,7 +473,7 @@ def cmd_sql(a: argparse.Namespace) -> int:
         query = a.query
     else:
         query = sys.stdin.read()
-    lake = settings.lake_root()
+    lake = s.lake
     if "://" in lake or not is_lake(lake):
         _say(
             f"error: {lake} is not a gpu_pipeline lake (a folder of table folders with date= "
@@ -505,7 +509,8 @@ def cmd_sql(a: argparse.Namespace) -> int:
 def cmd_pull(a: argparse.Namespace) -> int:
     from gpu_pipeline.lib.pull import PromServer, PullError, days_between, pull_day
 
-    url = a.url or settings.prom_url()
+    s = _settings(a)
+    url = s.prom_url
     if not url:
         _say("error: no server: pass --url URL or set GPU_PIPELINE_PROM_URL")
         return 2
@@ -514,11 +519,11 @@ def cmd_pull(a: argparse.Namespace) -> int:
         _say(f"error: --end {end} is before --start {a.start}")
         return 2
     try:
-        server = PromServer(**settings.prom_settings(url))
+        server = PromServer(**s.prom)
     except (ValueError, TypeError) as e:
         _say(f"error: {e}")
         return 2
-    raw = Path(a.raw or settings.raw_root())
+    raw = Path(s.raw)
     _say(f"pulling {a.start}..{end} from {server.public_url} ({server.mode}) into {raw}")
     reports = []
     for day in days_between(a.start, end):
@@ -544,7 +549,7 @@ def cmd_pull(a: argparse.Namespace) -> int:
 def cmd_sample(a: argparse.Namespace) -> int:
     from gpu_pipeline.lib.nvml import NvmlUnavailable, PynvmlBackend, sample
 
-    out = Path(a.out or Path(settings.raw_root()) / "nvml")
+    out = Path(a.out or Path(settings.current().raw) / "nvml")
     try:
         path = sample(PynvmlBackend(), a.interval, a.duration, out)
     except (NvmlUnavailable, ValueError) as e:
@@ -555,16 +560,19 @@ def cmd_sample(a: argparse.Namespace) -> int:
 
 
 def cmd_report(a: argparse.Namespace) -> int:
-    _set_env(a)
+    s = _settings(a)
     from gpu_pipeline.lib.lake import Lake
+    from gpu_pipeline.lib.reference import load_catalog
     from gpu_pipeline.lib.report import build_report
 
     try:
-        rep = build_report(Lake(settings.lake_root()), a.date, require_data=True)
+        rep = build_report(
+            Lake(s.lake), a.date, require_data=True, catalog=load_catalog(s.catalog or None)
+        )
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    out = Path(a.out or settings.reports_dir() / f"gpu_report_{a.date.isoformat()}.html")
+    out = Path(a.out or settings.reports_dir(s.lake) / f"gpu_report_{a.date.isoformat()}.html")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(rep.html)
     _say(f"wrote {out} ({len(rep.charts)} charts)")
@@ -603,7 +611,7 @@ def parser() -> argparse.ArgumentParser:
 
     p.add_argument("--version", action="version", version=f"gpu-pipeline {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
-    start = date.fromisoformat(settings.start_date())
+    start = date.fromisoformat(settings.current().start_date)
 
     g = _command(
         sub,

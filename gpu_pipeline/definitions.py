@@ -2,7 +2,6 @@
 
 import dagster as dg
 
-from gpu_pipeline import settings
 from gpu_pipeline.defs import marts, report, staging, warehouse
 from gpu_pipeline.defs.jobs import daily_pipeline, daily_schedule
 from gpu_pipeline.defs.pull import prometheus_export
@@ -19,11 +18,12 @@ from gpu_pipeline.defs.sensors import (
     landing_files,
     landing_zone_sensor,
 )
+from gpu_pipeline.settings import ENV_VARS, PROM_SETTINGS, Settings
 
 EXECUTORS = ("in_process", "multiprocess", "k8s")
 
 
-def executor() -> dg.ExecutorDefinition:
+def executor(kind: str) -> dg.ExecutorDefinition:
     """Where a run's steps execute (GPU_PIPELINE_EXECUTOR).
 
     `in_process` (default): every step in the run's own process. A day's steps are small next to
@@ -31,7 +31,6 @@ def executor() -> dg.ExecutorDefinition:
     2 cores), and Polars already uses every core inside a step. `multiprocess`: each step in its
     own process, two at a time. `k8s`: each step in its own pod (`deploy/k8s/run_config.yaml`).
     """
-    kind = settings.executor()
     if kind not in EXECUTORS:
         raise ValueError(
             f"GPU_PIPELINE_EXECUTOR must be one of {', '.join(EXECUTORS)}, not {kind!r}"
@@ -45,25 +44,43 @@ def executor() -> dg.ExecutorDefinition:
     return dg.in_process_executor
 
 
-def prometheus(enabled: bool | None = None) -> dict:
-    """The pull's resource bound to the GPU_PIPELINE_PROM_* variables that are set, or {} when
-    no server is configured (then the graph reads files only, as without it)."""
-    if enabled is False or not settings.prom_url():
+def _bind(s: Settings, name: str) -> object:
+    """A setting for a resource: `dg.EnvVar` when its variable set it (the UI shows the variable,
+    and a run resolves it in its own process), else the value itself."""
+    value = getattr(s, name)
+    if name not in s.from_env_fields:
+        return value
+    var = ENV_VARS[name]
+    return dg.EnvVar.int(var) if isinstance(value, int) else dg.EnvVar(var)
+
+
+def prometheus(s: Settings, enabled: bool | None = None) -> dict:
+    """The pull's resource bound to the GPU_PIPELINE_PROM_* variables that are set (the URL may
+    come from a CLI flag), or {} when no server is configured (then the graph reads files only)."""
+    if enabled is False or not s.prom_url:
         return {}
+    from_env = Settings.from_env().prom
     bound = {
-        name: (dg.EnvVar(var) if kind is str else dg.EnvVar.int(var) if kind is int else value)
-        for name, value in settings.prom_settings().items()
-        for var, kind in [settings.PROM_SETTINGS[name]]
+        name: (
+            value
+            if from_env.get(name) != value or kind is bool
+            else dg.EnvVar.int(var)
+            if kind is int
+            else dg.EnvVar(var)
+        )
+        for name, value in s.prom.items()
+        for var, kind in [PROM_SETTINGS[name]]
     }
     return {"prometheus": PromResource(**bound)}
 
 
-def build_definitions(pull: bool | None = None) -> dg.Definitions:
-    """Definitions bound to the current environment (GPU_PIPELINE_* variables or defaults).
+def build_definitions(s: Settings | None = None, pull: bool | None = None) -> dg.Definitions:
+    """Definitions bound to `s` (default: this process's GPU_PIPELINE_* variables).
     `pull=False` leaves the Prometheus pull out even when a server is configured."""
-    pull = prometheus(pull)
+    s = s or Settings.from_env()
+    prom = prometheus(s, pull)
     assets = dg.load_assets_from_modules([staging, marts, report, warehouse])
-    if pull:  # the pull lands files before the ingest reads them
+    if prom:  # the pull lands files before the ingest reads them
         assets += [prometheus_export, build_ingest(("prometheus_export",))]
     else:
         assets += [ingest]
@@ -74,17 +91,27 @@ def build_definitions(pull: bool | None = None) -> dg.Definitions:
         schedules=[daily_schedule],
         sensors=[landing_zone_sensor, freshness_sensor],
         # the run queue in config/dagster.yaml limits how many runs a backfill has going at once
-        executor=executor(),
+        executor=executor(s.executor),
         resources={
-            "lake": LakeResource(root=settings.lake_root()),
-            "landing": LandingResource(root=settings.raw_root()),
-            "reference": ReferenceResource(
-                prices=settings.prices_path(),
-                catalog=settings.catalog_path(),
-                rules=settings.rules_path(),
-                energy=settings.energy_path(),
+            "lake": LakeResource(
+                root=_bind(s, "lake"),
+                cache=_bind(s, "cache"),
+                chunk_mb=_bind(s, "chunk_mb"),
+                chunk_gpus=_bind(s, "chunk_gpus"),
+                split=_bind(s, "split"),
             ),
-            **pull,
+            "landing": LandingResource(
+                root=_bind(s, "raw"),
+                csv_timezone=_bind(s, "csv_timezone"),
+                max_file_mb=_bind(s, "max_file_mb"),
+            ),
+            "reference": ReferenceResource(
+                prices=_bind(s, "prices"),
+                catalog=_bind(s, "catalog"),
+                rules=_bind(s, "rules"),
+                energy=_bind(s, "energy"),
+            ),
+            **prom,
         },
     )
 

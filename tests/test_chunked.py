@@ -2,10 +2,12 @@
 
 from datetime import UTC, date, datetime, timedelta
 
+import dagster as dg
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
+from gpu_pipeline.definitions import build_definitions
 from gpu_pipeline.lib import chunked
 from gpu_pipeline.lib.generate import generate
 from gpu_pipeline.lib.ingest import assemble_day, list_landing, load_or_parse
@@ -129,38 +131,39 @@ def test_unsorted_30s_samples_are_regrouped_per_minute(samples):
     assert got.row(0, named=True)["gpu_util_pct"] == pytest.approx(first * 0.75)
 
 
-def test_chunk_size_and_split_come_from_the_environment(monkeypatch):
+def test_chunk_size_and_split_come_from_the_settings(monkeypatch):
+    """GPU_PIPELINE_CHUNK_GPUS / _SPLIT reach the staging pass through the lake resource."""
     monkeypatch.setenv("GPU_PIPELINE_CHUNK_GPUS", "250")
     monkeypatch.setenv("GPU_PIPELINE_SPLIT", "cluster")
-    assert (chunked.chunk_gpus(), chunked.split_mode()) == (250, "cluster")
-    monkeypatch.setenv("GPU_PIPELINE_CHUNK_GPUS", "0")
+    lake = build_definitions().resources["lake"]
+    assert lake.chunk_gpus == dg.EnvVar.int("GPU_PIPELINE_CHUNK_GPUS")
+    with dg.build_resources({"lake": lake}) as r:
+        assert r.lake.chunking() == chunked.Chunking(gpus=250, split="cluster")
     with pytest.raises(ValueError, match="positive"):
-        chunked.chunk_gpus()
-    monkeypatch.setenv("GPU_PIPELINE_SPLIT", "rack")
+        chunked.Chunking(gpus=0)
     with pytest.raises(ValueError, match="gpus, cluster"):
-        chunked.split_mode()
+        chunked.Chunking(split="rack")
 
 
-def test_chunks_follow_the_memory_budget_by_default(monkeypatch, samples):
-    monkeypatch.delenv("GPU_PIPELINE_CHUNK_GPUS", raising=False)
-    monkeypatch.setenv("GPU_PIPELINE_CHUNK_MB", "16")
-    assert chunked.chunk_gpus() is None and chunked.chunk_rows() == 16 * 1024
+def test_chunks_follow_the_memory_budget_by_default(samples):
+    budget = chunked.Chunking(mb=16)
+    assert chunked.Chunking().gpus is None and budget.rows == 16 * 1024
     # 16,384 rows: eleven minute-level GPUs of 1,440 rows fit, a twelfth does not
     rows = samples.group_by("gpu_uuid").len().sort("gpu_uuid")
-    chunks = chunked.plan(samples.lazy())
+    chunks = chunked.plan(samples.lazy(), chunking=budget)
     sizes = [rows.filter(pl.col("gpu_uuid").is_in(c.uuids))["len"].sum() for c in chunks]
     assert all(n <= 16 * 1024 for n in sizes) and sum(sizes) == samples.height
     assert [len(c.uuids) for c in chunks][0] == 16 * 1024 // 1440
     # a GPU alone over the budget is a chunk of its own, nothing is dropped
     assert chunked.cut_by_size(["a", "b", "c"], [5, 20, 1], None, 10) == [["a"], ["b"], ["c"]]
     # the tables are those of one pass whatever the chunking
-    got = _chunked(samples, max_gpus=None, split="gpus")
+    got = _chunked(samples, chunking=budget)
+    assert got["chunks"] == len(chunks) > 1
     want = _one_pass(samples)
     for k in want:
         assert_frame_equal(got[k], want[k])
-    monkeypatch.setenv("GPU_PIPELINE_CHUNK_MB", "1")
     with pytest.raises(ValueError, match="at least 16"):
-        chunked.chunk_rows()
+        chunked.Chunking(mb=1)
 
 
 def test_an_empty_day_gives_empty_typed_tables():

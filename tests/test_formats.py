@@ -12,8 +12,11 @@ import pytest
 
 from gpu_pipeline.lib.generate import generate
 from gpu_pipeline.lib.ingest import (
+    DEFAULT_PARSE,
     LandingFile,
+    ParseOptions,
     assemble_day,
+    is_cached,
     list_landing,
     load_or_parse,
     parse_landing_file,
@@ -29,10 +32,10 @@ T = 1704103200  # 2024-01-01 10:00:00 UTC
 SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "samples"
 
 
-def parse_text(tmp_path, name: str, text: str | bytes):
+def parse_text(tmp_path, name: str, text: str | bytes, opts: ParseOptions = DEFAULT_PARSE):
     p = tmp_path / name
     p.write_bytes(text if isinstance(text, bytes) else text.encode())
-    fmt, out = parse_landing_file(LandingFile(p, name, "0" * 64, p.stat().st_size, T))
+    fmt, out = parse_landing_file(LandingFile(p, name, "0" * 64, p.stat().st_size, T), opts)
     return fmt, out
 
 
@@ -156,14 +159,35 @@ def test_nvidia_smi_units_na_spellings_and_bad_rows(tmp_path):
     assert reasons[6] == "timestamp not understood: 'yesterday'"
 
 
-def test_nvidia_smi_nounits_any_order_subset_and_timezone(tmp_path, monkeypatch):
+def test_nvidia_smi_nounits_any_order_subset_and_timezone(tmp_path):
     text = "power.draw,uuid,timestamp\n100.25,gpu-xyz,2024/01/01 11:00:00\n"
     _, out = parse_text(tmp_path, "a.csv", text)
     assert field(out, "power_w") == [100.25]
     assert out.samples["timestamp"][0] == datetime(2024, 1, 1, 11, 0, tzinfo=UTC)
-    monkeypatch.setenv("GPU_PIPELINE_CSV_TIMEZONE", "Europe/Berlin")
-    _, out = parse_text(tmp_path, "b.csv", text)
+    _, out = parse_text(tmp_path, "b.csv", text, ParseOptions(csv_timezone="Europe/Berlin"))
     assert out.samples["timestamp"][0] == datetime(2024, 1, 1, 10, 0, tzinfo=UTC)
+    with pytest.raises(ValueError, match="unknown CSV time zone"):
+        ParseOptions(csv_timezone="Mars/Olympus")
+
+
+def test_everything_that_changes_a_parse_is_in_the_cache_key(tmp_path):
+    """The same file read with another CSV time zone or size limit is parsed again, never
+    served from the cache of the other options."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "a.csv").write_text("power.draw,uuid,timestamp\n100.25,gpu-xyz,2024/01/01 11:00:00\n")
+    (lf,) = list_landing(raw)
+    cache = tmp_path / "cache"
+    utc = load_or_parse(lf, cache)
+    berlin = ParseOptions(csv_timezone="Europe/Berlin")
+    assert not is_cached(lf, cache, berlin)
+    got = load_or_parse(lf, cache, berlin)
+    hour = lambda pf: pf.samples.collect()["timestamp"][0].hour  # noqa: E731
+    assert (hour(utc), hour(got)) == (11, 10)
+    assert hour(load_or_parse(lf, cache)) == 11  # each options' parse kept apart
+    tiny = ParseOptions(max_file_bytes=10)
+    assert not is_cached(lf, cache, tiny)
+    assert load_or_parse(lf, cache, tiny).format == "unreadable"
 
 
 def test_nvidia_smi_loop_log_without_identity(tmp_path):

@@ -28,7 +28,6 @@ def s3(monkeypatch, tmp_path):
         "AWS_DEFAULT_REGION": "us-east-1",
         "AWS_ENDPOINT_URL": f"http://{host}:{port}",
         "AWS_EC2_METADATA_DISABLED": "true",
-        "GPU_PIPELINE_CACHE": str(tmp_path / "cache"),
     }.items():
         monkeypatch.setenv(k, v)
     import boto3
@@ -40,8 +39,8 @@ def s3(monkeypatch, tmp_path):
         server.stop()
 
 
-def test_lake_round_trip_on_s3(s3):
-    lake = Lake(s3)
+def test_lake_round_trip_on_s3(s3, tmp_path):
+    lake = Lake(s3, cache=tmp_path / "cache")  # parsed files and uploads stage on local disk
     assert lake.remote and lake.days("gpu_daily") == []
     df = pl.DataFrame({"gpu_uuid": ["GPU-a", "GPU-b"], "minutes": [10, 20]})
     path = lake.write("gpu_daily", START, df)
@@ -70,7 +69,7 @@ def test_pipeline_materializes_into_s3(s3, tmp_path):
         )
         write_file(tmp_path / "raw" / "c1" / f"n1_{d.isoformat()}.prom", lines)
     resources = {
-        "lake": LakeResource(root=s3),
+        "lake": LakeResource(root=s3, cache=str(tmp_path / "cache")),
         "landing": LandingResource(root=str(tmp_path / "raw")),
         "reference": ReferenceResource(),
     }
@@ -84,7 +83,7 @@ def test_pipeline_materializes_into_s3(s3, tmp_path):
             instance=instance,
         )
         assert res.success
-    lake = Lake(s3)
+    lake = Lake(s3, cache=tmp_path / "cache")
     assert lake.days("gpu_minutes") == [START + timedelta(days=i) for i in range(3)]
     assert lake.read("gpu_minutes", START).height == 200
     assert lake.read("persistent_bottlenecks", START + timedelta(days=2))["gpu_uuid"].to_list() == [

@@ -117,3 +117,33 @@ def test_the_version_follows_the_changelog():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     (latest,) = re.findall(r"^## (\d+\.\d+\.\d+)", (REPO / "CHANGELOG.md").read_text(), re.M)[:1]
     assert project == latest == __version__
+
+
+def test_configuration_flows_through_resources_not_the_environment():
+    """No module writes the process environment; nothing under lib/ reads it (values arrive as
+    arguments); only settings.py reads GPU_PIPELINE_* variables."""
+    import ast
+
+    writes, reads = [], []
+    for path in sorted((REPO / "gpu_pipeline").rglob("*.py")):
+        rel = path.relative_to(REPO).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            target = None
+            if isinstance(node, ast.Assign | ast.AugAssign):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                target = next((t for t in targets if isinstance(t, ast.Subscript)), None)
+                if target is not None and "environ" in ast.unparse(target.value):
+                    writes.append(f"{rel}:{node.lineno}")
+            elif isinstance(node, ast.Call):
+                fn = ast.unparse(node.func)
+                if fn.endswith(("environ.update", "environ.setdefault", "putenv", "environ.pop")):
+                    writes.append(f"{rel}:{node.lineno}")
+                if ("environ" in fn or fn.endswith("getenv")) and rel != "gpu_pipeline/settings.py":
+                    reads.append(f"{rel}:{node.lineno}")
+            elif isinstance(node, ast.Subscript) and ast.unparse(node.value).endswith("environ"):
+                if rel != "gpu_pipeline/settings.py":
+                    reads.append(f"{rel}:{node.lineno}")
+    assert writes == []
+    assert [r for r in reads if r.startswith("gpu_pipeline/lib/")] == []
+    # the CLI's only use: the environment of the process it re-runs itself in (execve)
+    assert all(r.startswith("gpu_pipeline/cli.py") for r in reads), reads

@@ -1,8 +1,10 @@
 """GPU catalog and price book: SPEC values, model-name matching, overrides."""
 
+import dagster as dg
 import polars as pl
 import pytest
 
+from gpu_pipeline.definitions import build_definitions
 from gpu_pipeline.lib.reference import ReferenceError, load_catalog, load_prices, model_key
 
 
@@ -64,16 +66,22 @@ def test_price_book_override_and_catalog_extension(tmp_path, monkeypatch):
         "gpu_model,on_demand_usd_per_hour,spot_usd_per_hour\nNVIDIA H100 80GB HBM3,9.99,3\n"
     )
     assert load_prices(prices).row(0, named=True)["on_demand_usd_per_hour"] == 9.99
-    monkeypatch.setenv("GPU_PIPELINE_PRICES", str(prices))
-    assert load_prices().height == 1
     extra = tmp_path / "c.csv"
     extra.write_text(
         "gpu_model,max_power_w,idle_power_w,theoretical_fp16_tflops,achievable_fp16_tflops,source\n"
         "Mystery X,500,50,1000,300,our lab\nA10G,250,25,125,30,measured\n"
     )
-    monkeypatch.setenv("GPU_PIPELINE_CATALOG", str(extra))
-    cat = {r["gpu_model"]: r for r in load_catalog().iter_rows(named=True)}
+    cat = {r["gpu_model"]: r for r in load_catalog(extra).iter_rows(named=True)}
     assert cat["Mystery X"]["max_power_w"] == 500 and cat["A10G"]["max_power_w"] == 250
+    # the variables reach the functions through the resources, bound as EnvVars
+    monkeypatch.setenv("GPU_PIPELINE_PRICES", str(prices))
+    monkeypatch.setenv("GPU_PIPELINE_CATALOG", str(extra))
+    ref = build_definitions().resources["reference"]
+    assert ref.prices == dg.EnvVar("GPU_PIPELINE_PRICES")
+    with dg.build_resources({"reference": ref}) as r:
+        assert r.reference.load_prices().height == 1
+        assert "Mystery X" in r.reference.load_catalog()["gpu_model"].to_list()
+    assert load_prices().height > 1  # lib/ never reads the environment: the shipped book
 
 
 def test_bad_reference_files_fail_clearly(tmp_path):

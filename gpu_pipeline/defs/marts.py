@@ -3,7 +3,6 @@
 (hourly_fleet_metrics and priced_waste come out of the staging pass, defs/staging.py.)
 """
 
-import os
 import warnings
 from collections.abc import Callable
 
@@ -18,11 +17,12 @@ from gpu_pipeline.lib.lake import Lake
 from gpu_pipeline.lib.rules import Rules, load_rules
 from gpu_pipeline.lib.samples import collect_stable
 from gpu_pipeline.lib.schemas import validate
+from gpu_pipeline.settings import current
 
 # D's persistence reads the GPU-days D-6..D; days before the first partition simply don't exist.
 # (allow_nonexistent_upstream_partitions is marked beta in Dagster 1.13; it is what first days need.)
 # the window's length comes from the rules file when the definitions load (GPU_PIPELINE_RULES)
-WINDOW_DAYS = load_rules(os.environ.get("GPU_PIPELINE_RULES") or None).t.window_days
+WINDOW_DAYS = load_rules(current().rules or None).t.window_days
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", dg.BetaWarning)
     SEVEN_DAY_WINDOW = dg.TimeWindowPartitionMapping(

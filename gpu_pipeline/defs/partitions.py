@@ -2,6 +2,6 @@
 
 import dagster as dg
 
-from gpu_pipeline.settings import start_date
+from gpu_pipeline.settings import current
 
-daily_partitions = dg.DailyPartitionsDefinition(start_date=start_date(), timezone="UTC")
+daily_partitions = dg.DailyPartitionsDefinition(start_date=current().start_date, timezone="UTC")

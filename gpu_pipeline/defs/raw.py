@@ -60,13 +60,14 @@ def ingest_days(context: dg.AssetExecutionContext, landing: LandingResource, lak
     """Parse every landing file once (cached by content) and assemble each day of the partition range."""
     the_lake = lake.lake()
     files = list_landing(landing.root, hash_memo(the_lake.cache_dir))
-    parsed = [load_or_parse(f, the_lake.cache_dir) for f in files]
+    opts, max_rows = landing.parse_options(), lake.chunking().rows
+    parsed = [load_or_parse(f, the_lake.cache_dir, opts) for f in files]
     writers = {t: DayWriter(the_lake, t) for t in RAW_TABLES}
     conservation, pass_rate = [], []
     for day in partition_days(context):
-        # a range of GPUs at a time (memory follows GPU_PIPELINE_CHUNK_MB, not the fleet),
+        # a range of GPUs at a time (memory follows the chunk budget, not the fleet),
         # each range validated and streamed into the day's gpu_samples file
-        day_in = DayAssembly(parsed, day)
+        day_in = DayAssembly(parsed, day, max_rows)
         writers["gpu_samples"].write_frames(
             day, (validate("gpu_samples", df) for df in day_in.gpu_samples())
         )

@@ -6,7 +6,7 @@ import dagster as dg
 
 from gpu_pipeline import settings
 from gpu_pipeline.defs.daily import daily, day_metadata, partition_days
-from gpu_pipeline.defs.resources import LakeResource
+from gpu_pipeline.defs.resources import LakeResource, ReferenceResource
 from gpu_pipeline.lib.report import build_report
 
 REPORT_INPUTS = [
@@ -28,11 +28,13 @@ CHART_DAYS = 14
 
 
 @dg.asset(**daily(None, "reports", deps=REPORT_INPUTS))
-def daily_report(context: dg.AssetExecutionContext, lake: LakeResource):
+def daily_report(
+    context: dg.AssetExecutionContext, lake: LakeResource, reference: ReferenceResource
+):
     """Self-contained HTML report of the day: charts, bottlenecks, waste, recommendations, ROI, health."""
-    days = partition_days(context)
+    days, catalog = partition_days(context), reference.load_catalog()
     for day in days:
-        rep = build_report(lake.lake(), day)
+        rep = build_report(lake.lake(), day, catalog=catalog)
         out = settings.reports_dir(lake.root) / f"gpu_report_{day.isoformat()}.html"
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name("." + out.name + ".tmp")

@@ -1,4 +1,8 @@
-"""Resources: the lake, the landing zone and the reference data (catalog, price book)."""
+"""Resources: the lake, the landing zone, the reference data and the Prometheus server.
+
+They hold every setting (`settings.Settings`, bound to `GPU_PIPELINE_*` variables as
+`dg.EnvVar`s by `definitions.build_definitions`); assets pass the values on to `lib/`.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ from datetime import date, timedelta
 import dagster as dg
 import polars as pl
 
+from gpu_pipeline.lib.chunked import DEFAULT_CHUNK_MB, Chunking
+from gpu_pipeline.lib.ingest import ParseOptions
 from gpu_pipeline.lib.lake import Lake
 from gpu_pipeline.lib.pull import PromServer
 from gpu_pipeline.lib.reference import load_catalog, load_energy, load_prices
@@ -30,7 +36,9 @@ def run_days(tags: dict[str, str]) -> list[date]:
 
 
 class LakeResource(dg.ConfigurableResource):
-    """Root of the Parquet lake (`<root>/<table>/date=YYYY-MM-DD/data.parquet`).
+    """Root of the Parquet lake (`<root>/<table>/date=YYYY-MM-DD/data.parquet`), where parsed
+    landing files are cached (`cache`, "": beside the lake) and how a day is cut into chunks of
+    GPUs (`chunk_mb` memory budget, or `chunk_gpus` GPUs; `split` by GPU count or cluster).
 
     For the length of a run it holds the lake's lock on each day the run writes, so two runs
     of one day run one after the other and the lake never holds one run's ingest_log beside the
@@ -38,9 +46,16 @@ class LakeResource(dg.ConfigurableResource):
     """
 
     root: str
+    cache: str = ""
+    chunk_mb: int = DEFAULT_CHUNK_MB
+    chunk_gpus: int = 0
+    split: str = "gpus"
 
     def lake(self) -> Lake:
-        return Lake(self.root)
+        return Lake(self.root, self.cache or None)
+
+    def chunking(self) -> Chunking:
+        return Chunking(mb=self.chunk_mb, gpus=self.chunk_gpus or None, split=self.split)
 
     @contextmanager
     def yield_for_execution(self, context: dg.InitResourceContext):
@@ -57,9 +72,15 @@ class LakeResource(dg.ConfigurableResource):
 
 
 class LandingResource(dg.ConfigurableResource):
-    """Folder where raw telemetry exports land."""
+    """Folder where raw telemetry exports land, and how they are read: the zone of zone-less CSV
+    times, the largest file read (MiB; larger ones are quarantined whole)."""
 
     root: str
+    csv_timezone: str = "UTC"
+    max_file_mb: int = 1024
+
+    def parse_options(self) -> ParseOptions:
+        return ParseOptions(csv_timezone=self.csv_timezone, max_file_bytes=self.max_file_mb * 2**20)
 
 
 class ReferenceResource(dg.ConfigurableResource):
@@ -67,7 +88,8 @@ class ReferenceResource(dg.ConfigurableResource):
     defaults.
 
     `rules`: a TOML rules file (GPU_PIPELINE_RULES); `rule_overrides`: `section.key` -> value
-    from run config, over the file (e.g. {"health.hot_from_c": 85}).
+    from run config, over the file (e.g. {"health.hot_from_c": 85}). `catalog` extends the
+    shipped GPU catalog (GPU_PIPELINE_CATALOG).
     """
 
     prices: str = ""

@@ -12,7 +12,6 @@ backfill daemon runs it in dependency order, so a window day waits for the late 
 
 import hashlib
 import json
-import os
 import warnings
 from datetime import date, timedelta
 
@@ -27,21 +26,22 @@ from gpu_pipeline.defs.partitions import daily_partitions
 from gpu_pipeline.defs.report import daily_report
 from gpu_pipeline.defs.resources import LakeResource, LandingResource
 from gpu_pipeline.lib.ingest import hash_memo, is_cached, list_landing, load_or_parse
+from gpu_pipeline.settings import current
 
 # what a late day changes after itself: persistence of D+1..D+6 reads D's GPU-day
 WINDOW_ASSETS = [dg.AssetKey("persistent_bottlenecks"), dg.AssetKey("daily_report")]
-SENSOR_INTERVAL_S = int(os.environ.get("GPU_PIPELINE_SENSOR_INTERVAL", "60"))
+SENSOR_INTERVAL_S = current().sensor_interval_s
 
 
 @dg.asset(group_name="raw", kinds={"parquet"})
 def landing_files(context: dg.AssetExecutionContext, landing: LandingResource, lake: LakeResource):
     """Every landing file parsed once into the lake's ingest cache (keyed by content); the
     landing-zone sensor asks for this before it plans the days new files touch."""
-    cache = lake.lake().cache_dir
+    cache, opts = lake.lake().cache_dir, landing.parse_options()
     files = list_landing(landing.root, hash_memo(cache))
-    todo = [f for f in files if not is_cached(f, cache)]
+    todo = [f for f in files if not is_cached(f, cache, opts)]
     for f in todo:
-        pf = load_or_parse(f, cache)
+        pf = load_or_parse(f, cache, opts)
         context.log.info(f"{f.source_file}: {pf.format}, days {[str(d) for d in pf.days]}")
     return dg.MaterializeResult(metadata={"files": len(files), "parsed": len(todo)})
 
@@ -82,7 +82,7 @@ def landing_zone_sensor(
     """New or changed landing files: backfill exactly the UTC days their samples touch, and the
     persistence window after them (late data), in dependency order."""
     seen: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
-    cache = lake.lake().cache_dir
+    cache, opts = lake.lake().cache_dir, landing.parse_options()
     files = list_landing(landing.root, hash_memo(cache))
     changed = [f for f in files if seen.get(f.source_file) != f.sha256]
     if not changed:
@@ -90,7 +90,7 @@ def landing_zone_sensor(
     token = hashlib.sha256(
         "".join(sorted(f"{f.source_file}:{f.sha256}" for f in changed)).encode()
     ).hexdigest()[:16]
-    unparsed = [f for f in changed if not is_cached(f, cache)]
+    unparsed = [f for f in changed if not is_cached(f, cache, opts)]
     if unparsed:
         # the parsing is a run's work; the next tick plans from the cache
         return dg.SensorResult(
@@ -103,7 +103,7 @@ def landing_zone_sensor(
             ],
             skip_reason=None,
         )
-    parsed = {f.source_file: load_or_parse(f, cache) for f in changed}  # reads meta.json only
+    parsed = {f.source_file: load_or_parse(f, cache, opts) for f in changed}  # reads meta.json only
     # a file the lake already ingested with this content (a UI or CLI backfill before the
     # sensor was turned on) is not news: only files some day's ingest_log lacks are planned
     the_lake = lake.lake()

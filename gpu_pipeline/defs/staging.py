@@ -3,7 +3,7 @@
 gpu_minutes, gpu_daily, hourly_fleet_metrics and priced_waste come out of the same pass
 (gpu_pipeline.lib.chunked): each chunk of GPUs is read, its minutes computed, streamed into the
 gpu_minutes partition and aggregated while in memory, so memory stays bounded by the chunk size
-(GPU_PIPELINE_CHUNK_MB, or GPU_PIPELINE_CHUNK_GPUS) however large the fleet, and the day's minutes are not read back.
+(`LakeResource.chunking`: GPU_PIPELINE_CHUNK_MB, or GPU_PIPELINE_CHUNK_GPUS) however large the fleet, and the day's minutes are not read back.
 """
 
 from collections.abc import Iterator
@@ -16,7 +16,7 @@ from gpu_pipeline.defs.daily import BACKFILL_POLICY, DayWriter, partition_days
 from gpu_pipeline.defs.metadata import spec_metadata
 from gpu_pipeline.defs.partitions import daily_partitions
 from gpu_pipeline.defs.resources import LakeResource, ReferenceResource
-from gpu_pipeline.lib.chunked import DayTables, chunking, minutes_by_chunk, split_mode
+from gpu_pipeline.lib.chunked import DayTables, minutes_by_chunk
 from gpu_pipeline.lib.schemas import GPU_MINUTES_SCHEMA, validate
 
 TABLES = {
@@ -79,11 +79,12 @@ def staging(context: dg.AssetExecutionContext, lake: LakeResource, reference: Re
         reference.load_rules(),
     )
     writers = {t: DayWriter(the_lake, t) for t in TABLES}
+    chunking = lake.chunking()
     results: dict[str, list] = {"minutes": [], "hourly": [], "waste": []}
     for day in partition_days(context):
         samples = the_lake.scan_days("gpu_samples", [day])
         tables, unique = DayTables(t=rules.t), []
-        chunks = minutes_by_chunk(samples, catalog, prices, rules.t, d=rules.d)
+        chunks = minutes_by_chunk(samples, catalog, prices, rules.t, d=rules.d, chunking=chunking)
         writers["gpu_minutes"].write_frames(day, _checked(chunks, tables, unique))
         results["minutes"].append(
             checks.merge(unique, "chunks")
@@ -97,7 +98,7 @@ def staging(context: dg.AssetExecutionContext, lake: LakeResource, reference: Re
         results["waste"].append(checks.cost_split_sums_to_cost(waste))
         context.log.info(
             f"{day}: {tables.minutes_rows} GPU-minutes in {tables.chunks} chunk(s) of at most "
-            f"{chunking()} (split by {split_mode()})"
+            f"{chunking} (split by {chunking.split})"
         )
     for w in writers.values():
         yield w.result(context, rules)

@@ -12,14 +12,14 @@ clusters' GPUs, a cluster larger than `max_gpus` is cut further), so a cluster's
 contiguous in every table of the day and a very large fleet's day is processed cluster by cluster.
 
 Peak memory is one chunk's samples and minutes plus the small partials, whatever the fleet size.
-A chunk is sized from a memory budget, `GPU_PIPELINE_CHUNK_MB` (default 640 MiB, at about 1 KiB
-of working memory per sample row: ~650,000 rows, 450 GPUs of minute data, half that at 30 s
-samples); `GPU_PIPELINE_CHUNK_GPUS` caps chunks by GPU count instead.
+A chunk is sized from a memory budget, `Chunking.mb` (default 640 MiB, at about 1 KiB of working
+memory per sample row: ~650,000 rows, 450 GPUs of minute data, half that at 30 s samples);
+`Chunking.gpus` caps chunks by GPU count instead (GPU_PIPELINE_CHUNK_MB / _CHUNK_GPUS / _SPLIT
+set them through the resources).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -36,29 +36,35 @@ BYTES_PER_ROW = 1024  # working memory per sample row in a chunk (measured: benc
 SPLITS = ("gpus", "cluster")
 
 
-def chunk_gpus() -> int | None:
-    """GPUs per chunk when GPU_PIPELINE_CHUNK_GPUS sets it; None: chunks follow the memory budget."""
-    raw = os.environ.get("GPU_PIPELINE_CHUNK_GPUS")
-    if raw is None:
-        return None
-    n = int(raw)
-    if n < 1:
-        raise ValueError(f"GPU_PIPELINE_CHUNK_GPUS must be a positive number of GPUs, not {n}")
-    return n
+@dataclass(frozen=True)
+class Chunking:
+    """How a day is cut: a memory budget of `mb` MiB of sample rows per chunk (~1 KiB of working
+    memory a row), or at most `gpus` GPUs per chunk when set; `split="cluster"` also cuts at
+    cluster boundaries. (The resources carry these settings: `LakeResource.chunking()`.)"""
+
+    mb: int = DEFAULT_CHUNK_MB
+    gpus: int | None = None
+    split: str = "gpus"
+
+    def __post_init__(self) -> None:
+        if self.mb < 16:
+            raise ValueError(f"the chunk memory budget must be at least 16 (MiB), not {self.mb}")
+        if self.gpus is not None and self.gpus < 1:
+            raise ValueError(f"chunk GPUs must be a positive number of GPUs, not {self.gpus}")
+        if self.split not in SPLITS:
+            raise ValueError(f"split must be one of {', '.join(SPLITS)}, not {self.split!r}")
+
+    @property
+    def rows(self) -> int:
+        """Sample rows per chunk from the memory budget."""
+        return self.mb * 2**20 // BYTES_PER_ROW
+
+    def __str__(self) -> str:
+        """How chunks are sized, for run logs and metadata."""
+        return f"{self.gpus} GPUs" if self.gpus else f"{self.rows:,} rows ({self.mb} MiB)"
 
 
-def chunk_rows() -> int:
-    """Sample rows per chunk from the memory budget GPU_PIPELINE_CHUNK_MB."""
-    mb = int(os.environ.get("GPU_PIPELINE_CHUNK_MB", DEFAULT_CHUNK_MB))
-    if mb < 16:
-        raise ValueError(f"GPU_PIPELINE_CHUNK_MB must be at least 16 (MiB), not {mb}")
-    return mb * 2**20 // BYTES_PER_ROW
-
-
-def chunking() -> str:
-    """How chunks are sized, for run metadata."""
-    n = chunk_gpus()
-    return f"{n} GPUs" if n else f"{chunk_rows():,} rows ({chunk_rows() * BYTES_PER_ROW >> 20} MiB)"
+DEFAULT_CHUNKING = Chunking()
 
 
 def cut_by_size(
@@ -80,13 +86,6 @@ def cut_by_size(
     if current:
         out.append(current)
     return out
-
-
-def split_mode() -> str:
-    mode = os.environ.get("GPU_PIPELINE_SPLIT", "gpus")
-    if mode not in SPLITS:
-        raise ValueError(f"GPU_PIPELINE_SPLIT must be one of {', '.join(SPLITS)}, not {mode!r}")
-    return mode
 
 
 @dataclass(frozen=True)
@@ -111,13 +110,15 @@ def plan(
     max_gpus: int | None = None,
     split: str | None = None,
     max_rows: int | None = None,
+    chunking: Chunking = DEFAULT_CHUNKING,
 ) -> list[Chunk]:
-    """The day's chunks: consecutive UUIDs, at most `max_gpus` GPUs each when given (or set by
-    GPU_PIPELINE_CHUNK_GPUS), else at most `max_rows` sample rows (the memory budget); one
-    cluster each when `split="cluster"` (a GPU seen in two clusters on a day goes with its first)."""
-    max_gpus = max_gpus or (None if max_rows else chunk_gpus())
-    max_rows = max_rows or chunk_rows()
-    split = split or split_mode()
+    """The day's chunks: consecutive UUIDs, at most `max_gpus` GPUs each when given (or
+    `chunking.gpus`), else at most `max_rows` sample rows (`chunking.rows`, the memory budget);
+    one cluster each when split by cluster (a GPU seen in two clusters on a day goes with its
+    first). Explicit arguments override `chunking`."""
+    max_gpus = max_gpus or (None if max_rows else chunking.gpus)
+    max_rows = max_rows or chunking.rows
+    split = split or chunking.split
     if split == "cluster":
         gpus = (
             samples.group_by("gpu_uuid")
@@ -218,10 +219,11 @@ def minutes_by_chunk(
     max_gpus: int | None = None,
     split: str | None = None,
     d: DiagnosisThresholds = DIAGNOSIS,
+    chunking: Chunking = DEFAULT_CHUNKING,
 ) -> Iterator[pl.DataFrame]:
     """gpu_minutes of a day's samples, one chunk of GPUs at a time, in SAMPLE_ORDER overall
     (by cluster first when split by cluster)."""
-    for chunk in plan(samples, max_gpus, split):
+    for chunk in plan(samples, max_gpus, split, chunking=chunking):
         df, shape = inspect(samples.filter(chunk.predicate).collect(engine="in-memory"))
         yield collect_stable(
             gpu_minutes(

@@ -58,7 +58,30 @@ META_SCHEMA = {
 
 
 # a landing file larger than this (decompressed) is quarantined whole, not read into memory
-MAX_FILE_BYTES = int(float(os.environ.get("GPU_PIPELINE_MAX_FILE_MB", "1024")) * 2**20)
+MAX_FILE_BYTES = 1024 * 2**20
+
+
+@dataclass(frozen=True)
+class ParseOptions:
+    """Everything besides a file's bytes and name that changes what its parse yields (so all of
+    it is in the parse cache's key): the zone zone-less CSV times are read in, and the size
+    above which a file is quarantined whole instead of read."""
+
+    csv_timezone: str = "UTC"
+    max_file_bytes: int = MAX_FILE_BYTES
+
+    def __post_init__(self) -> None:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(self.csv_timezone)
+        except (ZoneInfoNotFoundError, ValueError) as e:
+            raise ValueError(f"unknown CSV time zone {self.csv_timezone!r}") from e
+        if self.max_file_bytes < 1:
+            raise ValueError(f"the largest file must be a positive size, not {self.max_file_bytes}")
+
+
+DEFAULT_PARSE = ParseOptions()
 # quarantine keeps this much of a rejected line's or file's text
 RAW_CHARS = 2000
 
@@ -301,7 +324,7 @@ def _read_bytes(lf: LandingFile, limit: int = MAX_FILE_BYTES) -> tuple[bytes | N
                 return None, why
         else:
             if os.fstat(f.fileno()).st_size > limit:
-                return None, f"larger than {limit:,} bytes: not read (GPU_PIPELINE_MAX_FILE_MB)"
+                return None, f"larger than {limit:,} bytes: not read (max_file_mb)"
             data = f.read()
     if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
         try:
@@ -426,11 +449,13 @@ def _cap_raw(q: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def parse_landing_file(lf: LandingFile) -> tuple[str, ParsedLines]:
+def parse_landing_file(
+    lf: LandingFile, opts: ParseOptions = DEFAULT_PARSE
+) -> tuple[str, ParsedLines]:
     """Read, detect and parse one landing file; a file no parser fits is quarantined whole."""
     if lf.problem:  # never opened: its content (a link out of the zone) stays unread
         return "refused", _whole_file(lf.problem, "")
-    data, why = _read_bytes(lf)
+    data, why = _read_bytes(lf, opts.max_file_bytes)
     if data is None:
         with open(lf.path, "rb") as f:
             head_bytes = f.read(200)
@@ -464,7 +489,7 @@ def parse_landing_file(lf: LandingFile) -> tuple[str, ParsedLines]:
         # and ingest_log.time_basis says so (formats with a time column never use it)
         file_time=named or datetime.fromtimestamp(lf.mtime, UTC),
         file_time_basis="file_name" if named else "file_mtime",
-        csv_timezone=csv_timezone(),
+        csv_timezone=opts.csv_timezone,
     )
     try:
         out = FORMATS[fmt].parse(data if fmt == "dcgm_exposition" else text, ctx)
@@ -501,28 +526,29 @@ def parse_landing_file(lf: LandingFile) -> tuple[str, ParsedLines]:
     )
 
 
-def csv_timezone() -> str:
-    return os.environ.get("GPU_PIPELINE_CSV_TIMEZONE", "UTC")
-
-
-def _cache_key(lf: LandingFile) -> str:
+def _cache_key(lf: LandingFile, opts: ParseOptions) -> str:
     # everything that changes what a parse yields: the parser, the content, the name (it may
-    # carry the sample time) and the zone zone-less CSV times are read in
+    # carry the sample time) and the options (CSV time zone, size limit)
     return hashlib.sha256(
-        f"{PARSER_VERSION}\0{lf.sha256}\0{Path(lf.source_file).name}\0{csv_timezone()}".encode()
+        f"{PARSER_VERSION}\0{lf.sha256}\0{Path(lf.source_file).name}\0{opts.csv_timezone}"
+        f"\0{opts.max_file_bytes}".encode()
     ).hexdigest()[:32]
 
 
-def is_cached(lf: LandingFile, cache_root: str | os.PathLike) -> bool:
-    return lf.problem is not None or (Path(cache_root) / _cache_key(lf) / "meta.json").is_file()
+def is_cached(
+    lf: LandingFile, cache_root: str | os.PathLike, opts: ParseOptions = DEFAULT_PARSE
+) -> bool:
+    return (
+        lf.problem is not None or (Path(cache_root) / _cache_key(lf, opts) / "meta.json").is_file()
+    )
 
 
 CACHED = ("samples.parquet", "quarantine.parquet")
 
 
-def _write_cache(lf: LandingFile, cdir: Path, cache_root: Path) -> None:
+def _write_cache(lf: LandingFile, cdir: Path, cache_root: Path, opts: ParseOptions) -> None:
     try:
-        fmt, parsed = parse_landing_file(lf)
+        fmt, parsed = parse_landing_file(lf, opts)
         per_day = (
             parsed.samples.group_by(pl.col("timestamp").dt.date().alias("d"))
             .len()
@@ -572,11 +598,14 @@ def _cache_intact(cdir: Path, meta: dict) -> bool:
         return False
 
 
-def load_or_parse(lf: LandingFile, cache_root: str | os.PathLike) -> ParsedFile:
-    """The parse of `lf`, from the cache when this content was parsed before and the cached
-    parse is intact (its Parquet files still have the hashes recorded beside them)."""
+def load_or_parse(
+    lf: LandingFile, cache_root: str | os.PathLike, opts: ParseOptions = DEFAULT_PARSE
+) -> ParsedFile:
+    """The parse of `lf` with `opts`, from the cache when this content was parsed the same way
+    before and the cached parse is intact (its Parquet files still have the hashes recorded
+    beside them)."""
     if lf.problem:  # nothing to cache: the file is never opened
-        fmt, parsed = parse_landing_file(lf)
+        fmt, parsed = parse_landing_file(lf, opts)
         return ParsedFile(
             file=lf,
             format=fmt,
@@ -591,11 +620,11 @@ def load_or_parse(lf: LandingFile, cache_root: str | os.PathLike) -> ParsedFile:
             quarantine=parsed.quarantine.lazy(),
         )
     cache_root = Path(cache_root)
-    cdir = cache_root / _cache_key(lf)
+    cdir = cache_root / _cache_key(lf, opts)
     meta_path = cdir / "meta.json"
     for attempt in range(2):
         if not meta_path.is_file():
-            _write_cache(lf, cdir, cache_root)
+            _write_cache(lf, cdir, cache_root, opts)
         meta = json.loads(meta_path.read_text())
         if _cache_intact(cdir, meta):
             break
@@ -651,15 +680,15 @@ class DayAssembly:
 
     A sample's duplicates and conflicts are always samples of the same GPU, so a chunk holds
     everything its GPUs need. A day whose samples exceed `max_rows` long rows (the memory budget
-    of `GPU_PIPELINE_CHUNK_MB`) is first split by GPU range into spill files (each landing file
-    read once), then assembled chunk by chunk; a smaller day is assembled in memory at once.
+    of the chunk size, `Chunking.rows`) is first split by GPU range into spill files (each landing
+    file read once), then assembled chunk by chunk; a smaller day is assembled in memory at once.
     """
 
     def __init__(self, files: list[ParsedFile], day: date, max_rows: int | None = None):
-        from gpu_pipeline.lib.chunked import chunk_rows
+        from gpu_pipeline.lib.chunked import Chunking
 
         self.files, self.day = files, day
-        self.max_rows = max_rows or chunk_rows()
+        self.max_rows = max_rows or Chunking().rows
         self._counts: list[pl.DataFrame] = []
         self._conflicts: list[pl.DataFrame] = []
         self.chunks = 0

@@ -39,8 +39,11 @@ def is_uri(root: str | os.PathLike) -> bool:
 
 
 class Lake:
-    def __init__(self, root: str | os.PathLike):
+    def __init__(self, root: str | os.PathLike, cache: str | os.PathLike | None = None):
+        """`cache`: where parsed landing files are kept (local disk); default beside the lake,
+        or under `data/cache/` for a lake in an object store."""
         self.uri = str(root)
+        self.cache = Path(cache) if cache else None
         self.remote = is_uri(root)
         if self.remote:
             import pyarrow.fs as pafs
@@ -64,9 +67,9 @@ class Lake:
 
     @property
     def cache_dir(self) -> Path:
-        """Parsed landing files; always on local disk (GPU_PIPELINE_CACHE, else beside the lake)."""
-        if os.environ.get("GPU_PIPELINE_CACHE"):
-            return Path(os.environ["GPU_PIPELINE_CACHE"])
+        """Parsed landing files; always on local disk (`cache`, else beside the lake)."""
+        if self.cache is not None:
+            return self.cache
         if self.remote:
             return Path("data") / "cache" / hashlib.sha256(self.uri.encode()).hexdigest()[:12]
         return self.root / "_ingest_cache"

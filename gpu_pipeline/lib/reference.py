@@ -76,9 +76,8 @@ def _read(path: Path, schema: dict[str, pl.DataType], what: str) -> pl.DataFrame
 
 
 def load_catalog(extra: str | os.PathLike | None = None) -> pl.DataFrame:
-    """The shipped catalog, extended (and overridden per model) by `extra` or GPU_PIPELINE_CATALOG."""
+    """The shipped catalog, extended (and overridden per model) by the file `extra`."""
     base = _read(DEFAULT_CATALOG, CATALOG_SCHEMA, "GPU catalog")
-    extra = extra or os.environ.get("GPU_PIPELINE_CATALOG")
     if extra:
         more = _read(Path(extra), CATALOG_SCHEMA, "GPU catalog")
         if "source" not in more.columns:
@@ -93,15 +92,15 @@ def load_catalog(extra: str | os.PathLike | None = None) -> pl.DataFrame:
 
 
 def load_prices(path: str | os.PathLike | None = None) -> pl.DataFrame:
-    """The price book: `path`, else GPU_PIPELINE_PRICES, else the shipped defaults."""
-    path = path or os.environ.get("GPU_PIPELINE_PRICES") or DEFAULT_PRICES
+    """The price book: `path`, else the shipped defaults."""
+    path = path or DEFAULT_PRICES
     return _read(Path(path), PRICES_SCHEMA, "price book").sort("gpu_model")
 
 
 def load_energy(path: str | os.PathLike | None = None) -> pl.DataFrame:
     """Electricity $/kWh and grid gCO2/kWh per cluster (`*`: every other cluster): `path`, else
-    GPU_PIPELINE_ENERGY, else the shipped defaults."""
-    path = Path(path or os.environ.get("GPU_PIPELINE_ENERGY") or DEFAULT_ENERGY)
+    the shipped defaults."""
+    path = Path(path or DEFAULT_ENERGY)
     if not path.is_file():
         raise ReferenceError(f"energy rates file not found: {path}")
     df = pl.read_csv(path, schema_overrides=ENERGY_SCHEMA, comment_prefix="#")
