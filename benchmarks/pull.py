@@ -31,7 +31,7 @@ def _free_port() -> int:
 
 def main() -> int:
     from gpu_pipeline.lib.generate import generate
-    from gpu_pipeline.lib.pull import PromServer, pull_day
+    from gpu_pipeline.lib.ingest.pull import PromServer, pull_day
 
     binary = shutil.which("victoria-metrics")
     if binary is None:

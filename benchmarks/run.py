@@ -67,8 +67,8 @@ def read_lines(path: str) -> float:
 
 
 def parse_ours(path: str) -> float:
-    from gpu_pipeline.lib.formats.common import Context
-    from gpu_pipeline.lib.formats.exposition import parse
+    from gpu_pipeline.lib.ingest.formats.common import Context
+    from gpu_pipeline.lib.ingest.formats.exposition import parse
 
     out = parse(Path(path), Context(path))
     assert out.quarantine.height == 0 and out.samples.height > 0
@@ -76,8 +76,8 @@ def parse_ours(path: str) -> float:
 
 
 def parse_slice_ours(path: str) -> float:
-    from gpu_pipeline.lib.formats.common import Context
-    from gpu_pipeline.lib.formats.exposition import parse
+    from gpu_pipeline.lib.ingest.formats.common import Context
+    from gpu_pipeline.lib.ingest.formats.exposition import parse
 
     with open(path, "rb") as f:
         data = b"".join(f.readlines()[:PROM_CLIENT_LINES])
@@ -105,7 +105,7 @@ def minutes_file(gpus: int) -> Path:
 def write_minutes(gpus: int) -> float:
     sys.path.insert(0, str(HERE))
     from data import gpu_minutes_day
-    from gpu_pipeline.lib.lake import WRITE_OPTIONS
+    from gpu_pipeline.lib.io.lake import WRITE_OPTIONS
     from gpu_pipeline.lib.samples import SAMPLE_ORDER
 
     df = gpu_minutes_day(gpus).sort(*SAMPLE_ORDER, nulls_last=False)
@@ -117,9 +117,9 @@ def _ours(gpus: int, sink: Path | None) -> dict:
     """gpu_pipeline's staging pass: GPU chunks -> gpu_minutes, gpu_daily and the two marts."""
     import polars as pl
 
-    from gpu_pipeline.lib.chunked import DayTables, minutes_by_chunk
-    from gpu_pipeline.lib.lake import Lake
+    from gpu_pipeline.lib.io.lake import Lake
     from gpu_pipeline.lib.reference import load_catalog, load_prices
+    from gpu_pipeline.lib.staging.chunked import DayTables, minutes_by_chunk
 
     samples = pl.scan_parquet(minutes_file(gpus))
     tables = DayTables()

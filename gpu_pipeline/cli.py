@@ -217,7 +217,7 @@ def cmd_materialize(a: argparse.Namespace) -> int:
         db = settings.warehouse_path(s.lake)
         # the views glob the lake at query time: the file is rewritten only when it no longer
         # matches its lake (new lake, or a table that got its first partition)
-        from gpu_pipeline.lib.warehouse import views_current
+        from gpu_pipeline.lib.io.warehouse import views_current
 
         if not views_current(db, s.lake):
             res = defs.resolve_job_def("refresh_warehouse").execute_in_process(
@@ -377,7 +377,7 @@ def _print_ledger(s: settings.Settings, days: list[date]) -> None:
     """What the run did with the landing files, per day: files, samples, quarantine, rejects."""
     import polars as pl
 
-    from gpu_pipeline.lib.lake import Lake
+    from gpu_pipeline.lib.io.lake import Lake
 
     lake = Lake(s.lake)
     log = lake.scan_days("ingest_log", days).collect()
@@ -418,7 +418,8 @@ def _warm_parse_cache(s: settings.Settings) -> list:
     """Parse new landing files up front, with progress; the runs then read the cache (the same
     options and cache as the run's resources: `LandingResource`, `LakeResource`)."""
     from gpu_pipeline.defs.resources import LakeResource, LandingResource
-    from gpu_pipeline.lib.ingest import hash_memo, is_cached, list_landing, load_or_parse
+    from gpu_pipeline.lib.ingest.cache import is_cached, load_or_parse
+    from gpu_pipeline.lib.ingest.landing import hash_memo, list_landing
 
     cache = LakeResource(root=s.lake, cache=s.cache).lake().cache_dir
     opts = LandingResource(
@@ -440,7 +441,7 @@ def _warm_parse_cache(s: settings.Settings) -> list:
 
 
 def _print_summary(s: settings.Settings, start: date, end: date) -> None:
-    from gpu_pipeline.lib.lake import Lake
+    from gpu_pipeline.lib.io.lake import Lake
     from gpu_pipeline.lib.summary import fleet_summary, format_summary
 
     _say("")
@@ -454,8 +455,8 @@ def cmd_summary(a: argparse.Namespace) -> int:
 
 def cmd_sql(a: argparse.Namespace) -> int:
     s = _settings(a)
-    from gpu_pipeline.lib.sandbox import deny_writes
-    from gpu_pipeline.lib.warehouse import (
+    from gpu_pipeline.lib.io.sandbox import deny_writes
+    from gpu_pipeline.lib.io.warehouse import (
         SqlError,
         connect_readonly,
         flat_frame,
@@ -507,7 +508,7 @@ def cmd_sql(a: argparse.Namespace) -> int:
 
 
 def cmd_pull(a: argparse.Namespace) -> int:
-    from gpu_pipeline.lib.pull import PromServer, PullError, days_between, pull_day
+    from gpu_pipeline.lib.ingest.pull import PromServer, PullError, days_between, pull_day
 
     s = _settings(a)
     url = s.prom_url
@@ -547,7 +548,7 @@ def cmd_pull(a: argparse.Namespace) -> int:
 
 
 def cmd_sample(a: argparse.Namespace) -> int:
-    from gpu_pipeline.lib.nvml import NvmlUnavailable, PynvmlBackend, sample
+    from gpu_pipeline.lib.io.nvml import NvmlUnavailable, PynvmlBackend, sample
 
     out = Path(a.out or Path(settings.current().raw) / "nvml")
     try:
@@ -561,9 +562,9 @@ def cmd_sample(a: argparse.Namespace) -> int:
 
 def cmd_report(a: argparse.Namespace) -> int:
     s = _settings(a)
-    from gpu_pipeline.lib.lake import Lake
+    from gpu_pipeline.lib.io.lake import Lake
+    from gpu_pipeline.lib.io.report import build_report
     from gpu_pipeline.lib.reference import load_catalog
-    from gpu_pipeline.lib.report import build_report
 
     try:
         rep = build_report(

@@ -10,10 +10,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from references import duckdb_marts, pandas_marts  # noqa: E402
 
 from data import gpu_minutes_day  # noqa: E402
-from gpu_pipeline.lib.marts import hourly_fleet_metrics, priced_waste  # noqa: E402
-from gpu_pipeline.lib.metrics import gpu_daily, gpu_minutes  # noqa: E402
+from gpu_pipeline.lib.marts.hourly_fleet_metrics import hourly_fleet_metrics
+from gpu_pipeline.lib.marts.priced_waste import priced_waste  # noqa: E402
 from gpu_pipeline.lib.reference import load_catalog, load_prices  # noqa: E402
 from gpu_pipeline.lib.samples import collect_stable  # noqa: E402
+from gpu_pipeline.lib.staging.gpu_daily import gpu_daily
+from gpu_pipeline.lib.staging.gpu_minutes import gpu_minutes  # noqa: E402
+from gpu_pipeline.lib.staging.minute_runs import minute_runs
 
 
 @pytest.fixture(scope="module")
@@ -23,9 +26,9 @@ def ours_and_refs():
         gpu_minutes(samples.lazy(), load_catalog(), load_prices(), already_minutes=True, mig=False)
     )
     ours = {
-        "hourly": collect_stable(hourly_fleet_metrics(m.lazy())),
-        "waste": collect_stable(priced_waste(m.lazy())),
-        "daily": collect_stable(gpu_daily(m.lazy())),
+        "hourly": collect_stable(hourly_fleet_metrics(minute_runs(m.lazy()))),
+        "waste": collect_stable(priced_waste(minute_runs(m.lazy()))),
+        "daily": collect_stable(gpu_daily(minute_runs(m.lazy()))),
     }
     return ours, pandas_marts(samples.to_pandas()), duckdb_marts(samples)
 

@@ -8,15 +8,20 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from gpu_pipeline.definitions import build_definitions
-from gpu_pipeline.lib import chunked
 from gpu_pipeline.lib.generate import generate
-from gpu_pipeline.lib.ingest import assemble_day, list_landing, load_or_parse
-from gpu_pipeline.lib.lake import Lake
-from gpu_pipeline.lib.marts import hourly_fleet_metrics, priced_waste
-from gpu_pipeline.lib.metrics import gpu_daily, gpu_minutes
+from gpu_pipeline.lib.ingest.assemble import assemble_day
+from gpu_pipeline.lib.ingest.cache import load_or_parse
+from gpu_pipeline.lib.ingest.landing import list_landing
+from gpu_pipeline.lib.io.lake import Lake
+from gpu_pipeline.lib.marts.hourly_fleet_metrics import hourly_fleet_metrics
+from gpu_pipeline.lib.marts.priced_waste import priced_waste
 from gpu_pipeline.lib.reference import load_catalog, load_prices
 from gpu_pipeline.lib.samples import SAMPLE_ORDER, collect_stable, conform
 from gpu_pipeline.lib.schemas import GPU_MINUTES_SCHEMA, GPU_SAMPLES_SCHEMA
+from gpu_pipeline.lib.staging import chunked
+from gpu_pipeline.lib.staging.gpu_daily import gpu_daily
+from gpu_pipeline.lib.staging.gpu_minutes import gpu_minutes
+from gpu_pipeline.lib.staging.minute_runs import minute_runs
 
 D = date(2024, 1, 1)
 CAT, PRICES = load_catalog(), load_prices()
@@ -57,9 +62,9 @@ def _one_pass(samples: pl.DataFrame) -> dict[str, pl.DataFrame]:
     m = collect_stable(gpu_minutes(samples.lazy(), CAT, PRICES))
     return {
         "minutes": m,
-        "daily": collect_stable(gpu_daily(m.lazy())),
-        "hourly": collect_stable(hourly_fleet_metrics(m.lazy())),
-        "waste": collect_stable(priced_waste(m.lazy())),
+        "daily": collect_stable(gpu_daily(minute_runs(m.lazy()))),
+        "hourly": collect_stable(hourly_fleet_metrics(minute_runs(m.lazy()))),
+        "waste": collect_stable(priced_waste(minute_runs(m.lazy()))),
     }
 
 

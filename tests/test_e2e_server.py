@@ -26,7 +26,7 @@ from gpu_pipeline.defs import marts, report, staging
 from gpu_pipeline.defs import raw as raw_assets
 from gpu_pipeline.defs.resources import LakeResource, LandingResource, ReferenceResource
 from gpu_pipeline.lib.generate import generate
-from gpu_pipeline.lib.lake import Lake
+from gpu_pipeline.lib.io.lake import Lake
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO.parent / "shared" / "samples"

@@ -5,8 +5,8 @@ from datetime import UTC, datetime
 import polars as pl
 import pytest
 
-from gpu_pipeline.lib.formats.common import Context
-from gpu_pipeline.lib.formats.exposition import parse
+from gpu_pipeline.lib.ingest.formats.common import Context
+from gpu_pipeline.lib.ingest.formats.exposition import parse
 
 
 def parse_exposition(text, file_time=None):

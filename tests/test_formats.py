@@ -11,21 +11,23 @@ import polars as pl
 import pytest
 
 from gpu_pipeline.lib.generate import generate
-from gpu_pipeline.lib.ingest import (
+from gpu_pipeline.lib.ingest.assemble import assemble_day
+from gpu_pipeline.lib.ingest.cache import is_cached, load_or_parse
+from gpu_pipeline.lib.ingest.landing import (
     DEFAULT_PARSE,
     LandingFile,
     ParseOptions,
-    assemble_day,
-    is_cached,
     list_landing,
-    load_or_parse,
     parse_landing_file,
 )
-from gpu_pipeline.lib.marts import hourly_fleet_metrics, priced_waste
-from gpu_pipeline.lib.metrics import gpu_daily, gpu_minutes
-from gpu_pipeline.lib.nvml import FakeNvml, Reading, sample
+from gpu_pipeline.lib.io.nvml import FakeNvml, Reading, sample
+from gpu_pipeline.lib.marts.hourly_fleet_metrics import hourly_fleet_metrics
+from gpu_pipeline.lib.marts.priced_waste import priced_waste
 from gpu_pipeline.lib.reference import load_catalog, load_prices
 from gpu_pipeline.lib.samples import collect_stable
+from gpu_pipeline.lib.staging.gpu_daily import gpu_daily
+from gpu_pipeline.lib.staging.gpu_minutes import gpu_minutes
+from gpu_pipeline.lib.staging.minute_runs import minute_runs
 
 D = date(2024, 1, 1)
 T = 1704103200  # 2024-01-01 10:00:00 UTC
@@ -375,14 +377,14 @@ def test_mig_device_fields_once_per_gpu_and_utilization_source(tmp_path):
     assert m["price_usd_per_hour"].to_list() == [2.5, 2.5, 2.5]
     assert m["gpu_share"].to_list() == pytest.approx([2 / 7, 3 / 7, 2 / 7])
     assert "MIG instance" in m["note"][1]
-    w = collect_stable(priced_waste(m.lazy())).sort("namespace", nulls_last=False)
+    w = collect_stable(priced_waste(minute_runs(m.lazy()))).sort("namespace", nulls_last=False)
     # one physical GPU-minute in all, its $2.50/h split among the owner (free slices) and a, b
     assert w["gpu_hours"].sum() == pytest.approx(1 / 60)
     assert w["namespace"].to_list() == [None, "a", "b"]
     assert w["cost_usd"].to_list() == pytest.approx([2.5 / 60 * f for f in (2 / 7, 3 / 7, 2 / 7)])
     # the free slices are idle waste of the GPU's owner
     assert w["idle_waste_usd"][0] == pytest.approx(2.5 / 60 * 2 / 7)
-    h = collect_stable(hourly_fleet_metrics(m.lazy()))
+    h = collect_stable(hourly_fleet_metrics(minute_runs(m.lazy())))
     assert (h["gpus"][0], h["gpu_minutes"][0]) == (1, 1)
 
 
@@ -397,7 +399,9 @@ def test_three_formats_give_the_same_gpu_minutes(tmp_path):
         assert got.quarantine.height == 0
         m = collect_stable(gpu_minutes(got.gpu_samples.lazy(), load_catalog(), load_prices()))
         daily[fmt] = (
-            collect_stable(gpu_daily(m.lazy())).drop("hostname", "namespace").sort("gpu_uuid")
+            collect_stable(gpu_daily(minute_runs(m.lazy())))
+            .drop("hostname", "namespace")
+            .sort("gpu_uuid")
         )
     counts = [c for c in daily["prom"].columns if c.endswith("_minutes") or c == "minutes"]
     for fmt in ("prom-json", "smi-csv"):
@@ -485,8 +489,8 @@ def test_real_samples_ingest_and_are_accounted_for(tmp_path):
 
 def test_nvidia_smi_header_naming_no_field_quarantines_every_row():
     """Found by hypothesis: a mangled header left no field to read; its rows were lost."""
-    from gpu_pipeline.lib.formats import nvidia_smi
-    from gpu_pipeline.lib.formats.common import Context
+    from gpu_pipeline.lib.ingest.formats import nvidia_smi
+    from gpu_pipeline.lib.ingest.formats.common import Context
 
     text = (
         "timestamp, uuid,0 utilization.gpu [%], power.draw [W]\r0\r\r\n"
@@ -502,8 +506,8 @@ def test_nvidia_smi_header_naming_no_field_quarantines_every_row():
 
 def test_prometheus_json_timestamp_out_of_range_is_quarantined():
     """Found by hypothesis: a timestamp beyond int64 milliseconds crashed the parser."""
-    from gpu_pipeline.lib.formats import prom_json
-    from gpu_pipeline.lib.formats.common import Context
+    from gpu_pipeline.lib.ingest.formats import prom_json
+    from gpu_pipeline.lib.ingest.formats.common import Context
 
     text = json.dumps(
         {

@@ -6,10 +6,12 @@ from datetime import date
 import polars as pl
 
 from gpu_pipeline.lib.generate import build_fleet, generate
-from gpu_pipeline.lib.ingest import assemble_day, list_landing, load_or_parse
-from gpu_pipeline.lib.metrics import gpu_minutes
+from gpu_pipeline.lib.ingest.assemble import assemble_day
+from gpu_pipeline.lib.ingest.cache import load_or_parse
+from gpu_pipeline.lib.ingest.landing import list_landing
 from gpu_pipeline.lib.reference import load_catalog, load_prices
 from gpu_pipeline.lib.samples import collect_stable
+from gpu_pipeline.lib.staging.gpu_minutes import gpu_minutes
 
 D = date(2024, 1, 1)
 

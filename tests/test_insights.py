@@ -8,14 +8,17 @@ from helpers import MODELS, minutes_frame
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_pipeline.lib.health import gpu_health, stragglers
-from gpu_pipeline.lib.metrics import diagnosis_expr
-from gpu_pipeline.lib.recommend import VOCABULARY, _recommend, recommendations
+from gpu_pipeline.lib.marts.efficiency_roi import efficiency_roi
+from gpu_pipeline.lib.marts.gpu_health import gpu_health
+from gpu_pipeline.lib.marts.namespace_efficiency import namespace_efficiency
+from gpu_pipeline.lib.marts.recommendations import VOCABULARY, _recommend, recommendations
+from gpu_pipeline.lib.marts.stragglers import stragglers
 from gpu_pipeline.lib.reference import load_catalog, load_prices
-from gpu_pipeline.lib.roi import efficiency_roi, namespace_efficiency
 from gpu_pipeline.lib.rules import HealthThresholds
 from gpu_pipeline.lib.samples import collect_stable, conform
 from gpu_pipeline.lib.schemas import GPU_SAMPLES_SCHEMA
+from gpu_pipeline.lib.staging.gpu_minutes import diagnosis_expr
+from gpu_pipeline.lib.staging.minute_runs import minute_runs
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 D = date(2024, 1, 1)
@@ -345,7 +348,7 @@ def test_advice_without_profiling_fields_comes_from_power_and_pcie():
     """An NVML-only fleet (utilization, power, PCIe; no DCP fields): a namespace busy at high
     power on FP8-capable H100s gets precision and kernel advice, namespaces busy at low power
     get input-pipeline advice, split by PCIe into data loading and CPU preprocessing."""
-    from gpu_pipeline.lib.metrics import gpu_minutes
+    from gpu_pipeline.lib.staging.gpu_minutes import gpu_minutes
 
     gpus = [
         # uuid, model, namespace, util, power W, PCIe RX bytes/s
@@ -401,8 +404,8 @@ def test_advice_without_profiling_fields_comes_from_power_and_pcie():
 def test_report_trend_and_capacity_by_hand(tmp_path):
     """The 7-day trend reads the days the lake holds; capacity is theoretical vs achievable vs
     realized TFLOPS per model, all computed here by hand."""
-    from gpu_pipeline.lib.lake import Lake
-    from gpu_pipeline.lib.report import build_report, fleet_capacity, fleet_trend
+    from gpu_pipeline.lib.io.lake import Lake
+    from gpu_pipeline.lib.io.report import build_report, fleet_capacity, fleet_trend
     from gpu_pipeline.lib.schemas import TABLES
 
     lake = Lake(tmp_path / "lake")
@@ -471,8 +474,9 @@ def test_report_trend_and_capacity_by_hand(tmp_path):
 
 def test_energy_per_gpu_day_and_namespace_by_hand(tmp_path):
     """kWh from mean power x minutes (idle kWh its own line), priced per cluster, with CO2."""
-    from gpu_pipeline.lib.metrics import gpu_daily, gpu_minutes
     from gpu_pipeline.lib.reference import load_energy
+    from gpu_pipeline.lib.staging.gpu_daily import gpu_daily
+    from gpu_pipeline.lib.staging.gpu_minutes import gpu_minutes
 
     # GPU-a (c1, ns a): 30 idle minutes at 100 W, 30 busy at 400 W; GPU-b (c2, ns b): 60 at 300 W
     rows = [
@@ -495,7 +499,10 @@ def test_energy_per_gpu_day_and_namespace_by_hand(tmp_path):
         GPU_SAMPLES_SCHEMA,
     )
     m = collect_stable(gpu_minutes(samples.lazy(), load_catalog(), load_prices()))
-    daily = {r["gpu_uuid"]: r for r in collect_stable(gpu_daily(m.lazy())).iter_rows(named=True)}
+    daily = {
+        r["gpu_uuid"]: r
+        for r in collect_stable(gpu_daily(minute_runs(m.lazy()))).iter_rows(named=True)
+    }
     # (30 x 100 + 30 x 400) W-min / 60 = 250 Wh; idle 30 x 100 / 60 = 50 Wh; GPU-b 300 Wh
     assert daily["GPU-a"]["energy_kwh"] == pytest.approx(0.25)
     assert daily["GPU-a"]["idle_energy_kwh"] == pytest.approx(0.05)
@@ -519,7 +526,7 @@ def test_energy_per_gpu_day_and_namespace_by_hand(tmp_path):
 
 
 def test_what_to_do_first_ranks_actions_by_dollars_a_month():
-    from gpu_pipeline.lib.report import top_actions
+    from gpu_pipeline.lib.io.report import top_actions
     from gpu_pipeline.lib.schemas import TABLES
 
     def act(action, group, f):

@@ -36,8 +36,10 @@ from helpers import (
 )
 
 from gpu_pipeline.defs import checks
-from gpu_pipeline.lib.ingest import assemble_day, list_landing, load_or_parse
-from gpu_pipeline.lib.lake import Lake
+from gpu_pipeline.lib.ingest.assemble import assemble_day
+from gpu_pipeline.lib.ingest.cache import load_or_parse
+from gpu_pipeline.lib.ingest.landing import list_landing
+from gpu_pipeline.lib.io.lake import Lake
 
 D = date(2024, 1, 10)
 
@@ -113,7 +115,7 @@ def test_every_duckdb_statement_type_is_covered():
 
 @pytest.mark.parametrize("kind", sorted(k for k, v in ATTACKS.items() if v))
 def test_only_plain_reads_pass_the_gate(lake, kind):
-    from gpu_pipeline.lib.warehouse import SqlError, connect_readonly, run_query
+    from gpu_pipeline.lib.io.warehouse import SqlError, connect_readonly, run_query
 
     root = lake / "lake"
     sql = ATTACKS[kind].format(lake=root)
@@ -154,7 +156,7 @@ def test_the_sql_command_refuses_writes_and_the_lake_is_unchanged(lake, sql):
 
 SANDBOX = """
 import sys, duckdb
-from gpu_pipeline.lib.sandbox import deny_writes
+from gpu_pipeline.lib.io.sandbox import deny_writes
 assert deny_writes(), "Landlock unavailable"
 con = duckdb.connect()
 try:
@@ -167,7 +169,7 @@ else:
 
 
 def test_the_sql_process_cannot_write_files_even_past_the_gate(lake):
-    from gpu_pipeline.lib.sandbox import abi
+    from gpu_pipeline.lib.io.sandbox import abi
 
     if abi() < 1:
         pytest.skip("this kernel has no Landlock: the statement gate alone guards writes")
@@ -271,7 +273,7 @@ def test_links_out_of_the_landing_zone_are_refused_and_never_read(tmp_path):
 
 
 def test_unreadable_odd_and_strangely_named_files_are_records_not_failures(tmp_path, monkeypatch):
-    import gpu_pipeline.lib.ingest as ingest
+    import gpu_pipeline.lib.ingest.landing as ingest
 
     raw = tmp_path / "raw"
     day_file(raw / "good_2024-01-10.prom")
@@ -457,7 +459,8 @@ import sys
 from pathlib import Path
 # this process's own peak: ru_maxrss would carry the pytest parent's over exec
 Path("/proc/self/clear_refs").write_text("5")
-from gpu_pipeline.lib.ingest import list_landing, load_or_parse
+from gpu_pipeline.lib.ingest.landing import list_landing
+from gpu_pipeline.lib.ingest.cache import load_or_parse
 (lf,) = list_landing(sys.argv[1])
 pf = load_or_parse(lf, sys.argv[2])
 hwm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM"))

@@ -6,14 +6,12 @@ import polars as pl
 import pytest
 from helpers import minutes_frame
 
-from gpu_pipeline.lib.marts import (
-    hourly_fleet_metrics,
-    minute_costs,
-    persistent_bottlenecks,
-    priced_waste,
-)
+from gpu_pipeline.lib.marts.hourly_fleet_metrics import hourly_fleet_metrics
+from gpu_pipeline.lib.marts.persistent_bottlenecks import persistent_bottlenecks
+from gpu_pipeline.lib.marts.priced_waste import priced_waste
 from gpu_pipeline.lib.samples import conform
 from gpu_pipeline.lib.schemas import GPU_DAILY_SCHEMA
+from gpu_pipeline.lib.staging.minute_runs import minute_costs, minute_runs
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 
@@ -50,7 +48,7 @@ def test_hourly_phase_shares_and_averages():
             "phase": "idle",
         }
     )
-    h = hourly_fleet_metrics(minutes_frame(rows).lazy()).collect()
+    h = hourly_fleet_metrics(minute_runs(minutes_frame(rows).lazy())).collect()
     assert h.height == 2
     first = h.row(0, named=True)
     assert first["gpus"] == 2 and first["gpu_minutes"] == 5
@@ -171,7 +169,7 @@ def test_minute_cost_split_hand_computed():
 def test_priced_waste_sums_to_the_cent_and_run_rates():
     rows = [{**r, "price_usd_per_hour": 2.5} for r in _priced_rows()[:3]] * 20
     rows = [{**r, "minute": T0 + timedelta(minutes=i)} for i, r in enumerate(rows)]
-    w = priced_waste(minutes_frame(rows).lazy()).collect().row(0, named=True)
+    w = priced_waste(minute_runs(minutes_frame(rows).lazy())).collect().row(0, named=True)
     per_min = 2.5 / 60
     assert w["gpu_hours"] == pytest.approx(1.0)
     assert w["cost_usd"] == pytest.approx(2.5)
@@ -192,6 +190,6 @@ def test_priced_waste_sums_to_the_cent_and_run_rates():
 
 
 def test_priced_waste_without_price_is_null_not_zero():
-    w = priced_waste(minutes_frame(_priced_rows()).lazy()).collect().row(0, named=True)
+    w = priced_waste(minute_runs(minutes_frame(_priced_rows()).lazy())).collect().row(0, named=True)
     assert w["gpu_hours"] == pytest.approx(4 / 60)
     assert w["cost_usd"] is None and w["total_waste_usd"] is None

@@ -5,10 +5,12 @@ from datetime import UTC, date, datetime, timedelta
 import polars as pl
 import pytest
 
-from gpu_pipeline.lib.metrics import efficiency_class_expr, gpu_daily, gpu_minutes, phase_expr
 from gpu_pipeline.lib.reference import load_catalog, load_prices
 from gpu_pipeline.lib.samples import conform
 from gpu_pipeline.lib.schemas import GPU_SAMPLES_SCHEMA, validate
+from gpu_pipeline.lib.staging.gpu_daily import gpu_daily
+from gpu_pipeline.lib.staging.gpu_minutes import efficiency_class_expr, gpu_minutes, phase_expr
+from gpu_pipeline.lib.staging.minute_runs import minute_runs
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 
@@ -233,7 +235,11 @@ def _day_minutes(active: int, bottlenecked: int, idle: int = 0) -> pl.LazyFrame:
     [(59, 59, False), (60, 30, True), (60, 29, False), (200, 100, True), (200, 99, False)],
 )
 def test_bottlenecked_day_rule(active, bottlenecked, expected):
-    d = gpu_daily(_day_minutes(active, bottlenecked, idle=30)).collect().row(0, named=True)
+    d = (
+        gpu_daily(minute_runs(_day_minutes(active, bottlenecked, idle=30)))
+        .collect()
+        .row(0, named=True)
+    )
     assert d["active_minutes"] == active
     assert d["bottlenecked_minutes"] == bottlenecked
     assert d["minutes"] == active + 30
@@ -247,11 +253,12 @@ def test_a_10hz_sawtooth_is_half_idle_and_half_compute_bound():
     shares and the idle dollars follow the shares."""
     from datetime import UTC, date, datetime, timedelta
 
-    from gpu_pipeline.lib.marts import hourly_fleet_metrics, priced_waste
-    from gpu_pipeline.lib.metrics import gpu_minutes
+    from gpu_pipeline.lib.marts.hourly_fleet_metrics import hourly_fleet_metrics
+    from gpu_pipeline.lib.marts.priced_waste import priced_waste
     from gpu_pipeline.lib.reference import load_catalog, load_prices
     from gpu_pipeline.lib.samples import collect_stable, conform
     from gpu_pipeline.lib.schemas import GPU_SAMPLES_SCHEMA
+    from gpu_pipeline.lib.staging.gpu_minutes import gpu_minutes
 
     t0 = datetime(2024, 3, 1, 10, tzinfo=UTC)
     n = 2 * 600  # two minutes at 10 Hz
@@ -280,11 +287,11 @@ def test_a_10hz_sawtooth_is_half_idle_and_half_compute_bound():
         1.0,
         1.0,
     ]
-    h = collect_stable(hourly_fleet_metrics(m.lazy())).row(0, named=True)
+    h = collect_stable(hourly_fleet_metrics(minute_runs(m.lazy()))).row(0, named=True)
     assert (h["pct_idle"], h["pct_underutilized"], h["pct_compute_bound"]) == (50.0, 0.0, 50.0)
     price = prices.filter(pl.col("gpu_model") == "A100-SXM4-40GB")["on_demand_usd_per_hour"].item()
     cost = 2 * price / 60
-    w = collect_stable(priced_waste(m.lazy())).row(0, named=True)
+    w = collect_stable(priced_waste(minute_runs(m.lazy()))).row(0, named=True)
     # PIF = mean power 225 W / 400 W = 0.5625 > the busy half: productive is capped at 0.5
     assert w["idle_waste_usd"] == pytest.approx(cost / 2)
     assert w["productive_usd"] == pytest.approx(cost / 2)

@@ -12,7 +12,7 @@ from helpers import MODELS, expo_lines, write_file  # noqa: E402
 
 from gpu_pipeline.defs import marts, raw, report, staging  # noqa: E402
 from gpu_pipeline.defs.resources import LakeResource, LandingResource, ReferenceResource  # noqa: E402
-from gpu_pipeline.lib.lake import Lake  # noqa: E402
+from gpu_pipeline.lib.io.lake import Lake  # noqa: E402
 
 START = date(2024, 1, 1)
 

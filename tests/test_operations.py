@@ -17,7 +17,7 @@ from gpu_pipeline.definitions import defs
 from gpu_pipeline.defs import checks, marts, raw, report, staging
 from gpu_pipeline.defs.resources import LakeResource, LandingResource, ReferenceResource
 from gpu_pipeline.defs.sensors import landing_files, landing_zone_sensor, plan_backfill
-from gpu_pipeline.lib.lake import Lake
+from gpu_pipeline.lib.io.lake import Lake
 
 D = date(2024, 1, 10)
 ASSETS = dg.load_assets_from_modules([raw, staging, marts, report])
@@ -202,7 +202,7 @@ def test_sensor_parses_in_a_run_then_backfills_the_days_and_late_data(tmp_path):
 WRITER = """
 import sys, polars as pl
 from datetime import date
-from gpu_pipeline.lib.lake import Lake
+from gpu_pipeline.lib.io.lake import Lake
 lake = Lake(sys.argv[1])
 n = 0
 while True:

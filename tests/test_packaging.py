@@ -140,9 +140,12 @@ def test_configuration_flows_through_resources_not_the_environment():
                     writes.append(f"{rel}:{node.lineno}")
                 if ("environ" in fn or fn.endswith("getenv")) and rel != "gpu_pipeline/settings.py":
                     reads.append(f"{rel}:{node.lineno}")
-            elif isinstance(node, ast.Subscript) and ast.unparse(node.value).endswith("environ"):
-                if rel != "gpu_pipeline/settings.py":
-                    reads.append(f"{rel}:{node.lineno}")
+            elif (
+                isinstance(node, ast.Subscript)
+                and ast.unparse(node.value).endswith("environ")
+                and rel != "gpu_pipeline/settings.py"
+            ):
+                reads.append(f"{rel}:{node.lineno}")
     assert writes == []
     assert [r for r in reads if r.startswith("gpu_pipeline/lib/")] == []
     # the CLI's only use: the environment of the process it re-runs itself in (execve)

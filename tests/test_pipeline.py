@@ -12,7 +12,7 @@ from gpu_pipeline.definitions import defs
 from gpu_pipeline.defs import marts, raw, report, staging
 from gpu_pipeline.defs.partitions import daily_partitions
 from gpu_pipeline.defs.resources import LakeResource, LandingResource, ReferenceResource
-from gpu_pipeline.lib.lake import Lake
+from gpu_pipeline.lib.io.lake import Lake
 from gpu_pipeline.lib.schemas import TABLES
 
 START = date(2024, 1, 1)

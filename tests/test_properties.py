@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpu_pipeline.lib.formats import exposition, nvidia_smi, prom_json
-from gpu_pipeline.lib.formats.common import Context
+from gpu_pipeline.lib.ingest.formats import exposition, nvidia_smi, prom_json
+from gpu_pipeline.lib.ingest.formats.common import Context
 
 CTX = Context("f.prom", datetime(2024, 1, 1, tzinfo=UTC))
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -233,14 +233,20 @@ def fleet(draw):
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 @given(fleet())
 def test_days_with_missing_fields_complete_and_count_each_gpu_once(tmp_path_factory, day_fleet):
-    from gpu_pipeline.lib import health, recommend, roi
-    from gpu_pipeline.lib.chunked import DayTables, minutes_by_chunk
-    from gpu_pipeline.lib.ingest import assemble_day, list_landing, load_or_parse
-    from gpu_pipeline.lib.lake import Lake
+    from gpu_pipeline.lib.ingest.assemble import assemble_day
+    from gpu_pipeline.lib.ingest.cache import load_or_parse
+    from gpu_pipeline.lib.ingest.landing import list_landing
+    from gpu_pipeline.lib.io.lake import Lake
+    from gpu_pipeline.lib.io.report import build_report
+    from gpu_pipeline.lib.marts.efficiency_roi import efficiency_roi
+    from gpu_pipeline.lib.marts.gpu_health import gpu_health
+    from gpu_pipeline.lib.marts.namespace_efficiency import namespace_efficiency
+    from gpu_pipeline.lib.marts.recommendations import recommendations
+    from gpu_pipeline.lib.marts.stragglers import stragglers
     from gpu_pipeline.lib.reference import load_catalog, load_prices
-    from gpu_pipeline.lib.report import build_report
     from gpu_pipeline.lib.samples import collect_stable
     from gpu_pipeline.lib.schemas import validate
+    from gpu_pipeline.lib.staging.chunked import DayTables, minutes_by_chunk
 
     lines, physical = day_fleet
     tmp = tmp_path_factory.mktemp("fleet")
@@ -277,7 +283,7 @@ def test_days_with_missing_fields_complete_and_count_each_gpu_once(tmp_path_fact
     assert hourly["gpu_minutes"].sum() == got <= gpu_minutes
     assert waste["gpu_hours"].sum() == pytest.approx(got / 60)
     if minutes is not None:
-        ns = collect_stable(roi.namespace_efficiency(minutes.lazy()))
+        ns = collect_stable(namespace_efficiency(minutes.lazy()))
         assert ns["gpu_hours"].sum() == pytest.approx(got / 60)
         lake.write("gpu_minutes", day, minutes)
         lake.write("gpu_daily", day, tables.gpu_daily())
@@ -286,11 +292,11 @@ def test_days_with_missing_fields_complete_and_count_each_gpu_once(tmp_path_fact
         lake.write(
             "recommendations",
             day,
-            validate("recommendations", recommend.recommendations(minutes.lazy(), prices)),
+            validate("recommendations", recommendations(minutes.lazy(), prices)),
         )
-        lake.write("efficiency_roi", day, collect_stable(roi.efficiency_roi(minutes.lazy())))
+        lake.write("efficiency_roi", day, collect_stable(efficiency_roi(minutes.lazy())))
         lake.write("namespace_efficiency", day, ns)
-        lake.write("gpu_health", day, collect_stable(health.gpu_health(samples.lazy(), catalog)))
-        lake.write("stragglers", day, collect_stable(health.stragglers(minutes.lazy())))
+        lake.write("gpu_health", day, collect_stable(gpu_health(samples.lazy(), catalog)))
+        lake.write("stragglers", day, collect_stable(stragglers(minutes.lazy())))
     rep = build_report(lake, day)
     assert rep.html.startswith("<!doctype html>") and "GPU efficiency report" in rep.html

@@ -24,8 +24,8 @@ from gpu_pipeline.defs.resources import (
     ReferenceResource,
 )
 from gpu_pipeline.lib.generate import generate
-from gpu_pipeline.lib.lake import Lake
-from gpu_pipeline.lib.pull import PromServer, PullError, pull_day
+from gpu_pipeline.lib.ingest.pull import PromServer, PullError, pull_day
+from gpu_pipeline.lib.io.lake import Lake
 
 DAYS = [date(2026, 5, 1), date(2026, 5, 2)]
 CLUSTER = "us-east-train"  # what generate() names the first cluster (its files' folder)

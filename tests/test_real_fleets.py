@@ -18,7 +18,7 @@ from helpers import MODELS, cli, cli_env, expo_lines, materialize_args, ms, writ
 
 from gpu_pipeline.defs import marts, raw, report, staging
 from gpu_pipeline.defs.resources import LakeResource, LandingResource, ReferenceResource
-from gpu_pipeline.lib.lake import Lake
+from gpu_pipeline.lib.io.lake import Lake
 
 ASSETS = dg.load_assets_from_modules([raw, staging, marts, report])
 D = date(2025, 7, 26)
@@ -160,7 +160,7 @@ def test_mig_gpu_counts_once_and_its_price_is_split_by_slices(tmp_path):
     write_file(tmp_path / "raw" / "h_2024-01-10.prom", mig_lines(day, range(600, 603)))
     assert materialize(tmp_path, day).success
     lake = Lake(tmp_path / "lake")
-    from gpu_pipeline.lib.warehouse import connect_readonly, run_query
+    from gpu_pipeline.lib.io.warehouse import connect_readonly, run_query
 
     con = connect_readonly(lake.root, tmp_path / "no-views-file.duckdb")  # views in memory
     ((gpus, hours, util),) = run_query(
@@ -234,7 +234,8 @@ def test_table_folders_hold_only_partitions_and_read_with_hive_partitioning(tmp_
 
 
 def test_csv_with_a_byte_order_mark_is_filed_on_its_own_day(tmp_path):
-    from gpu_pipeline.lib.ingest import list_landing, load_or_parse
+    from gpu_pipeline.lib.ingest.cache import load_or_parse
+    from gpu_pipeline.lib.ingest.landing import list_landing
 
     loop_csv(tmp_path / "raw" / "bom.csv", D, bom=True)
     (pf,) = [load_or_parse(f, tmp_path / "cache") for f in list_landing(tmp_path / "raw")]
@@ -283,7 +284,9 @@ def test_two_lakes_side_by_side_keep_their_own_views_and_reports(tmp_path):
 
 
 def test_implausible_times_and_values_are_quarantined_not_filed(tmp_path):
-    from gpu_pipeline.lib.ingest import assemble_day, list_landing, load_or_parse
+    from gpu_pipeline.lib.ingest.assemble import assemble_day
+    from gpu_pipeline.lib.ingest.cache import load_or_parse
+    from gpu_pipeline.lib.ingest.landing import list_landing
 
     day = date(2024, 1, 10)
     good = expo_lines("GPU-A", MODELS["A100"], "n1", "ns", day, range(60), 80, 200.0)

@@ -11,8 +11,8 @@ from helpers import MODELS, expo_lines, write_file
 
 from gpu_pipeline.defs import marts, raw, staging
 from gpu_pipeline.defs.resources import LakeResource, LandingResource, ReferenceResource
-from gpu_pipeline.lib.health import gpu_health
-from gpu_pipeline.lib.lake import Lake
+from gpu_pipeline.lib.io.lake import Lake
+from gpu_pipeline.lib.marts.gpu_health import gpu_health
 from gpu_pipeline.lib.reference import load_catalog
 from gpu_pipeline.lib.rules import RULE_KEYS, RULES, HealthThresholds, RulesError, load_rules
 from gpu_pipeline.lib.samples import collect_stable, conform

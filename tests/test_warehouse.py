@@ -6,17 +6,18 @@ import polars as pl
 import pytest
 from helpers import minutes_frame
 
-from gpu_pipeline.lib.lake import Lake
-from gpu_pipeline.lib.marts import priced_waste
-from gpu_pipeline.lib.samples import collect_stable
-from gpu_pipeline.lib.schemas import TABLES
-from gpu_pipeline.lib.warehouse import (
+from gpu_pipeline.lib.io.lake import Lake
+from gpu_pipeline.lib.io.warehouse import (
     QUERIES_DIR,
     SqlError,
     build_views_file,
     connect_readonly,
     run_query,
 )
+from gpu_pipeline.lib.marts.priced_waste import priced_waste
+from gpu_pipeline.lib.samples import collect_stable
+from gpu_pipeline.lib.schemas import TABLES
+from gpu_pipeline.lib.staging.minute_runs import minute_runs
 
 D = date(2024, 1, 1)
 
@@ -47,7 +48,7 @@ def lake(tmp_path):
     ]
     m = minutes_frame(rows)
     lk.write("gpu_minutes", D, m)
-    lk.write("priced_waste", D, collect_stable(priced_waste(m.lazy())))
+    lk.write("priced_waste", D, collect_stable(priced_waste(minute_runs(m.lazy()))))
     return lk
 
 

@@ -8,7 +8,7 @@ import dagster as dg
 import polars as pl
 
 from gpu_pipeline.defs.metadata import markdown_preview
-from gpu_pipeline.lib.rules import PHASES
+from gpu_pipeline.lib.rules import HOURS_PER_MONTH, PHASES
 
 MIN_PASS_RATE = 0.95
 CENT = 0.005
@@ -131,7 +131,10 @@ def cost_split_sums_to_cost(w: pl.DataFrame) -> dg.AssetCheckResult:
     priced = w.filter(pl.col("cost_usd").is_not_null())
     off = priced.filter((parts - pl.col("cost_usd")).abs() > CENT)
     monthly_off = priced.filter(
-        (pl.col("monthly_waste_usd") - (pl.col("hourly_waste_usd") * 720).round(2)).abs() > CENT
+        (
+            pl.col("monthly_waste_usd") - (pl.col("hourly_waste_usd") * HOURS_PER_MONTH).round(2)
+        ).abs()
+        > CENT
     )
     return dg.AssetCheckResult(
         asset_key="priced_waste",

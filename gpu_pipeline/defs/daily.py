@@ -16,7 +16,7 @@ import polars as pl
 
 from gpu_pipeline.defs.metadata import spec_metadata, table_metadata
 from gpu_pipeline.defs.partitions import daily_partitions
-from gpu_pipeline.lib.lake import Lake
+from gpu_pipeline.lib.io.lake import Lake
 from gpu_pipeline.lib.rules import Rules
 
 # a range of days runs as one run; steps of different assets still run in parallel processes.

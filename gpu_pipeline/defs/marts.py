@@ -12,8 +12,14 @@ import polars as pl
 from gpu_pipeline.defs import checks
 from gpu_pipeline.defs.daily import DayWriter, daily, partition_days
 from gpu_pipeline.defs.resources import LakeResource, ReferenceResource
-from gpu_pipeline.lib import health, marts, recommend, roi
-from gpu_pipeline.lib.lake import Lake
+from gpu_pipeline.lib.io.lake import Lake
+from gpu_pipeline.lib.marts.efficiency_roi import efficiency_roi as roi_table
+from gpu_pipeline.lib.marts.gpu_health import gpu_health as gpu_health_table
+from gpu_pipeline.lib.marts.namespace_efficiency import namespace_efficiency as ns_efficiency
+from gpu_pipeline.lib.marts.persistent_bottlenecks import persistent_bottlenecks as bottlenecks
+from gpu_pipeline.lib.marts.persistent_bottlenecks import window
+from gpu_pipeline.lib.marts.recommendations import recommendations as recommend
+from gpu_pipeline.lib.marts.stragglers import stragglers as stragglers_table
 from gpu_pipeline.lib.rules import Rules, load_rules
 from gpu_pipeline.lib.samples import collect_stable
 from gpu_pipeline.lib.schemas import validate
@@ -66,8 +72,8 @@ def persistent_bottlenecks(
     out = DayWriter(the_lake, "persistent_bottlenecks")
     for day in partition_days(context):
         # the window's days may be another run's to write: read one version of each, now
-        daily_frames = the_lake.read_days("gpu_daily", marts.window(day, t)).lazy()
-        out.write(day, collect_stable(marts.persistent_bottlenecks(daily_frames, day, t)))
+        daily_frames = the_lake.read_days("gpu_daily", window(day, t)).lazy()
+        out.write(day, collect_stable(bottlenecks(daily_frames, day, t)))
     return out.result(context, reference.load_rules())
 
 
@@ -94,9 +100,7 @@ def recommendations(
         context,
         lake.lake(),
         "recommendations",
-        lambda m: validate(
-            "recommendations", recommend.recommendations(m, prices, catalog, rules.d)
-        ),
+        lambda m: validate("recommendations", recommend(m, prices, catalog, rules.d)),
         checks.savings_within_measured_waste,
         rules=rules,
     )
@@ -109,7 +113,7 @@ def gpu_health(context: dg.AssetExecutionContext, lake: LakeResource, reference:
     out = DayWriter(the_lake, "gpu_health")
     for day in partition_days(context):
         samples = the_lake.scan_days("gpu_samples", [day])
-        out.write(day, collect_stable(health.gpu_health(samples, catalog, rules.h)))
+        out.write(day, collect_stable(gpu_health_table(samples, catalog, rules.h)))
     return out.result(context, rules)
 
 
@@ -121,7 +125,7 @@ def stragglers(context: dg.AssetExecutionContext, lake: LakeResource, reference:
         context,
         lake.lake(),
         "stragglers",
-        lambda m: collect_stable(health.stragglers(m, rules.h)),
+        lambda m: collect_stable(stragglers_table(m, rules.h)),
         rules=rules,
     )
 
@@ -136,7 +140,7 @@ def efficiency_roi(
         context,
         lake.lake(),
         "efficiency_roi",
-        lambda m: collect_stable(roi.efficiency_roi(m, rules.roi_target_rfu_pct)),
+        lambda m: collect_stable(roi_table(m, rules.roi_target_rfu_pct)),
         rules=rules,
     )
 
@@ -152,5 +156,5 @@ def namespace_efficiency(
         context,
         lake.lake(),
         "namespace_efficiency",
-        lambda m: collect_stable(roi.namespace_efficiency(m, energy)),
+        lambda m: collect_stable(ns_efficiency(m, energy)),
     )

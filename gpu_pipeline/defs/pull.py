@@ -4,7 +4,7 @@ import dagster as dg
 
 from gpu_pipeline.defs.daily import daily, day_metadata, partition_days
 from gpu_pipeline.defs.resources import LandingResource, PromResource
-from gpu_pipeline.lib.pull import pull_day
+from gpu_pipeline.lib.ingest.pull import pull_day
 
 
 @dg.asset(

@@ -7,7 +7,7 @@ import dagster as dg
 from gpu_pipeline import settings
 from gpu_pipeline.defs.daily import daily, day_metadata, partition_days
 from gpu_pipeline.defs.resources import LakeResource, ReferenceResource
-from gpu_pipeline.lib.report import build_report
+from gpu_pipeline.lib.io.report import build_report
 
 REPORT_INPUTS = [
     "gpu_minutes",

@@ -12,12 +12,12 @@ from datetime import date, timedelta
 import dagster as dg
 import polars as pl
 
-from gpu_pipeline.lib.chunked import DEFAULT_CHUNK_MB, Chunking
-from gpu_pipeline.lib.ingest import ParseOptions
-from gpu_pipeline.lib.lake import Lake
-from gpu_pipeline.lib.pull import PromServer
+from gpu_pipeline.lib.ingest.landing import ParseOptions
+from gpu_pipeline.lib.ingest.pull import PromServer
+from gpu_pipeline.lib.io.lake import Lake
 from gpu_pipeline.lib.reference import load_catalog, load_energy, load_prices
 from gpu_pipeline.lib.rules import Rules, load_rules
+from gpu_pipeline.lib.staging.chunked import DEFAULT_CHUNK_MB, Chunking
 
 
 def run_days(tags: dict[str, str]) -> list[date]:

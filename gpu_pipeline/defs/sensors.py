@@ -25,7 +25,8 @@ from gpu_pipeline.defs.marts import WINDOW_DAYS, persistent_bottlenecks, recomme
 from gpu_pipeline.defs.partitions import daily_partitions
 from gpu_pipeline.defs.report import daily_report
 from gpu_pipeline.defs.resources import LakeResource, LandingResource
-from gpu_pipeline.lib.ingest import hash_memo, is_cached, list_landing, load_or_parse
+from gpu_pipeline.lib.ingest.cache import is_cached, load_or_parse
+from gpu_pipeline.lib.ingest.landing import hash_memo, list_landing
 from gpu_pipeline.settings import current
 
 # what a late day changes after itself: persistence of D+1..D+6 reads D's GPU-day

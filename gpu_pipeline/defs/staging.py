@@ -1,7 +1,7 @@
 """Staging and the minute-level marts: one pass over each day's samples, in GPU chunks.
 
 gpu_minutes, gpu_daily, hourly_fleet_metrics and priced_waste come out of the same pass
-(gpu_pipeline.lib.chunked): each chunk of GPUs is read, its minutes computed, streamed into the
+(gpu_pipeline.lib.staging.chunked): each chunk of GPUs is read, its minutes computed, streamed into the
 gpu_minutes partition and aggregated while in memory, so memory stays bounded by the chunk size
 (`LakeResource.chunking`: GPU_PIPELINE_CHUNK_MB, or GPU_PIPELINE_CHUNK_GPUS) however large the fleet, and the day's minutes are not read back.
 """
@@ -16,8 +16,8 @@ from gpu_pipeline.defs.daily import BACKFILL_POLICY, DayWriter, partition_days
 from gpu_pipeline.defs.metadata import spec_metadata
 from gpu_pipeline.defs.partitions import daily_partitions
 from gpu_pipeline.defs.resources import LakeResource, ReferenceResource
-from gpu_pipeline.lib.chunked import DayTables, minutes_by_chunk
 from gpu_pipeline.lib.schemas import GPU_MINUTES_SCHEMA, validate
+from gpu_pipeline.lib.staging.chunked import DayTables, minutes_by_chunk
 
 TABLES = {
     "gpu_minutes": (

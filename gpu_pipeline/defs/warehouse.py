@@ -8,8 +8,8 @@ import dagster as dg
 
 from gpu_pipeline import settings
 from gpu_pipeline.defs.resources import LakeResource
+from gpu_pipeline.lib.io.warehouse import build_views_file
 from gpu_pipeline.lib.schemas import TABLES
-from gpu_pipeline.lib.warehouse import build_views_file
 
 
 # lineage only: the views read every table (all their partitions, at query time); nothing here

@@ -78,6 +78,10 @@ class HealthThresholds:
 
 HEALTH = HealthThresholds()
 ROI_TARGET_RFU_PCT = 60.0
+# run rates (SPEC): a month is 30 days, a year 365, of 24 hours
+DAYS_PER_MONTH = 30
+HOURS_PER_MONTH = 24 * DAYS_PER_MONTH
+HOURS_PER_YEAR = 24 * 365
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ from datetime import date, timedelta
 
 import polars as pl
 
-from gpu_pipeline.lib.lake import Lake
-from gpu_pipeline.lib.rules import PHASES
+from gpu_pipeline.lib.io.lake import Lake
+from gpu_pipeline.lib.rules import HOURS_PER_MONTH, PHASES
 
 
 def _days(start: date, end: date) -> list[date]:
@@ -43,7 +43,9 @@ def fleet_summary(lake: Lake, start: date, end: date) -> dict:
         .group_by("namespace", "gpu_model")
         .agg(pl.col("gpu_hours", "cost_usd", "total_waste_usd").sum())
         .with_columns(
-            (pl.col("total_waste_usd") / pl.col("gpu_hours") * 720).alias("monthly_waste_per_gpu")
+            (pl.col("total_waste_usd") / pl.col("gpu_hours") * HOURS_PER_MONTH).alias(
+                "monthly_waste_per_gpu"
+            )
         )
         .sort("total_waste_usd", descending=True, nulls_last=True)
         .head(5)

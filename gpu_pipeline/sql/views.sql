@@ -1,5 +1,5 @@
 -- Curated views for analysts, over the per-table views (one per lake table, generated from the
--- column contract by gpu_pipeline.lib.warehouse: a typed empty relation unioned by name with the
+-- column contract by gpu_pipeline.lib.io.warehouse: a typed empty relation unioned by name with the
 -- table's `<lake>/<table>/*/data.parquet`, re-read at every query).
 
 -- One row per day for the whole fleet. Fleet totals count each physical GPU once: the rows of

@@ -24,11 +24,11 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from gpu_pipeline.lib.lake import Lake
+from gpu_pipeline.lib.io.lake import Lake
 from gpu_pipeline.lib.schemas import TABLES
 
 # shipped inside the package (`sql/` at the repository root links here)
-SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
+SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
 VIEWS_SQL = SQL_DIR / "views.sql"
 QUERIES_DIR = SQL_DIR / "queries"
 # PRAGMAs that only describe the database (others change settings or write profiler output)

@@ -1,10 +1,5 @@
-"""Landing files -> `gpu_samples`, `quarantine`, `ingest_log` for one UTC day.
-
-Each landing file is parsed once into a cache keyed by its content (sha256) and name, so a day's
-run reads only that day's rows of each file. A day is then assembled: duplicates (same GPU,
-instance, field and timestamp; first file in path order wins) are counted, the long samples are
-pivoted to one row per GPU per timestamp, and every line of every file is accounted for.
-"""
+"""The landing zone: list its files (safely), read each one's bytes (gzip, BOM, UTF-16, size
+limit), detect its format by content and parse it into long samples and quarantine records."""
 
 from __future__ import annotations
 
@@ -12,49 +7,25 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import stat
-import tempfile
 import uuid
 import zlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
 
 import polars as pl
 
-from gpu_pipeline.lib.fields import FIELD_COLUMNS
-from gpu_pipeline.lib.formats import FORMATS
-from gpu_pipeline.lib.formats.common import Context
+from gpu_pipeline.lib.ingest.formats import FORMATS
+from gpu_pipeline.lib.ingest.formats.common import Context
 from gpu_pipeline.lib.samples import (
-    ATTR_COLUMNS,
     LONG_SCHEMA,
     QUARANTINE_LINE_SCHEMA,
-    SAMPLE_ORDER,
     ParsedLines,
-    collect_stable,
     conform,
 )
-from gpu_pipeline.lib.schemas import GPU_SAMPLES_SCHEMA, INGEST_LOG_SCHEMA, QUARANTINE_SCHEMA
 
-# bump when parsing changes what a file yields, so cached parses are redone
-PARSER_VERSION = "p6"
 DEFAULT_CLUSTER = "default"
-KEY = ("gpu_uuid", "gpu_instance_id", "timestamp")
-META_SCHEMA = {
-    "source_file": pl.String,
-    "file_order": pl.Int32,
-    "format": pl.String,
-    "time_basis": pl.String,
-    "sha256": pl.String,
-    "file_bytes": pl.Int64,
-    "file_lines": pl.Int64,
-    "lines_skipped": pl.Int64,
-    "home": pl.Boolean,
-    "rows_read": pl.Int64,
-    "origin": pl.String,
-}
 
 
 # a landing file larger than this (decompressed) is quarantined whole, not read into memory
@@ -82,6 +53,8 @@ class ParseOptions:
 
 
 DEFAULT_PARSE = ParseOptions()
+
+
 # quarantine keeps this much of a rejected line's or file's text
 RAW_CHARS = 2000
 
@@ -100,27 +73,6 @@ class LandingFile:
         """The first folder below the landing root names the cluster when labels don't."""
         parts = self.source_file.split("/")
         return parts[0] if len(parts) > 1 else None
-
-
-@dataclass
-class ParsedFile:
-    file: LandingFile
-    format: str
-    lines_total: int
-    lines_skipped: int
-    time_basis: str
-    home_day: date  # where lines with no time of their own are accounted
-    days: list[date]
-    rows_by_day: dict[date, int]  # samples per UTC day (before duplicates are resolved)
-    records_by_day: dict[date | None, int]  # records read per day (None: the home day's own)
-    samples: pl.LazyFrame
-    quarantine: pl.LazyFrame
-    origin: str | None = None
-
-    def records_on(self, day: date) -> int:
-        """Records of this file accounted on `day` (the ledger's rows_read)."""
-        n = self.records_by_day.get(day, 0)
-        return n + (self.records_by_day.get(None, 0) if day == self.home_day else 0)
 
 
 def _sha256(path: Path) -> str:
@@ -228,7 +180,11 @@ def list_landing(
 
 
 _ISO_TIME = re.compile(r"(\d{4})-?(\d{2})-?(\d{2})[T_ ](\d{2})[-:]?(\d{2})[-:]?(\d{2})(?:[.,]\d+)?")
+
+
 _EPOCH = re.compile(r"(?<!\d)(1\d{9}(?:\d{3})?)(?!\d)")
+
+
 _ISO_DAY = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
 
 
@@ -274,6 +230,8 @@ def home_day(days: list[date], name: str, mtime: float) -> date:
 
 
 UTF8_BOM = b"\xef\xbb\xbf"
+
+
 GZIP_MAGIC = b"\x1f\x8b"
 
 
@@ -403,6 +361,8 @@ UNSUPPORTED = (
         "run it with -o DT (nvidia-smi) or export through dcgm-exporter instead",
     ),
 )
+
+
 # formats read line by line: a bad line is quarantined alone; JSON is one document
 LINE_FORMATS = {"dcgm_exposition", "nvidia_smi_csv", "nvml_samples", "seed_csv"}
 
@@ -523,375 +483,6 @@ def parse_landing_file(
         out.time_basis,
         records,
         out.origin,
-    )
-
-
-def _cache_key(lf: LandingFile, opts: ParseOptions) -> str:
-    # everything that changes what a parse yields: the parser, the content, the name (it may
-    # carry the sample time) and the options (CSV time zone, size limit)
-    return hashlib.sha256(
-        f"{PARSER_VERSION}\0{lf.sha256}\0{Path(lf.source_file).name}\0{opts.csv_timezone}"
-        f"\0{opts.max_file_bytes}".encode()
-    ).hexdigest()[:32]
-
-
-def is_cached(
-    lf: LandingFile, cache_root: str | os.PathLike, opts: ParseOptions = DEFAULT_PARSE
-) -> bool:
-    return (
-        lf.problem is not None or (Path(cache_root) / _cache_key(lf, opts) / "meta.json").is_file()
-    )
-
-
-CACHED = ("samples.parquet", "quarantine.parquet")
-
-
-def _write_cache(lf: LandingFile, cdir: Path, cache_root: Path, opts: ParseOptions) -> None:
-    try:
-        fmt, parsed = parse_landing_file(lf, opts)
-        per_day = (
-            parsed.samples.group_by(pl.col("timestamp").dt.date().alias("d"))
-            .len()
-            .drop_nulls("d")
-            .sort("d")
-        )
-        rows_by_day = dict(zip(per_day["d"].to_list(), per_day["len"].to_list(), strict=True))
-    except Exception as e:  # noqa: BLE001 - one file's failure stays that file's
-        fmt, parsed = (
-            "unreadable",
-            _whole_file(f"could not be parsed: {type(e).__name__}: {e}", ""),
-        )
-        rows_by_day = {}
-    days = sorted(rows_by_day)
-    tmp = cache_root / f".tmp-{uuid.uuid4().hex}"
-    tmp.mkdir(parents=True)
-    parsed.samples.sort("timestamp", "line").write_parquet(
-        tmp / "samples.parquet", row_group_size=65536
-    )
-    parsed.quarantine.write_parquet(tmp / "quarantine.parquet")
-    meta = {
-        "format": fmt,
-        "lines_total": parsed.lines_total,
-        "lines_skipped": parsed.lines_skipped,
-        "time_basis": parsed.time_basis,
-        "home_day": home_day(days, lf.source_file, lf.mtime).isoformat(),
-        "days": [d.isoformat() for d in days],
-        "rows_by_day": {d.isoformat(): n for d, n in rows_by_day.items()},
-        "origin": parsed.origin,
-        "records_by_day": {
-            (d.isoformat() if d else ""): n for d, n in parsed.records_by_day.items()
-        },
-        # the cache checks itself: a cached file that no longer has this hash is parsed again
-        "sha256": {name: _sha256(tmp / name) for name in CACHED},
-    }
-    (tmp / "meta.json").write_text(json.dumps(meta))
-    try:
-        tmp.rename(cdir)
-    except OSError:  # another run cached the same file meanwhile: same content, keep theirs
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _cache_intact(cdir: Path, meta: dict) -> bool:
-    try:
-        return all(_sha256(cdir / name) == meta["sha256"][name] for name in CACHED)
-    except (OSError, KeyError):
-        return False
-
-
-def load_or_parse(
-    lf: LandingFile, cache_root: str | os.PathLike, opts: ParseOptions = DEFAULT_PARSE
-) -> ParsedFile:
-    """The parse of `lf` with `opts`, from the cache when this content was parsed the same way
-    before and the cached parse is intact (its Parquet files still have the hashes recorded
-    beside them)."""
-    if lf.problem:  # nothing to cache: the file is never opened
-        fmt, parsed = parse_landing_file(lf, opts)
-        return ParsedFile(
-            file=lf,
-            format=fmt,
-            lines_total=1,
-            lines_skipped=0,
-            time_basis="sample",
-            home_day=home_day([], lf.source_file, lf.mtime),
-            days=[],
-            rows_by_day={},
-            records_by_day={None: 1},
-            samples=parsed.samples.lazy(),
-            quarantine=parsed.quarantine.lazy(),
-        )
-    cache_root = Path(cache_root)
-    cdir = cache_root / _cache_key(lf, opts)
-    meta_path = cdir / "meta.json"
-    for attempt in range(2):
-        if not meta_path.is_file():
-            _write_cache(lf, cdir, cache_root, opts)
-        meta = json.loads(meta_path.read_text())
-        if _cache_intact(cdir, meta):
-            break
-        # altered or damaged since it was written: parse the file again rather than trust it
-        shutil.rmtree(cdir, ignore_errors=True)
-        if attempt:
-            raise RuntimeError(f"ingest cache {cdir} cannot be written intact")
-    return ParsedFile(
-        file=lf,
-        format=meta["format"],
-        lines_total=meta["lines_total"],
-        lines_skipped=meta["lines_skipped"],
-        time_basis=meta["time_basis"],
-        home_day=date.fromisoformat(meta["home_day"]),
-        days=[date.fromisoformat(d) for d in meta["days"]],
-        rows_by_day={date.fromisoformat(d): n for d, n in meta["rows_by_day"].items()},
-        records_by_day={
-            (date.fromisoformat(d) if d else None): n for d, n in meta["records_by_day"].items()
-        },
-        samples=pl.scan_parquet(cdir / "samples.parquet"),
-        quarantine=pl.scan_parquet(cdir / "quarantine.parquet"),
-        origin=meta.get("origin"),
-    )
-
-
-@dataclass
-class DayIngest:
-    gpu_samples: pl.DataFrame
-    quarantine: pl.DataFrame
-    ingest_log: pl.DataFrame
-
-
-def _in_day(day: date) -> pl.Expr:
-    return pl.col("timestamp").dt.date() == day
-
-
-def _day_rows(pf: ParsedFile, order: int, day: date) -> pl.LazyFrame:
-    """A file's samples of `day`, with the file they came from and its cluster."""
-    return pf.samples.filter(_in_day(day)).with_columns(
-        pl.lit(pf.file.source_file).alias("source_file"),
-        pl.lit(order).alias("file_order"),
-        pl.col("cluster").fill_null(pf.file.dir_cluster or DEFAULT_CLUSTER),
-    )
-
-
-SAMPLE_KEY = ("gpu_uuid", "gpu_instance_id", "column", "timestamp")
-
-
-class DayAssembly:
-    """Dedupe, pivot and account one UTC day of the parsed landing files, a range of GPUs at a
-    time: `gpu_samples()` yields the day's wide samples in SAMPLE_ORDER, chunk after chunk, then
-    `quarantine()` and `ingest_log()` account for every row.
-
-    A sample's duplicates and conflicts are always samples of the same GPU, so a chunk holds
-    everything its GPUs need. A day whose samples exceed `max_rows` long rows (the memory budget
-    of the chunk size, `Chunking.rows`) is first split by GPU range into spill files (each landing
-    file read once), then assembled chunk by chunk; a smaller day is assembled in memory at once.
-    """
-
-    def __init__(self, files: list[ParsedFile], day: date, max_rows: int | None = None):
-        from gpu_pipeline.lib.chunked import Chunking
-
-        self.files, self.day = files, day
-        self.max_rows = max_rows or Chunking().rows
-        self._counts: list[pl.DataFrame] = []
-        self._conflicts: list[pl.DataFrame] = []
-        self.chunks = 0
-
-    def gpu_samples(self) -> Iterator[pl.DataFrame]:
-        parts = [(order, pf) for order, pf in enumerate(self.files) if self.day in pf.days]
-        if not parts:
-            self.chunks = 1
-            yield conform(pl.DataFrame(schema=GPU_SAMPLES_SCHEMA), GPU_SAMPLES_SCHEMA)
-            return
-        day = self.day
-        sizes = collect_stable(
-            pl.concat([_day_rows(pf, o, day).select("gpu_uuid") for o, pf in parts])
-            .group_by("gpu_uuid")
-            .agg(pl.len().alias("n"))
-            .sort("gpu_uuid", nulls_last=False)
-        )
-        from gpu_pipeline.lib.chunked import cut_by_size
-
-        chunks = cut_by_size(sizes["gpu_uuid"].to_list(), sizes["n"].to_list(), None, self.max_rows)
-        self.chunks = len(chunks)
-        if len(chunks) <= 1:
-            yield self._assemble(
-                collect_stable(pl.concat([_day_rows(pf, o, day) for o, pf in parts]))
-            )
-            return
-        where = pl.DataFrame(
-            {
-                "gpu_uuid": [u for c in chunks for u in c],
-                "_chunk": [k for k, c in enumerate(chunks) for _ in c],
-            },
-            schema={"gpu_uuid": pl.String, "_chunk": pl.Int32},
-        )
-        with tempfile.TemporaryDirectory(prefix="gpu_pipeline_assemble_") as tmp:
-            for order, pf in parts:  # each file read once, its rows sent to their GPU range
-                rows = collect_stable(_day_rows(pf, order, day)).join(
-                    where, on="gpu_uuid", how="left", nulls_equal=True
-                )
-                for (k,), part in rows.partition_by("_chunk", as_dict=True).items():
-                    part.drop("_chunk").write_parquet(
-                        Path(tmp) / f"{k:06d}_{order:08d}.parquet", compression="uncompressed"
-                    )
-            for k in range(len(chunks)):
-                spilled = sorted(Path(tmp).glob(f"{k:06d}_*.parquet"))
-                long = pl.concat([pl.read_parquet(f) for f in spilled])
-                for f in spilled:
-                    f.unlink()
-                yield self._assemble(long)
-
-    def _assemble(self, long: pl.DataFrame) -> pl.DataFrame:
-        """One range of GPUs: duplicates and conflicts resolved, pivoted to wide samples."""
-        long = long.sort("file_order", "line").with_columns(
-            (~pl.struct(*SAMPLE_KEY).is_first_distinct()).alias("dup")
-        )
-        # the same sample again with another value: two exporters disagree. The first file in
-        # path order wins; the other value is quarantined with both, not counted as a duplicate
-        if bool(long.get_column("dup").any()):
-            first = pl.struct(*SAMPLE_KEY)
-            long = long.with_columns(
-                pl.col("value").first().over(first).alias("_first_value"),
-                pl.col("source_file").first().over(first).alias("_first_file"),
-            ).with_columns(
-                (pl.col("dup") & pl.col("value").ne_missing(pl.col("_first_value"))).alias(
-                    "_conflict"
-                )
-            )
-            conflicting = long.filter(pl.col("_conflict")).select(
-                "source_file",
-                "line",
-                "timestamp",
-                pl.format(
-                    "conflicting duplicate: {} of {} at this time is {} here but {} in {} (kept)",
-                    "column",
-                    "gpu_uuid",
-                    pl.col("value").cast(pl.String).fill_null("no value"),
-                    pl.col("_first_value").cast(pl.String).fill_null("no value"),
-                    "_first_file",
-                ).alias("reason"),
-                pl.format(
-                    "{}={}", "column", pl.col("value").cast(pl.String).fill_null("null")
-                ).alias("raw"),
-            )
-            if conflicting.height:
-                self._conflicts.append(conflicting)
-            long = long.filter(~pl.col("_conflict")).drop(
-                "_first_value", "_first_file", "_conflict"
-            )
-        self._counts.append(
-            long.group_by("source_file").agg(
-                (~pl.col("dup")).sum().alias("rows_accepted"),
-                pl.col("dup").sum().alias("rows_duplicate"),
-                pl.col("timestamp").min().alias("first_sample"),
-                pl.col("timestamp").max().alias("last_sample"),
-            )
-        )
-        accepted = long.filter(~pl.col("dup"))
-        del long
-        wide = accepted.pivot(
-            on="column",
-            on_columns=list(FIELD_COLUMNS),
-            index=list(KEY),
-            values="value",
-            aggregate_function="first",
-        )
-        attrs = [c for c in ATTR_COLUMNS if c not in KEY]
-        ids = accepted.group_by(list(KEY)).agg(
-            *[pl.col(c).drop_nulls().first() for c in attrs], pl.col("source_file").first()
-        )
-        gpu_samples = (
-            ids.join(wide, on=list(KEY), how="left", nulls_equal=True)
-            .with_columns(pl.lit(self.day).alias("date"))
-            .sort(*SAMPLE_ORDER, nulls_last=False)
-        )
-        return conform(gpu_samples, GPU_SAMPLES_SCHEMA)
-
-    def quarantine(self) -> pl.DataFrame:
-        """The day's quarantined rows (after `gpu_samples()` is consumed: it adds conflicts)."""
-        day = self.day
-        quars = [
-            pf.quarantine.filter(
-                _in_day(day) | (pl.col("timestamp").is_null() & pl.lit(pf.home_day == day))
-            ).with_columns(pl.lit(pf.file.source_file).alias("source_file"))
-            for pf in self.files
-        ] + [c.lazy() for c in self._conflicts]
-        q = (
-            collect_stable(pl.concat(quars, how="diagonal_relaxed")).sort(
-                "source_file", "line", nulls_last=False
-            )
-            if quars
-            else pl.DataFrame(schema={**QUARANTINE_LINE_SCHEMA, "source_file": pl.String})
-        )
-        return conform(q.with_columns(pl.lit(day).alias("date")), QUARANTINE_SCHEMA)
-
-    def ingest_log(self, quarantine: pl.DataFrame) -> pl.DataFrame:
-        """One row per landing file that has anything on the day: what was read, accepted,
-        duplicated and quarantined."""
-        day = self.day
-        metas = [
-            {
-                "source_file": pf.file.source_file,
-                "file_order": order,
-                "format": pf.format,
-                "time_basis": pf.time_basis,
-                "sha256": pf.file.sha256,
-                "file_bytes": pf.file.size,
-                "file_lines": pf.lines_total,
-                "lines_skipped": pf.lines_skipped if pf.home_day == day else 0,
-                "home": pf.home_day == day,
-                # counted by the parser from what it read, before anything was decided
-                "rows_read": pf.records_on(day),
-                "origin": pf.origin,
-            }
-            for order, pf in enumerate(self.files)
-        ]
-        counts_schema = {
-            "source_file": pl.String,
-            "rows_accepted": pl.UInt32,
-            "rows_duplicate": pl.UInt32,
-            "first_sample": LONG_SCHEMA["timestamp"],
-            "last_sample": LONG_SCHEMA["timestamp"],
-        }
-        counts = (
-            pl.concat([conform(c, counts_schema) for c in self._counts])
-            .group_by("source_file")
-            .agg(
-                pl.col("rows_accepted", "rows_duplicate").sum(),
-                pl.col("first_sample").min(),
-                pl.col("last_sample").max(),
-            )
-            if self._counts
-            else pl.DataFrame(schema=counts_schema)
-        )
-        qcounts = quarantine.group_by("source_file").agg(pl.len().alias("rows_quarantined"))
-        log = (
-            pl.DataFrame(metas, schema=META_SCHEMA)
-            .join(counts, on="source_file", how="left")
-            .join(qcounts, on="source_file", how="left")
-            .with_columns(
-                pl.col("rows_accepted", "rows_duplicate", "rows_quarantined")
-                .fill_null(0)
-                .cast(pl.Int64)
-            )
-            .filter(
-                pl.col("home")
-                | (pl.col("rows_read") > 0)
-                | (
-                    pl.col("rows_accepted") + pl.col("rows_duplicate") + pl.col("rows_quarantined")
-                    > 0
-                )
-            )
-            .with_columns(pl.lit(day).alias("date"))
-            .sort("file_order")
-        )
-        return conform(log, INGEST_LOG_SCHEMA)
-
-
-def assemble_day(files: list[ParsedFile], day: date, max_rows: int | None = None) -> DayIngest:
-    """The whole day at once (tests, small days): the chunks of `DayAssembly` put together."""
-    a = DayAssembly(files, day, max_rows)
-    samples = pl.concat(list(a.gpu_samples()))
-    quarantine = a.quarantine()
-    return DayIngest(
-        gpu_samples=samples, quarantine=quarantine, ingest_log=a.ingest_log(quarantine)
     )
 
 

@@ -1,4 +1,5 @@
-"""GPU health per GPU-day and stragglers per hour. Pure and lazy."""
+"""gpu_samples -> `gpu_health`: per physical GPU-day, hot and power-capped minutes, XID, double-bit
+ECC and row-remap failures, and a status. Pure and lazy."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import polars as pl
 from gpu_pipeline.lib.reference import model_key
 from gpu_pipeline.lib.rules import HEALTH, HealthThresholds
 from gpu_pipeline.lib.samples import conform_lazy
-from gpu_pipeline.lib.schemas import GPU_HEALTH_SCHEMA, STRAGGLERS_SCHEMA
+from gpu_pipeline.lib.schemas import GPU_HEALTH_SCHEMA
 
 # clock-event reason bits that mean "held back by power": SW power cap, HW power brake
 POWER_CAP_BITS = 0x4 | 0x80
@@ -78,58 +79,3 @@ def gpu_health(
         )
     )
     return conform_lazy(h, GPU_HEALTH_SCHEMA).sort("gpu_uuid")
-
-
-def stragglers(minutes: pl.LazyFrame, h: HealthThresholds = HEALTH) -> pl.LazyFrame:
-    """GPU-hours that hold their pod back: SM activity (else utilization), in points.
-
-    `below_median`: the GPU sits `straggler_points` (15) or more below its pod's median that hour.
-    `spread`: the pod's GPUs spread with a population std dev of `straggler_spread_from` (0.15 of
-    SM activity: 15 points) or more, and this is its slowest GPU (DOMAIN.md's rule for
-    synchronous jobs). A row can carry both.
-    """
-    metric = (
-        pl.when(pl.col("prof_sm_active").is_not_null())
-        .then(100.0 * pl.col("prof_sm_active"))
-        .otherwise(pl.col("gpu_util_pct"))
-    )
-    per_hour = (
-        minutes.filter(pl.col("pod").is_not_null())
-        .with_columns(pl.col("minute").dt.truncate("1h").alias("hour"), metric.alias("_m"))
-        .group_by("date", "hour", "namespace", "pod", "gpu_uuid", "gpu_instance_id")
-        .agg(
-            pl.col("hostname").drop_nulls().last(),
-            pl.col("_m").mean().alias("value"),
-            pl.when(pl.col("prof_sm_active").is_not_null().all())
-            .then(pl.lit("sm_active_pct"))
-            .otherwise(pl.lit("gpu_util_pct"))
-            .alias("metric"),
-        )
-        .with_columns(
-            pl.col("value").median().over("hour", "pod").alias("pod_median"),
-            pl.len().over("hour", "pod").alias("pod_gpus"),
-            pl.col("value").std(ddof=0).over("hour", "pod").alias("pod_stddev"),
-            (pl.col("value") == pl.col("value").min().over("hour", "pod")).alias("_slowest"),
-        )
-        .with_columns((pl.col("pod_median") - pl.col("value")).alias("points_below"))
-        .with_columns(
-            ((pl.col("pod_gpus") >= 2) & (pl.col("points_below") >= h.straggler_points)).alias(
-                "_below"
-            ),
-            (
-                (pl.col("pod_gpus") >= 2)
-                & pl.col("_slowest")
-                & (pl.col("pod_stddev") >= 100.0 * h.straggler_spread_from)
-            ).alias("_spread"),
-        )
-        .filter(pl.col("_below") | pl.col("_spread"))
-        .with_columns(
-            pl.concat_str(
-                pl.when(pl.col("_below")).then(pl.lit("below_median")),
-                pl.when(pl.col("_spread")).then(pl.lit("spread")),
-                separator=", ",
-                ignore_nulls=True,
-            ).alias("rule")
-        )
-    )
-    return conform_lazy(per_hour, STRAGGLERS_SCHEMA).sort("hour", "pod", "gpu_uuid")

@@ -11,8 +11,14 @@ from __future__ import annotations
 import polars as pl
 
 from gpu_pipeline.lib.fields import BY_COLUMN, METRIC_TO_COLUMN
-from gpu_pipeline.lib.formats.common import Context, parsed
-from gpu_pipeline.lib.formats.wide_csv import cell, numeric, parse_local_time, split_rows, to_long
+from gpu_pipeline.lib.ingest.formats.common import Context, parsed
+from gpu_pipeline.lib.ingest.formats.wide_csv import (
+    cell,
+    numeric,
+    parse_local_time,
+    split_rows,
+    to_long,
+)
 from gpu_pipeline.lib.samples import ParsedLines
 
 IDS = {

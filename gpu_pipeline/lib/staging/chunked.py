@@ -3,7 +3,7 @@
 The lake stores gpu_samples in SAMPLE_ORDER (one GPU after another), so a range of GPU UUIDs is
 a run of Parquet row groups: each chunk reads only its own rows. A chunk holds whole GPUs (every
 MIG instance with its physical GPU), computes their gpu_minutes and, while they are in memory,
-their minute runs (`marts.minute_runs`: per GPU and hour, sums and counts). Runs never span two
+their minute runs (`staging.minute_runs`: per GPU and hour, sums and counts). Runs never span two
 chunks, so gpu_daily, hourly_fleet_metrics and priced_waste computed from all of a day's runs
 are exactly the tables of the day processed at once.
 
@@ -25,11 +25,14 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from gpu_pipeline.lib import marts
-from gpu_pipeline.lib.metrics import gpu_daily_final, gpu_minutes
+from gpu_pipeline.lib.marts.hourly_fleet_metrics import hourly_fleet_metrics
+from gpu_pipeline.lib.marts.priced_waste import priced_waste
 from gpu_pipeline.lib.rules import DEFAULT, DIAGNOSIS, DiagnosisThresholds, Thresholds
 from gpu_pipeline.lib.samples import SAMPLE_ORDER, collect_stable
 from gpu_pipeline.lib.schemas import GPU_MINUTES_SCHEMA
+from gpu_pipeline.lib.staging.gpu_daily import gpu_daily
+from gpu_pipeline.lib.staging.gpu_minutes import gpu_minutes
+from gpu_pipeline.lib.staging.minute_runs import minute_runs
 
 DEFAULT_CHUNK_MB = 640
 BYTES_PER_ROW = 1024  # working memory per sample row in a chunk (measured: benchmarks/run.py)
@@ -191,24 +194,24 @@ class DayTables:
 
     def add(self, minutes: pl.DataFrame) -> pl.DataFrame:
         """Take in one chunk's gpu_minutes (whole GPUs); returns it unchanged."""
-        self.runs.append(collect_stable(marts.minute_runs(minutes.lazy(), self.t)))
+        self.runs.append(collect_stable(minute_runs(minutes.lazy(), self.t)))
         self.minutes_rows += minutes.height
         self.chunks += 1
         return minutes
 
     def _runs(self) -> pl.LazyFrame:
         if not self.runs:
-            return marts.minute_runs(pl.LazyFrame(schema=GPU_MINUTES_SCHEMA), self.t)
+            return minute_runs(pl.LazyFrame(schema=GPU_MINUTES_SCHEMA), self.t)
         return pl.concat(self.runs).lazy()
 
     def gpu_daily(self) -> pl.DataFrame:
-        return collect_stable(gpu_daily_final(self._runs(), self.t))
+        return collect_stable(gpu_daily(self._runs(), self.t))
 
     def hourly_fleet_metrics(self) -> pl.DataFrame:
-        return collect_stable(marts.hourly_final(self._runs()))
+        return collect_stable(hourly_fleet_metrics(self._runs()))
 
     def priced_waste(self) -> pl.DataFrame:
-        return collect_stable(marts.priced_waste_final(self._runs()))
+        return collect_stable(priced_waste(self._runs()))
 
 
 def minutes_by_chunk(

@@ -12,7 +12,7 @@ import re
 
 import polars as pl
 
-from gpu_pipeline.lib.formats.common import NA_VALUES
+from gpu_pipeline.lib.ingest.formats.common import NA_VALUES
 
 # a number, optionally followed by a unit ("433.78 W", "0 %", "132 MiB", "1410 MHz")
 NUMBER_RX = r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(?:[A-Za-z%/]+)?\s*$"

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
-from gpu_pipeline.lib.formats.nvml_csv import COLUMNS, MAGIC
+from gpu_pipeline.lib.ingest.formats.nvml_csv import COLUMNS, MAGIC
 
 
 class NvmlUnavailable(RuntimeError):

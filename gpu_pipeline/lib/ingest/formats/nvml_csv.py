@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from gpu_pipeline.lib.formats.common import Context, parsed
-from gpu_pipeline.lib.formats.wide_csv import cell, split_rows, to_long
+from gpu_pipeline.lib.ingest.formats.common import Context, parsed
+from gpu_pipeline.lib.ingest.formats.wide_csv import cell, split_rows, to_long
 from gpu_pipeline.lib.samples import ParsedLines
 
 MAGIC = "# gpu-pipeline nvml-sampler v1"

@@ -1,10 +1,10 @@
-"""gpu_samples -> gpu_minutes (PIF, RFU, gap, phase, class, price) -> gpu_daily. Pure and lazy."""
+"""gpu_samples -> `gpu_minutes` (PIF, RFU, gap, phase, class, diagnosis, price), one row per
+GPU and minute. Pure and lazy; definitions from SPEC.md."""
 
 from __future__ import annotations
 
 import polars as pl
 
-from gpu_pipeline.lib.marts import minute_runs, ratio
 from gpu_pipeline.lib.reference import model_key
 from gpu_pipeline.lib.rules import (
     CLASS_ENUM,
@@ -12,7 +12,6 @@ from gpu_pipeline.lib.rules import (
     DIAGNOSIS,
     DIAGNOSIS_BASIS_ENUM,
     DIAGNOSIS_ENUM,
-    EFFICIENCY_CLASSES,
     MEASURED_PHASES,
     PHASE_ENUM,
     PHASES,
@@ -22,9 +21,11 @@ from gpu_pipeline.lib.rules import (
     Thresholds,
 )
 from gpu_pipeline.lib.samples import SAMPLE_ORDER, conform_lazy
-from gpu_pipeline.lib.schemas import GPU_DAILY_SCHEMA, GPU_MINUTES_SCHEMA
+from gpu_pipeline.lib.schemas import GPU_MINUTES_SCHEMA
 
 GPU_KEY = ("gpu_uuid", "gpu_instance_id")
+
+
 _MEAN_FIELDS = (
     "gpu_util_pct",
     "power_w",
@@ -77,6 +78,8 @@ def efficiency_class_expr(util: pl.Expr, pif: pl.Expr, t: Thresholds = DEFAULT) 
 
 # MIG: compute slices of a full GPU when the catalog does not say (A100/H100 class: 7)
 MIG_SLICES = 7
+
+
 _SLICES = pl.col("gpu_instance_profile").str.extract(r"^(\d+)g", 1).cast(pl.Float64)
 
 
@@ -253,6 +256,8 @@ def diagnosis_expr(t: Thresholds = DEFAULT, d: DiagnosisThresholds = DIAGNOSIS) 
 
 
 _ATTRS = ("hostname", "cluster", "namespace", "pod", "gpu_model", "gpu_instance_profile")
+
+
 # what the model lookup adds to every minute (a made-up physical row copies them too)
 _MODEL_COLUMNS = ("_cat_power", "achievable_tflops", "_mig_slices", "_price", "_model_note")
 
@@ -459,50 +464,3 @@ def phase_shares() -> list[pl.Expr]:
         .otherwise((pl.col("phase") == "unknown").cast(pl.Float64))
         .alias("phase_share_unknown")
     ]
-
-
-def gpu_daily(minutes: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
-    """Per GPU-day minute counts by phase and class, and whether the day was bottlenecked."""
-    return gpu_daily_final(minute_runs(minutes, t), t)
-
-
-DAILY_MEANS = {"gpu_util_pct": "avg_gpu_util_pct", "pif": "avg_pif", "rfu_pct": "avg_rfu_pct"}
-
-
-def gpu_daily_final(runs: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
-    """Minute runs (`marts.minute_runs`, of one pass or of GPU chunks) -> gpu_daily."""
-    d = (
-        runs.group_by("date", *GPU_KEY)
-        .agg(
-            # the last attributes seen, in minute order whatever the row order
-            *[
-                pl.col(c).sort_by("_last_minute").drop_nulls().last()
-                for c in ("hostname", "cluster", "namespace", "gpu_model")
-            ],
-            pl.col("_minutes").sum().alias("minutes"),
-            pl.col("_active").sum().alias("active_minutes"),
-            pl.col("_c_bottlenecked").sum().alias("bottlenecked_minutes"),
-            *[pl.col(f"_n_{p}").sum().alias(f"{p}_minutes") for p in PHASES],
-            *[pl.col(f"_c_{c}").sum().alias(f"class_{c}_minutes") for c in EFFICIENCY_CLASSES],
-            pl.col(*[f"_{x}_{c}" for c in DAILY_MEANS for x in ("sum", "n")]).sum(),
-            pl.col("_energy_wh", "_idle_energy_wh").sum(),
-        )
-        .with_columns(
-            # the physical GPU's row carries the GPU's energy; a MIG instance's is its share of it
-            *[
-                pl.when(pl.col("gpu_instance_id").is_null())
-                .then(pl.col(f"_{c}_wh") / 1000.0)
-                .alias(f"{c}_kwh")
-                for c in ("energy", "idle_energy")
-            ],
-            *[ratio(f"_sum_{c}", f"_n_{c}").alias(name) for c, name in DAILY_MEANS.items()],
-            (
-                (pl.col("active_minutes") >= t.day_min_active_minutes)
-                & (
-                    pl.col("bottlenecked_minutes")
-                    >= t.day_min_bottleneck_share * pl.col("active_minutes")
-                )
-            ).alias("bottlenecked_day"),
-        )
-    )
-    return conform_lazy(d, GPU_DAILY_SCHEMA).sort("gpu_uuid", "gpu_instance_id", nulls_last=False)

@@ -18,7 +18,7 @@ warnings.filterwarnings("ignore", message="No artists with labels found", catego
 import matplotlib.pyplot as plt  # noqa: E402
 import polars as pl  # noqa: E402
 
-from gpu_pipeline.lib.lake import Lake  # noqa: E402
+from gpu_pipeline.lib.io.lake import Lake  # noqa: E402
 
 CLASS_COLORS = {
     "idle": "#9e9e9e",

@@ -4,7 +4,7 @@ Each module has `detect(head: str, name: str) -> bool` and `parse(text, ctx) -> 
 `FORMATS` is the order they are tried in. Adding a format touches one module, this list and tests.
 """
 
-from gpu_pipeline.lib.formats import exposition, nvidia_smi, nvml_csv, prom_json, seed_csv
+from gpu_pipeline.lib.ingest.formats import exposition, nvidia_smi, nvml_csv, prom_json, seed_csv
 
 FORMATS = {
     "prometheus_json": prom_json,

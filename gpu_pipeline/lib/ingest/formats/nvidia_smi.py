@@ -12,8 +12,8 @@ import hashlib
 
 import polars as pl
 
-from gpu_pipeline.lib.formats.common import Context, parsed
-from gpu_pipeline.lib.formats.wide_csv import (
+from gpu_pipeline.lib.ingest.formats.common import Context, parsed
+from gpu_pipeline.lib.ingest.formats.wide_csv import (
     cell,
     header_name,
     parse_local_time,

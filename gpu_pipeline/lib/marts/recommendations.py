@@ -17,10 +17,15 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from gpu_pipeline.lib.marts import allocated_minutes, weighted_share
 from gpu_pipeline.lib.reference import model_key
-from gpu_pipeline.lib.rules import BOTTLENECK_DIAGNOSES, DIAGNOSIS, DiagnosisThresholds
+from gpu_pipeline.lib.rules import (
+    BOTTLENECK_DIAGNOSES,
+    DAYS_PER_MONTH,
+    DIAGNOSIS,
+    DiagnosisThresholds,
+)
 from gpu_pipeline.lib.schemas import RECOMMENDATIONS_SCHEMA
+from gpu_pipeline.lib.staging.minute_runs import allocated_minutes, weighted_share
 
 VOCABULARY = (
     "DALI",
@@ -41,7 +46,6 @@ VOCABULARY = (
 MIG_CAPABLE = r"A100|A800|A30|H100|H800|H200|B200|GB200"
 BF16_CAPABLE = r"A100|A800|A10|A30|A40|L4|L40|H100|H800|H200|B200|GB200|RTX A|RTX 6000"
 FP8_CAPABLE = r"H100|H800|H200|B200|GB200|L4|L40|RTX 6000 ADA"
-HOURS_PER_MONTH_FACTOR = 30  # a day's spend x 30 = the monthly run rate (hourly x 24 x 30)
 
 
 @dataclass(frozen=True)
@@ -336,8 +340,8 @@ def _recommend(row: dict, caps: dict | None = None) -> dict:
         "utilization_savings_frac": utilization,
         "rate_savings_frac": rate,
         "total_savings_frac": total,
-        "monthly_cost_usd": cost * HOURS_PER_MONTH_FACTOR,
-        "monthly_savings_usd": round(total * cost * HOURS_PER_MONTH_FACTOR, 2),
+        "monthly_cost_usd": cost * DAYS_PER_MONTH,
+        "monthly_savings_usd": round(total * cost * DAYS_PER_MONTH, 2),
     }
 
 

@@ -1,8 +1,8 @@
-"""gpu_minutes / gpu_daily -> the daily marts. Pure and lazy; definitions from SPEC.md."""
+"""gpu_minutes -> minute runs: per GPU and hour, every sum, count, share and cost the minute-level
+tables need (one group-by). gpu_daily, hourly_fleet_metrics and priced_waste are computed from
+the runs, so a day processed in GPU chunks gives the tables of the day processed at once."""
 
 from __future__ import annotations
-
-from datetime import date, timedelta
 
 import polars as pl
 
@@ -15,16 +15,6 @@ from gpu_pipeline.lib.rules import (
     PHASES,
     Thresholds,
 )
-from gpu_pipeline.lib.samples import conform_lazy
-from gpu_pipeline.lib.schemas import (
-    HOURLY_FLEET_METRICS_SCHEMA,
-    PERSISTENT_BOTTLENECKS_SCHEMA,
-    PRICED_WASTE_SCHEMA,
-)
-
-HOURS_PER_MONTH = 24 * 30
-HOURS_PER_YEAR = 24 * 365
-
 
 PHYSICAL = pl.col("gpu_instance_id").is_null()
 
@@ -36,10 +26,12 @@ def ratio(num: str, den: str, scale: float = 1.0) -> pl.Expr:
 
 # Marts over GPU-minutes are built from minute runs: consecutive minutes of one GPU within one
 # hour whose attributes do not change, summed and counted once. Runs add up exactly over
-# disjoint sets of GPUs, so a day processed in GPU chunks (gpu_pipeline.lib.chunked) and a day
+# disjoint sets of GPUs, so a day processed in GPU chunks (gpu_pipeline.lib.staging.chunked) and a day
 # processed at once give the same tables; on minutes in the lake's order (GPU, then time) a
 # day of 1,440 rows per GPU becomes about 24 runs, and every mart is a small group-by of them.
 HOURLY_KEYS = ("date", "hour", "cluster", "gpu_model")
+
+
 HOURLY_MEANS = {
     "gpu_util_pct": "avg_gpu_util_pct",
     "pif": "avg_pif",
@@ -47,8 +39,14 @@ HOURLY_MEANS = {
     "efficiency_gap_pct": "avg_efficiency_gap_pct",
     "realized_tflops": "avg_realized_tflops",
 }
+
+
 RUN_KEYS = ("date", "gpu_uuid", "gpu_instance_id", "cluster", "gpu_model", "namespace", "hostname")
+
+
 WASTE_KEYS = ("date", "cluster", "namespace", "gpu_model")
+
+
 MONEY = (
     "cost_usd",
     "productive_usd",
@@ -109,74 +107,6 @@ def minute_runs(minutes: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
             *[pl.col(c).sum() for c in MONEY],
         )
         .drop("_run")
-    )
-
-
-def hourly_final(runs: pl.LazyFrame) -> pl.LazyFrame:
-    """Minute runs (of one pass or of GPU chunks) -> hourly_fleet_metrics.
-
-    Fleet totals count each physical GPU once: the physical GPU's rows only (under MIG they carry
-    the slice-weighted utilization of the instances and the GPU's power).
-    """
-    sums = [f"_sum_{c}" for c in HOURLY_MEANS] + [f"_n_{c}" for c in HOURLY_MEANS]
-    h = (
-        runs.filter(PHYSICAL)
-        .group_by(*HOURLY_KEYS)
-        .agg(
-            pl.col("gpu_uuid").n_unique().alias("gpus"),
-            pl.col("_minutes").sum().alias("gpu_minutes"),
-            pl.col(*sums, *[f"_sh_{p}" for p in PHASES], "_n_phase").sum(),
-        )
-        .with_columns(
-            *[ratio(f"_sum_{c}", f"_n_{c}").alias(name) for c, name in HOURLY_MEANS.items()],
-            # the minutes' sub-minute phase shares (each minute's sum to 1)
-            *[ratio(f"_sh_{p}", "_n_phase", 100.0).alias(f"pct_{p}") for p in PHASES],
-        )
-    )
-    return conform_lazy(h, HOURLY_FLEET_METRICS_SCHEMA).sort(
-        "hour", "cluster", "gpu_model", nulls_last=False
-    )
-
-
-def hourly_fleet_metrics(minutes: pl.LazyFrame) -> pl.LazyFrame:
-    """Hour x cluster x gpu_model: fleet averages and phase shares (summing to 100)."""
-    return hourly_final(minute_runs(minutes))
-
-
-def window(day: date, t: Thresholds = DEFAULT) -> list[date]:
-    """The days D-6..D whose GPU-days decide persistence on D."""
-    return [day - timedelta(days=i) for i in range(t.window_days - 1, -1, -1)]
-
-
-def persistent_bottlenecks(daily: pl.LazyFrame, day: date, t: Thresholds = DEFAULT) -> pl.LazyFrame:
-    """GPUs bottlenecked on >= 3 of the days D-6..D; `daily` may hold any days, D's window is used.
-
-    Days before the data starts are simply absent: `window_days` counts the days of the window for
-    which the GPU has data.
-    """
-    w = window(day, t)
-    p = (
-        daily.filter(pl.col("date").is_between(w[0], w[-1]))
-        .sort("date")
-        .group_by("gpu_uuid", "gpu_instance_id")
-        .agg(
-            *[
-                pl.col(c).drop_nulls().last()
-                for c in ("hostname", "cluster", "namespace", "gpu_model")
-            ],
-            pl.col("date").n_unique().alias("window_days"),
-            pl.col("bottlenecked_day").sum().alias("days_bottlenecked"),
-            pl.col("active_minutes").sum().alias("active_minutes"),
-            pl.col("bottlenecked_minutes").sum().alias("bottlenecked_minutes"),
-        )
-        .filter(pl.col("days_bottlenecked") >= t.persistent_min_days)
-        .with_columns(
-            (pl.col("bottlenecked_minutes") / pl.col("active_minutes")).alias("bottleneck_share"),
-            pl.lit(day).alias("date"),
-        )
-    )
-    return conform_lazy(p, PERSISTENT_BOTTLENECKS_SCHEMA).sort(
-        "gpu_uuid", "gpu_instance_id", nulls_last=False
     )
 
 
@@ -260,43 +190,3 @@ def weighted_share(cond: pl.Expr, among: pl.Expr | None = None, w: str = "_w") -
     base = pl.col(w) if among is None else pl.col(w).filter(among)
     num = pl.col(w).filter(cond if among is None else cond & among)
     return pl.when(base.sum() > 0).then(num.sum() / base.sum())
-
-
-def priced_waste_final(runs: pl.LazyFrame) -> pl.LazyFrame:
-    """Minute runs (of one pass or of GPU chunks) -> priced_waste, with run rates."""
-    w = (
-        runs.group_by(*WASTE_KEYS)
-        .agg(
-            pl.col("gpu_uuid").n_unique().alias("gpus"),
-            pl.col("_share", *MONEY).sum(),
-            pl.col("price_usd_per_hour").max(),
-            pl.col("_priced").any(),
-        )
-        .with_columns(
-            # a MIG GPU's hours are split among its instances' namespaces by slice share
-            (pl.col("_share") / 60.0).alias("gpu_hours"),
-            # a group without a price has no cost: null, not zero
-            *[pl.when(pl.col("_priced")).then(pl.col(c)).alias(c) for c in MONEY],
-        )
-        .with_columns(
-            (
-                pl.col("idle_waste_usd") + pl.col("stall_waste_usd") + pl.col("headroom_waste_usd")
-            ).alias("total_waste_usd")
-        )
-        .with_columns(
-            (pl.col("total_waste_usd") / pl.col("cost_usd")).alias("waste_frac"),
-            (pl.col("total_waste_usd") / pl.col("gpu_hours")).alias("hourly_waste_usd"),
-        )
-        .with_columns(
-            (pl.col("hourly_waste_usd") * HOURS_PER_MONTH).round(2).alias("monthly_waste_usd"),
-            (pl.col("hourly_waste_usd") * HOURS_PER_YEAR).round(2).alias("yearly_waste_usd"),
-        )
-    )
-    return conform_lazy(w, PRICED_WASTE_SCHEMA).sort(
-        "cluster", "namespace", "gpu_model", nulls_last=False
-    )
-
-
-def priced_waste(minutes: pl.LazyFrame) -> pl.LazyFrame:
-    """Day x cluster x namespace x gpu_model: cost and its waste components, with run rates."""
-    return priced_waste_final(minute_runs(minutes))

@@ -10,7 +10,7 @@ import json
 
 import polars as pl
 
-from gpu_pipeline.lib.formats.common import (
+from gpu_pipeline.lib.ingest.formats.common import (
     Context,
     metric_column,
     metric_scale,

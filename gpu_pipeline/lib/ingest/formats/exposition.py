@@ -18,7 +18,7 @@ from pathlib import Path
 
 import polars as pl
 
-from gpu_pipeline.lib.formats.common import (
+from gpu_pipeline.lib.ingest.formats.common import (
     Context,
     candidates,
     finalize,

@@ -1,0 +1,189 @@
+"""Each landing file is parsed once into a cache keyed by its content, name and the parse options
+(`ParseOptions`), so a day's run reads only that day's rows of each file; the cache checks
+itself (a cached parse whose files changed is parsed again)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+import polars as pl
+
+from gpu_pipeline.lib.ingest.landing import (
+    DEFAULT_PARSE,
+    LandingFile,
+    ParseOptions,
+    _sha256,
+    _whole_file,
+    home_day,
+    parse_landing_file,
+)
+
+# bump when parsing changes what a file yields, so cached parses are redone
+PARSER_VERSION = "p6"
+
+
+META_SCHEMA = {
+    "source_file": pl.String,
+    "file_order": pl.Int32,
+    "format": pl.String,
+    "time_basis": pl.String,
+    "sha256": pl.String,
+    "file_bytes": pl.Int64,
+    "file_lines": pl.Int64,
+    "lines_skipped": pl.Int64,
+    "home": pl.Boolean,
+    "rows_read": pl.Int64,
+    "origin": pl.String,
+}
+
+
+@dataclass
+class ParsedFile:
+    file: LandingFile
+    format: str
+    lines_total: int
+    lines_skipped: int
+    time_basis: str
+    home_day: date  # where lines with no time of their own are accounted
+    days: list[date]
+    rows_by_day: dict[date, int]  # samples per UTC day (before duplicates are resolved)
+    records_by_day: dict[date | None, int]  # records read per day (None: the home day's own)
+    samples: pl.LazyFrame
+    quarantine: pl.LazyFrame
+    origin: str | None = None
+
+    def records_on(self, day: date) -> int:
+        """Records of this file accounted on `day` (the ledger's rows_read)."""
+        n = self.records_by_day.get(day, 0)
+        return n + (self.records_by_day.get(None, 0) if day == self.home_day else 0)
+
+
+def _cache_key(lf: LandingFile, opts: ParseOptions) -> str:
+    # everything that changes what a parse yields: the parser, the content, the name (it may
+    # carry the sample time) and the options (CSV time zone, size limit)
+    return hashlib.sha256(
+        f"{PARSER_VERSION}\0{lf.sha256}\0{Path(lf.source_file).name}\0{opts.csv_timezone}"
+        f"\0{opts.max_file_bytes}".encode()
+    ).hexdigest()[:32]
+
+
+def is_cached(
+    lf: LandingFile, cache_root: str | os.PathLike, opts: ParseOptions = DEFAULT_PARSE
+) -> bool:
+    return (
+        lf.problem is not None or (Path(cache_root) / _cache_key(lf, opts) / "meta.json").is_file()
+    )
+
+
+CACHED = ("samples.parquet", "quarantine.parquet")
+
+
+def _write_cache(lf: LandingFile, cdir: Path, cache_root: Path, opts: ParseOptions) -> None:
+    try:
+        fmt, parsed = parse_landing_file(lf, opts)
+        per_day = (
+            parsed.samples.group_by(pl.col("timestamp").dt.date().alias("d"))
+            .len()
+            .drop_nulls("d")
+            .sort("d")
+        )
+        rows_by_day = dict(zip(per_day["d"].to_list(), per_day["len"].to_list(), strict=True))
+    except Exception as e:  # noqa: BLE001 - one file's failure stays that file's
+        fmt, parsed = (
+            "unreadable",
+            _whole_file(f"could not be parsed: {type(e).__name__}: {e}", ""),
+        )
+        rows_by_day = {}
+    days = sorted(rows_by_day)
+    tmp = cache_root / f".tmp-{uuid.uuid4().hex}"
+    tmp.mkdir(parents=True)
+    parsed.samples.sort("timestamp", "line").write_parquet(
+        tmp / "samples.parquet", row_group_size=65536
+    )
+    parsed.quarantine.write_parquet(tmp / "quarantine.parquet")
+    meta = {
+        "format": fmt,
+        "lines_total": parsed.lines_total,
+        "lines_skipped": parsed.lines_skipped,
+        "time_basis": parsed.time_basis,
+        "home_day": home_day(days, lf.source_file, lf.mtime).isoformat(),
+        "days": [d.isoformat() for d in days],
+        "rows_by_day": {d.isoformat(): n for d, n in rows_by_day.items()},
+        "origin": parsed.origin,
+        "records_by_day": {
+            (d.isoformat() if d else ""): n for d, n in parsed.records_by_day.items()
+        },
+        # the cache checks itself: a cached file that no longer has this hash is parsed again
+        "sha256": {name: _sha256(tmp / name) for name in CACHED},
+    }
+    (tmp / "meta.json").write_text(json.dumps(meta))
+    try:
+        tmp.rename(cdir)
+    except OSError:  # another run cached the same file meanwhile: same content, keep theirs
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _cache_intact(cdir: Path, meta: dict) -> bool:
+    try:
+        return all(_sha256(cdir / name) == meta["sha256"][name] for name in CACHED)
+    except (OSError, KeyError):
+        return False
+
+
+def load_or_parse(
+    lf: LandingFile, cache_root: str | os.PathLike, opts: ParseOptions = DEFAULT_PARSE
+) -> ParsedFile:
+    """The parse of `lf` with `opts`, from the cache when this content was parsed the same way
+    before and the cached parse is intact (its Parquet files still have the hashes recorded
+    beside them)."""
+    if lf.problem:  # nothing to cache: the file is never opened
+        fmt, parsed = parse_landing_file(lf, opts)
+        return ParsedFile(
+            file=lf,
+            format=fmt,
+            lines_total=1,
+            lines_skipped=0,
+            time_basis="sample",
+            home_day=home_day([], lf.source_file, lf.mtime),
+            days=[],
+            rows_by_day={},
+            records_by_day={None: 1},
+            samples=parsed.samples.lazy(),
+            quarantine=parsed.quarantine.lazy(),
+        )
+    cache_root = Path(cache_root)
+    cdir = cache_root / _cache_key(lf, opts)
+    meta_path = cdir / "meta.json"
+    for attempt in range(2):
+        if not meta_path.is_file():
+            _write_cache(lf, cdir, cache_root, opts)
+        meta = json.loads(meta_path.read_text())
+        if _cache_intact(cdir, meta):
+            break
+        # altered or damaged since it was written: parse the file again rather than trust it
+        shutil.rmtree(cdir, ignore_errors=True)
+        if attempt:
+            raise RuntimeError(f"ingest cache {cdir} cannot be written intact")
+    return ParsedFile(
+        file=lf,
+        format=meta["format"],
+        lines_total=meta["lines_total"],
+        lines_skipped=meta["lines_skipped"],
+        time_basis=meta["time_basis"],
+        home_day=date.fromisoformat(meta["home_day"]),
+        days=[date.fromisoformat(d) for d in meta["days"]],
+        rows_by_day={date.fromisoformat(d): n for d, n in meta["rows_by_day"].items()},
+        records_by_day={
+            (date.fromisoformat(d) if d else None): n for d, n in meta["records_by_day"].items()
+        },
+        samples=pl.scan_parquet(cdir / "samples.parquet"),
+        quarantine=pl.scan_parquet(cdir / "quarantine.parquet"),
+        origin=meta.get("origin"),
+    )

@@ -1,0 +1,1 @@
+"""One module per mart, named after its table."""

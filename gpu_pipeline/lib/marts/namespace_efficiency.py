@@ -1,0 +1,50 @@
+"""gpu_minutes -> `namespace_efficiency`: per namespace utilization, RFU, waste, energy and CO2.
+Pure and lazy."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from gpu_pipeline.lib.reference import energy_rates, load_energy
+from gpu_pipeline.lib.samples import conform_lazy
+from gpu_pipeline.lib.schemas import NAMESPACE_EFFICIENCY_SCHEMA
+from gpu_pipeline.lib.staging.minute_runs import allocated_minutes, weighted_mean, weighted_share
+
+
+def namespace_efficiency(minutes: pl.LazyFrame, energy: pl.DataFrame | None = None) -> pl.LazyFrame:
+    """Per namespace and day: utilization vs RFU, phase and bottleneck mix, the dominant diagnosis, money.
+
+    Minutes are weighted by their GPU share (a MIG instance by its slices), so GPU-hours and
+    means count a physical GPU once however it is split among namespaces.
+    """
+    active = pl.col("gpu_util_pct") >= 10
+    usd_per_kwh, co2_per_kwh = energy_rates(
+        load_energy() if energy is None else energy, pl.col("cluster")
+    )
+    kwh = pl.col("power_w") * pl.col("_w") / 60.0 / 1000.0  # a MIG instance: its share
+    out = (
+        allocated_minutes(minutes)
+        .group_by("date", "namespace")
+        .agg(
+            pl.col("gpu_uuid").n_unique().alias("gpus"),
+            (pl.col("_w").sum() / 60.0).alias("gpu_hours"),
+            weighted_mean("gpu_util_pct").alias("avg_gpu_util_pct"),
+            weighted_mean("rfu_pct").alias("avg_rfu_pct"),
+            weighted_mean("efficiency_gap_pct").alias("avg_efficiency_gap_pct"),
+            (100.0 * weighted_share(pl.col("phase") == "idle")).alias("pct_idle"),
+            (100.0 * weighted_share(pl.col("efficiency_class") == "bottlenecked", active)).alias(
+                "pct_active_bottlenecked"
+            ),
+            pl.col("diagnosis").filter(active).mode().sort().first().alias("dominant_diagnosis"),
+            pl.col("cost_usd").sum().alias("cost_usd"),
+            (pl.col("idle_waste_usd") + pl.col("stall_waste_usd") + pl.col("headroom_waste_usd"))
+            .sum()
+            .alias("waste_usd"),
+            kwh.sum().alias("energy_kwh"),
+            kwh.filter(pl.col("phase") == "idle").sum().alias("idle_energy_kwh"),
+            (kwh * usd_per_kwh).sum().alias("energy_usd"),
+            (kwh * co2_per_kwh / 1000.0).sum().alias("co2_kg"),
+        )
+        .with_columns((pl.col("waste_usd") / pl.col("cost_usd")).alias("waste_frac"))
+    )
+    return conform_lazy(out, NAMESPACE_EFFICIENCY_SCHEMA).sort("namespace", nulls_last=False)
