@@ -565,10 +565,15 @@ def cmd_report(a: argparse.Namespace) -> int:
     from gpu_pipeline.lib.io.lake import Lake
     from gpu_pipeline.lib.io.report import build_report
     from gpu_pipeline.lib.reference import load_catalog
+    from gpu_pipeline.lib.rules import load_rules
 
     try:
         rep = build_report(
-            Lake(s.lake), a.date, require_data=True, catalog=load_catalog(s.catalog or None)
+            Lake(s.lake),
+            a.date,
+            require_data=True,
+            catalog=load_catalog(s.catalog or None),
+            t=load_rules(s.rules or None).t,
         )
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -159,6 +159,37 @@ def test_recommendations_follow_the_measured_mix():
     assert "100 % of active minutes data-starved" in starved["action_details"][0]["rationale"]
 
 
+def test_recommendation_triggers_and_fractions_are_rules():
+    """[recommendations] in the rules file moves what an action recovers and when it fires."""
+    from gpu_pipeline.lib.rules import load_rules
+
+    rules = load_rules(
+        None,
+        {"recommendations.right_size": 0.5, "recommendations.underutilized_share_from": 0.0},
+    )
+    r = recommendations(planted_minutes().lazy(), load_prices(), r=rules.r)
+    by = {row["namespace"]: row for row in r.iter_rows(named=True)}
+    right = next(d for d in by["idle"]["action_details"] if d["action"] == "right_size")
+    idle_frac = right["fraction"] / 0.5
+    default = recommendations(planted_minutes().lazy(), load_prices())
+    was = next(
+        d
+        for row in default.iter_rows(named=True)
+        if row["namespace"] == "idle"
+        for d in row["action_details"]
+        if d["action"] == "right_size"
+    )
+    assert was["fraction"] == pytest.approx(0.75 * idle_frac)
+    # a trigger at 0: larger batches are advised where nothing else calls for them
+    assert "larger_batch" not in {
+        a
+        for row in default.iter_rows(named=True)
+        if row["namespace"] == "compute"
+        for a in row["actions"]
+    }
+    assert "larger_batch" in by["compute"]["actions"]
+
+
 def test_no_spot_price_means_no_rate_savings(tmp_path):
     p = tmp_path / "p.csv"
     p.write_text("gpu_model,on_demand_usd_per_hour,spot_usd_per_hour\nA10G,1.01,\n")

@@ -100,7 +100,9 @@ def recommendations(
         context,
         lake.lake(),
         "recommendations",
-        lambda m: validate("recommendations", recommend(m, prices, catalog, rules.d)),
+        lambda m: validate(
+            "recommendations", recommend(m, prices, catalog, rules.d, rules.r, rules.t)
+        ),
         checks.savings_within_measured_waste,
         rules=rules,
     )
@@ -151,10 +153,11 @@ def namespace_efficiency(
 ):
     """Day x namespace: utilization vs RFU, idle and bottleneck shares, dominant diagnosis, cost,
     waste, energy (kWh, idle kWh, $ and CO2 at the cluster's rates)."""
-    energy = reference.load_energy()
+    energy, rules = reference.load_energy(), reference.load_rules()
     yield from from_minutes(
         context,
         lake.lake(),
         "namespace_efficiency",
-        lambda m: collect_stable(ns_efficiency(m, energy)),
+        lambda m: collect_stable(ns_efficiency(m, energy, rules.t)),
+        rules=rules,
     )

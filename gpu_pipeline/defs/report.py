@@ -33,8 +33,9 @@ def daily_report(
 ):
     """Self-contained HTML report of the day: charts, bottlenecks, waste, recommendations, ROI, health."""
     days, catalog = partition_days(context), reference.load_catalog()
+    t = reference.load_rules().t  # the class boundaries the charts draw
     for day in days:
-        rep = build_report(lake.lake(), day, catalog=catalog)
+        rep = build_report(lake.lake(), day, catalog=catalog, t=t)
         out = settings.reports_dir(lake.root) / f"gpu_report_{day.isoformat()}.html"
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name("." + out.name + ".tmp")

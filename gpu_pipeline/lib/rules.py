@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 import polars as pl
 
@@ -77,6 +77,46 @@ class HealthThresholds:
 
 
 HEALTH = HealthThresholds()
+
+
+@dataclass(frozen=True)
+class RecommendationThresholds:
+    """When a recommendation fires (shares of a namespace's GPU-minutes or active minutes) and
+    the fraction of one measured waste component (idle, stall or headroom) it is expected to
+    recover. Each rationale quotes the measured numbers that made its rule fire."""
+
+    # triggers
+    idle_share_from: float = 0.25  # MPS, MIG, right_size: idle share of GPU-minutes
+    starved_share_from: float = 0.2  # DALI, num_workers, pin_memory: data-starved active minutes
+    unprofiled_unknown_above: float = 0.5  # no profiling fields on most active minutes ...
+    unprofiled_bottlenecked_from: float = 0.2  # ... and this many busy at low power: starved
+    pcie_measured_from: float = 0.5  # PCIe counters on this share of the starved minutes ...
+    pcie_busy_share_from: float = 0.5  # ... RX busy on this share: data loading, else CPU work
+    communication_share_from: float = 0.2  # gradient_accumulation, larger_batch
+    memory_share_from: float = 0.2  # larger_batch, fused_kernels
+    low_occupancy_share_from: float = 0.2  # larger_batch
+    underutilized_share_from: float = 0.5  # larger_batch
+    compute_share_from: float = 0.3  # fused_kernels, torch.compile, AMP, BF16, FP8
+    tensor_unused_share_from: float = 0.2  # AMP, BF16
+    rate_saving_from: float = 0.001  # spot: below this the price book has no real spot discount
+    # fractions of the waste component each action recovers
+    mps: float = 0.5  # of idle
+    mig: float = 0.6  # of idle
+    right_size: float = 0.75  # of idle
+    dali: float = 0.6  # of stall
+    num_workers: float = 0.5  # of stall
+    pin_memory: float = 0.25  # of stall
+    gradient_accumulation: float = 0.4  # of stall
+    larger_batch: float = 0.3  # of the larger of stall and headroom
+    fused_kernels_memory: float = 0.3  # of headroom, memory-bound
+    fused_kernels_compute: float = 0.1  # of headroom, compute-bound only
+    torch_compile: float = 0.15  # of headroom
+    amp_tensor_unused: float = 0.5  # of headroom (AMP, BF16), tensor pipe idle
+    amp_compute_bound: float = 0.25  # of headroom (AMP, BF16), compute-bound only
+    fp8: float = 0.4  # of headroom
+
+
+RECOMMEND = RecommendationThresholds()
 ROI_TARGET_RFU_PCT = 60.0
 # run rates (SPEC): a month is 30 days, a year 365, of 24 hours
 DAYS_PER_MONTH = 30
@@ -91,6 +131,7 @@ class Rules:
     t: Thresholds = DEFAULT
     d: DiagnosisThresholds = DIAGNOSIS
     h: HealthThresholds = HEALTH
+    r: RecommendationThresholds = RECOMMEND
     roi_target_rfu_pct: float = ROI_TARGET_RFU_PCT
 
     def flat(self) -> dict[str, float]:
@@ -128,6 +169,10 @@ _KEYS: tuple[tuple[str, str, str | None, str, type, tuple[float, float]], ...] =
     ("health", "straggler_points", "h", "", float, _PCT),
     ("health", "straggler_spread_from", "h", "", float, _RATIO),
     ("roi", "target_rfu_pct", None, "roi_target_rfu_pct", float, (1.0, 100.0)),
+    *(
+        ("recommendations", f.name, "r", "", float, _RATIO)
+        for f in fields(RecommendationThresholds)
+    ),
 )
 RULE_KEYS = tuple(f"{sec}.{key}" for sec, key, *_ in _KEYS)
 # the window shapes which partitions a day depends on: fixed when the definitions load
@@ -146,7 +191,7 @@ def rules_from(values: dict[str, object], where: str = "rules") -> Rules:
         raise RulesError(
             f"{where}: unknown rule(s) {', '.join(unknown)}; known: {', '.join(RULE_KEYS)}"
         )
-    parts: dict[str | None, dict[str, object]] = {"t": {}, "d": {}, "h": {}, None: {}}
+    parts: dict[str | None, dict[str, object]] = {"t": {}, "d": {}, "h": {}, "r": {}, None: {}}
     for sec, key, part, field, kind, (low, high) in _KEYS:
         name = f"{sec}.{key}"
         if name not in values:
@@ -163,6 +208,7 @@ def rules_from(values: dict[str, object], where: str = "rules") -> Rules:
         t=replace(DEFAULT, **parts["t"]),
         d=replace(DIAGNOSIS, **parts["d"]),
         h=replace(HEALTH, **parts["h"]),
+        r=replace(RECOMMEND, **parts["r"]),
         **parts[None],
     )
     t, d = rules.t, rules.d
@@ -206,7 +252,7 @@ def _flatten(doc: dict, where: str) -> dict[str, object]:
 
 def load_rules(path: str | None = None, overrides: dict[str, object] | None = None) -> Rules:
     """Defaults, then the TOML rules file `path` ([phases], [classes], [bottlenecks],
-    [diagnosis], [health], [roi]), then `overrides` (`section.key` -> value, from run config)."""
+    [diagnosis], [health], [roi], [recommendations]), then `overrides` (`section.key` -> value, from run config)."""
     import tomllib
 
     values: dict[str, object] = {}

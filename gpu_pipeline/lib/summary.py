@@ -7,7 +7,7 @@ from datetime import date, timedelta
 import polars as pl
 
 from gpu_pipeline.lib.io.lake import Lake
-from gpu_pipeline.lib.rules import HOURS_PER_MONTH, PHASES
+from gpu_pipeline.lib.rules import DEFAULT, HOURS_PER_MONTH, PHASES
 
 
 def _days(start: date, end: date) -> list[date]:
@@ -32,7 +32,7 @@ def fleet_summary(lake: Lake, start: date, end: date) -> dict:
             (
                 100.0
                 * (pl.col("efficiency_class") == "bottlenecked").sum()
-                / (pl.col("gpu_util_pct") >= 10).sum()
+                / (pl.col("gpu_util_pct") >= DEFAULT.idle_below).sum()
             ).alias("bottlenecked_active_pct"),
         )
         .collect()

@@ -19,6 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import polars as pl  # noqa: E402
 
 from gpu_pipeline.lib.io.lake import Lake  # noqa: E402
+from gpu_pipeline.lib.rules import DEFAULT, Thresholds  # noqa: E402
 
 CLASS_COLORS = {
     "idle": "#9e9e9e",
@@ -80,7 +81,7 @@ def _png(fig) -> bytes:
 SCATTER_POINTS = 20_000  # more points only blur the chart and grow the page
 
 
-def _scatter(m: pl.DataFrame) -> Chart:
+def _scatter(m: pl.DataFrame, t: Thresholds = DEFAULT) -> Chart:
     pts = m.filter(pl.col("pif").is_not_null() & pl.col("gpu_util_pct").is_not_null())
     total = pts.height
     if pts.height > SCATTER_POINTS:
@@ -102,9 +103,10 @@ def _scatter(m: pl.DataFrame) -> Chart:
                 color=color,
                 label=f"{cls} ({p.height:,})",
             )
-    ax.axhline(0.4, ls="--", lw=0.8, color="#e53935")
-    ax.axhline(0.6, ls="--", lw=0.8, color="#43a047")
-    ax.axvline(70, ls="--", lw=0.8, color="#555")
+    # the class boundaries in force (rules): bottlenecked below, efficient above, busy from
+    ax.axhline(t.bottleneck_pif_below, ls="--", lw=0.8, color="#e53935")
+    ax.axhline(t.efficient_pif_from, ls="--", lw=0.8, color="#43a047")
+    ax.axvline(t.productive_from, ls="--", lw=0.8, color="#555")
     ax.set_xlabel("GPU utilization (%)")
     ax.set_ylabel("Power intensity factor (power / max power)")
     ax.set_xlim(0, 101)
@@ -190,7 +192,7 @@ def _models(m: pl.DataFrame) -> Chart:
     return Chart("GPU model comparison", _png(fig))
 
 
-def _bottlenecks(daily: pl.DataFrame) -> Chart:
+def _bottlenecks(daily: pl.DataFrame, t: Thresholds = DEFAULT) -> Chart:
     b = (
         daily.filter(pl.col("active_minutes") > 0)
         .with_columns((pl.col("bottlenecked_minutes") / pl.col("active_minutes")).alias("share"))
@@ -205,7 +207,10 @@ def _bottlenecks(daily: pl.DataFrame) -> Chart:
     ]
     colors = ["#e53935" if d else "#ffb74d" for d in b["bottlenecked_day"]]
     ax.barh(labels, _f(b["bottlenecked_minutes"]), color=colors)
-    ax.set_xlabel("bottlenecked minutes (util >= 70 %, PIF < 0.4); red: a bottlenecked GPU-day")
+    ax.set_xlabel(
+        f"bottlenecked minutes (util >= {t.productive_from:g} %, PIF < {t.bottleneck_pif_below:g}); "
+        "red: a bottlenecked GPU-day"
+    )
     ax.tick_params(axis="y", labelsize=7)
     ax.set_title("Most bottlenecked GPUs of the day")
     return Chart("Bottlenecked GPUs", _png(fig))
@@ -511,7 +516,11 @@ def _read(lake: Lake, table: str, day: date) -> pl.DataFrame:
 
 
 def build_report(
-    lake: Lake, day: date, require_data: bool = False, catalog: pl.DataFrame | None = None
+    lake: Lake,
+    day: date,
+    require_data: bool = False,
+    catalog: pl.DataFrame | None = None,
+    t: Thresholds = DEFAULT,
 ) -> Report:
     """Read the day's marts and build the charts and the HTML.
 
@@ -550,7 +559,7 @@ def build_report(
 
         catalog = load_catalog()
     capacity = fleet_capacity(m, catalog)
-    rep.charts = [_scatter(m), _timeseries(m), _trend(trend), _models(m), _bottlenecks(daily)]
+    rep.charts = [_scatter(m, t), _timeseries(m), _trend(trend), _models(m), _bottlenecks(daily, t)]
     rep.charts.append(_waste(w))
     if rec is not None and rec.height:
         rep.charts.append(_recommendations(rec))

@@ -6,18 +6,21 @@ from __future__ import annotations
 import polars as pl
 
 from gpu_pipeline.lib.reference import energy_rates, load_energy
+from gpu_pipeline.lib.rules import DEFAULT, Thresholds
 from gpu_pipeline.lib.samples import conform_lazy
 from gpu_pipeline.lib.schemas import NAMESPACE_EFFICIENCY_SCHEMA
 from gpu_pipeline.lib.staging.minute_runs import allocated_minutes, weighted_mean, weighted_share
 
 
-def namespace_efficiency(minutes: pl.LazyFrame, energy: pl.DataFrame | None = None) -> pl.LazyFrame:
+def namespace_efficiency(
+    minutes: pl.LazyFrame, energy: pl.DataFrame | None = None, t: Thresholds = DEFAULT
+) -> pl.LazyFrame:
     """Per namespace and day: utilization vs RFU, phase and bottleneck mix, the dominant diagnosis, money.
 
     Minutes are weighted by their GPU share (a MIG instance by its slices), so GPU-hours and
     means count a physical GPU once however it is split among namespaces.
     """
-    active = pl.col("gpu_util_pct") >= 10
+    active = pl.col("gpu_util_pct") >= t.idle_below
     usd_per_kwh, co2_per_kwh = energy_rates(
         load_energy() if energy is None else energy, pl.col("cluster")
     )

@@ -21,8 +21,12 @@ from gpu_pipeline.lib.reference import model_key
 from gpu_pipeline.lib.rules import (
     BOTTLENECK_DIAGNOSES,
     DAYS_PER_MONTH,
+    DEFAULT,
     DIAGNOSIS,
+    RECOMMEND,
     DiagnosisThresholds,
+    RecommendationThresholds,
+    Thresholds,
 )
 from gpu_pipeline.lib.schemas import RECOMMENDATIONS_SCHEMA
 from gpu_pipeline.lib.staging.minute_runs import allocated_minutes, weighted_share
@@ -52,8 +56,8 @@ FP8_CAPABLE = r"H100|H800|H200|B200|GB200|L4|L40|RTX 6000 ADA"
 class Rule:
     action: str
     group: str  # overlap group: actions in one group recover the same waste
-    when: Callable[[dict], bool]
-    fraction: Callable[[dict], float]
+    when: Callable[[dict, RecommendationThresholds], bool]
+    fraction: Callable[[dict, RecommendationThresholds], float]
     why: Callable[[dict], str]
 
 
@@ -71,8 +75,8 @@ def _starved(s: dict) -> str:
         f"low power where no profiling fields exist), {_pct(s['bottlenecked'])} busy at low "
         f"power; stall ${s['stall_usd']:,.2f}"
     )
-    if s.get("pcie_measured", 0.0) >= 0.5:  # PCIe counters tell data loading from CPU work
-        if s["pcie_busy"] >= 0.5:
+    if s["pcie_known"]:  # PCIe counters tell data loading from CPU work
+        if s["pcie_loading"]:
             why += f"; PCIe RX busy in {_pct(s['pcie_busy'])} of them: data loading and host copies"
         else:
             why += (
@@ -82,57 +86,79 @@ def _starved(s: dict) -> str:
     return why
 
 
+def _idle_heavy(s: dict, r: RecommendationThresholds) -> bool:
+    return s["idle_share"] >= r.idle_share_from
+
+
+def _starved_heavy(s: dict, r: RecommendationThresholds) -> bool:
+    return s["data_starved"] >= r.starved_share_from or s["unprofiled_bottleneck"]
+
+
+def _compute_heavy(s: dict, r: RecommendationThresholds) -> bool:
+    return s["compute_bound"] >= r.compute_share_from
+
+
+def _tensor_idle(s: dict, r: RecommendationThresholds) -> bool:
+    return s["tensor_cores_unused"] >= r.tensor_unused_share_from
+
+
+def _precision(s: dict, r: RecommendationThresholds) -> float:
+    share = r.amp_tensor_unused if _tensor_idle(s, r) else r.amp_compute_bound
+    return share * s["headroom_frac"]
+
+
+# the thresholds and fractions are rules (`rules.RecommendationThresholds`, `[recommendations]`)
 RULES: tuple[Rule, ...] = (
     # idle-heavy: share or split the GPU, or give it back
     Rule(
         "MPS",
         "idle_wallclock",
-        lambda s: s["idle_share"] >= 0.25,
-        lambda s: 0.5 * s["idle_frac"],
+        _idle_heavy,
+        lambda s, r: r.mps * s["idle_frac"],
         lambda s: _idle(s) + ": pack small jobs onto shared GPUs with MPS",
     ),
     Rule(
         "MIG",
         "idle_wallclock",
-        lambda s: s["idle_share"] >= 0.25 and s["mig_capable"],
-        lambda s: 0.6 * s["idle_frac"],
+        lambda s, r: _idle_heavy(s, r) and s["mig_capable"],
+        lambda s, r: r.mig * s["idle_frac"],
         lambda s: _idle(s) + ": split GPUs into MIG instances sized to the jobs",
     ),
     Rule(
         "right_size",
         "idle_wallclock",
-        lambda s: s["idle_share"] >= 0.25,
-        lambda s: 0.75 * s["idle_frac"],
+        _idle_heavy,
+        lambda s, r: r.right_size * s["idle_frac"],
         lambda s: _idle(s) + ": release idle GPUs or move to a smaller SKU",
     ),
     # busy but starved: fix the input pipeline
     Rule(
         "DALI",
         "idle_wallclock",
-        lambda s: s["data_starved"] >= 0.2 or s["unprofiled_bottleneck"],
-        lambda s: 0.6 * s["stall_frac"],
+        _starved_heavy,
+        lambda s, r: r.dali * s["stall_frac"],
         lambda s: _starved(s) + ": decode/augment on the GPU with DALI",
     ),
     Rule(
         "num_workers",
         "idle_wallclock",
-        lambda s: s["data_starved"] >= 0.2 or s["unprofiled_bottleneck"],
-        lambda s: 0.5 * s["stall_frac"],
+        _starved_heavy,
+        lambda s, r: r.num_workers * s["stall_frac"],
         lambda s: _starved(s) + ": raise DataLoader num_workers and prefetching",
     ),
     Rule(
         "pin_memory",
         "idle_wallclock",
-        lambda s: s["data_starved"] >= 0.2 or s["unprofiled_bottleneck"],
-        lambda s: 0.25 * s["stall_frac"],
+        _starved_heavy,
+        lambda s, r: r.pin_memory * s["stall_frac"],
         lambda s: _starved(s) + ": pin_memory=True for async host-to-device copies",
     ),
     # communication-bound: fewer, larger synchronizations
     Rule(
         "gradient_accumulation",
         "batching",
-        lambda s: s["communication_bound"] >= 0.2,
-        lambda s: 0.4 * s["stall_frac"],
+        lambda s, r: s["communication_bound"] >= r.communication_share_from,
+        lambda s, r: r.gradient_accumulation * s["stall_frac"],
         lambda s: (
             f"{_pct(s['communication_bound'])} of active minutes communication-bound (NVLink busy, SM < 30 %): "
             "accumulate gradients to all-reduce less often"
@@ -141,13 +167,13 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "larger_batch",
         "batching",
-        lambda s: (
-            s["communication_bound"] >= 0.2
-            or s["memory_bound"] >= 0.2
-            or s["low_occupancy"] >= 0.2
-            or s["underutilized"] >= 0.5
+        lambda s, r: (
+            s["communication_bound"] >= r.communication_share_from
+            or s["memory_bound"] >= r.memory_share_from
+            or s["low_occupancy"] >= r.low_occupancy_share_from
+            or s["underutilized"] >= r.underutilized_share_from
         ),
-        lambda s: 0.3 * max(s["stall_frac"], s["headroom_frac"]),
+        lambda s, r: r.larger_batch * max(s["stall_frac"], s["headroom_frac"]),
         lambda s: (
             f"communication-bound {_pct(s['communication_bound'])}, memory-bound {_pct(s['memory_bound'])}, "
             f"low occupancy {_pct(s['low_occupancy'])}, underutilized (10-70 %) {_pct(s['underutilized'])} "
@@ -158,8 +184,15 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "fused_kernels",
         "kernels",
-        lambda s: s["memory_bound"] >= 0.2 or s["compute_bound"] >= 0.3,
-        lambda s: (0.3 if s["memory_bound"] >= 0.2 else 0.1) * s["headroom_frac"],
+        lambda s, r: s["memory_bound"] >= r.memory_share_from or _compute_heavy(s, r),
+        lambda s, r: (
+            (
+                r.fused_kernels_memory
+                if s["memory_bound"] >= r.memory_share_from
+                else r.fused_kernels_compute
+            )
+            * s["headroom_frac"]
+        ),
         lambda s: (
             f"memory-bound {_pct(s['memory_bound'])}, compute-bound {_pct(s['compute_bound'])} of active "
             f"minutes; headroom ${s['headroom_usd']:,.2f}: fused kernels (FlashAttention, fused optimizers)"
@@ -168,8 +201,8 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "torch.compile",
         "kernels",
-        lambda s: s["compute_bound"] >= 0.3,
-        lambda s: 0.15 * s["headroom_frac"],
+        _compute_heavy,
+        lambda s, r: r.torch_compile * s["headroom_frac"],
         lambda s: (
             f"compute-bound {_pct(s['compute_bound'])} of active minutes: torch.compile to fuse and tune kernels"
         ),
@@ -178,8 +211,8 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "AMP",
         "precision",
-        lambda s: s["tensor_cores_unused"] >= 0.2 or s["compute_bound"] >= 0.3,
-        lambda s: (0.5 if s["tensor_cores_unused"] >= 0.2 else 0.25) * s["headroom_frac"],
+        lambda s, r: _tensor_idle(s, r) or _compute_heavy(s, r),
+        _precision,
         lambda s: (
             f"tensor pipe idle in {_pct(s['tensor_cores_unused'])}, compute-bound in "
             f"{_pct(s['compute_bound'])} of active minutes: automatic mixed precision"
@@ -188,17 +221,15 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "BF16",
         "precision",
-        lambda s: (
-            (s["tensor_cores_unused"] >= 0.2 or s["compute_bound"] >= 0.3) and s["bf16_capable"]
-        ),
-        lambda s: (0.5 if s["tensor_cores_unused"] >= 0.2 else 0.25) * s["headroom_frac"],
+        lambda s, r: (_tensor_idle(s, r) or _compute_heavy(s, r)) and s["bf16_capable"],
+        _precision,
         lambda s: "the GPUs support BF16: train in bfloat16 without loss scaling",
     ),
     Rule(
         "FP8",
         "precision",
-        lambda s: s["compute_bound"] >= 0.3 and s["fp8_capable"],
-        lambda s: 0.4 * s["headroom_frac"],
+        lambda s, r: _compute_heavy(s, r) and s["fp8_capable"],
+        lambda s, r: r.fp8 * s["headroom_frac"],
         lambda s: (
             f"compute-bound {_pct(s['compute_bound'])} of active minutes on FP8-capable GPUs: "
             "FP8 (Transformer Engine) doubles tensor throughput"
@@ -208,10 +239,13 @@ RULES: tuple[Rule, ...] = (
 
 
 def namespace_stats(
-    minutes: pl.LazyFrame, prices: pl.DataFrame, pcie_busy_from: float = DIAGNOSIS.pcie_busy_from
+    minutes: pl.LazyFrame,
+    prices: pl.DataFrame,
+    pcie_busy_from: float = DIAGNOSIS.pcie_busy_from,
+    t: Thresholds = DEFAULT,
 ) -> pl.DataFrame:
     """The measured numbers rules read, one row per day and namespace."""
-    active = pl.col("gpu_util_pct") >= 10
+    active = pl.col("gpu_util_pct") >= t.idle_below
     starved = pl.col("diagnosis") == "data_starved"
     pcie = pl.col("pcie_rx_bytes_per_s")
     spot = prices.lazy().select("model_key", pl.col("spot_usd_per_hour").alias("_spot"))
@@ -277,7 +311,9 @@ def _key(model: str) -> str:
     return pl.select(model_key(pl.lit(model))).item()
 
 
-def _recommend(row: dict, caps: dict | None = None) -> dict:
+def _recommend(
+    row: dict, caps: dict | None = None, r: RecommendationThresholds = RECOMMEND
+) -> dict:
     caps = caps or {}
     cost = row["cost_usd"] or 0.0
     models = " ".join(row["models"] or []).upper()
@@ -289,7 +325,10 @@ def _recommend(row: dict, caps: dict | None = None) -> dict:
         "idle_frac": (row["idle_waste_usd"] or 0.0) / cost if cost else 0.0,
         "stall_frac": (row["stall_waste_usd"] or 0.0) / cost if cost else 0.0,
         "headroom_frac": (row["headroom_waste_usd"] or 0.0) / cost if cost else 0.0,
-        "unprofiled_bottleneck": row["_unknown"] > 0.5 and row["bottlenecked"] >= 0.2,
+        "unprofiled_bottleneck": row["_unknown"] > r.unprofiled_unknown_above
+        and row["bottlenecked"] >= r.unprofiled_bottlenecked_from,
+        "pcie_known": row.get("pcie_measured", 0.0) >= r.pcie_measured_from,
+        "pcie_loading": row.get("pcie_busy", 0.0) >= r.pcie_busy_share_from,
         "mig_capable": bool(pl.select(pl.lit(models).str.contains(MIG_CAPABLE)).item()),
         "bf16_capable": _capable(row, caps, 0, BF16_CAPABLE),
         "fp8_capable": _capable(row, caps, 1, FP8_CAPABLE),
@@ -299,15 +338,20 @@ def _recommend(row: dict, caps: dict | None = None) -> dict:
         min(1.0, (s["idle_usd"] + s["stall_usd"] + s["headroom_usd"]) / cost) if cost else 0.0
     )
     details = []
-    for r in RULES:
-        if r.when(s):
-            f = min(max(r.fraction(s), 0.0), 1.0)
+    for rule in RULES:
+        if rule.when(s, r):
+            f = min(max(rule.fraction(s, r), 0.0), 1.0)
             if f > 0:
                 details.append(
-                    {"action": r.action, "group": r.group, "fraction": f, "rationale": r.why(s)}
+                    {
+                        "action": rule.action,
+                        "group": rule.group,
+                        "fraction": f,
+                        "rationale": rule.why(s),
+                    }
                 )
     rate = 1.0 - row["_spot_cost"] / cost if cost else 0.0
-    if rate > 0.001:
+    if rate > r.rate_saving_from:
         details.append(
             {
                 "action": "spot",
@@ -325,7 +369,7 @@ def _recommend(row: dict, caps: dict | None = None) -> dict:
     for f in best.values():
         keep *= 1.0 - f
     utilization = min(1.0 - keep, waste_frac)
-    rate = rate if rate > 0.001 else 0.0
+    rate = rate if rate > r.rate_saving_from else 0.0
     total = 1.0 - (1.0 - utilization) * (1.0 - rate)
     return {
         "date": row["date"],
@@ -350,17 +394,20 @@ def recommendations(
     prices: pl.DataFrame,
     catalog: pl.DataFrame | None = None,
     d: DiagnosisThresholds = DIAGNOSIS,
+    r: RecommendationThresholds = RECOMMEND,
+    t: Thresholds = DEFAULT,
 ) -> pl.DataFrame:
     """One row per day and namespace (a small table: rules run per row of it, not per minute).
-    `catalog`: the GPU catalog, whose `bf16` / `fp8` columns say which precisions to advise."""
-    stats = namespace_stats(minutes, prices, d.pcie_busy_from)
+    `catalog`: the GPU catalog, whose `bf16` / `fp8` columns say which precisions to advise;
+    `r`: when each action fires and what it recovers; `t`: what counts as an active minute."""
+    stats = namespace_stats(minutes, prices, d.pcie_busy_from, t)
     caps = {}
     if catalog is not None and {"bf16", "fp8"} <= set(catalog.columns):
         caps = {
             r["model_key"]: (r["bf16"], r["fp8"])
             for r in catalog.select("model_key", "bf16", "fp8").iter_rows(named=True)
         }
-    rows = [_recommend(r, caps) for r in stats.iter_rows(named=True)]
+    rows = [_recommend(row, caps, r) for row in stats.iter_rows(named=True)]
     return (
         pl.DataFrame(rows, schema=RECOMMENDATIONS_SCHEMA)
         if rows
