@@ -172,6 +172,12 @@ def server(tmp_path):
             vm.wait(timeout=30)
 
 
+MATERIALIZATIONS = (
+    "query($key: AssetKeyInput!, $p: [String!]) { assetNodeOrError(assetKey: $key) { ... on "
+    "AssetNode { assetMaterializations(partitions: $p) { partition metadataEntries { label ... on "
+    "IntMetadataEntry { intValue } ... on PathMetadataEntry { path } } } } } }"
+)
+
 LOCATION = (
     "{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus "
     "locationOrLoadError { __typename } } } } }"
@@ -326,6 +332,21 @@ def test_sensor_late_data_and_a_ui_backfill_on_dagster_dev(server):
         assert lake.read("priced_waste", d).equals(files.read("priced_waste", d)), d
         pulled = lake.read("ingest_log", d).filter(pl.col("origin").is_not_null())
         assert pulled.height > 0 and pulled["rows_accepted"].sum() > 0
+    # what the UI shows for that 3-day range run: each day's own rows and file, per partition
+    for table in ("gpu_minutes", "priced_waste"):
+        got = gql(
+            port,
+            MATERIALIZATIONS,
+            {"key": {"path": [table]}, "p": [d.isoformat() for d in PULL_DAYS]},
+        )["assetNodeOrError"]["assetMaterializations"]
+        latest = {}
+        for m in got:  # newest first
+            latest.setdefault(m["partition"], m)
+        assert sorted(latest) == [d.isoformat() for d in PULL_DAYS], got
+        for day, m in latest.items():
+            meta = {e["label"]: e.get("intValue", e.get("path")) for e in m["metadataEntries"]}
+            assert f"date={day}" in meta["dagster/uri"], (table, day, meta)
+            assert meta["dagster/row_count"] == lake.read(table, date.fromisoformat(day)).height
 
     # the real samples, backfilled from the UI: every day they touch went through
     if not SAMPLES.is_dir():

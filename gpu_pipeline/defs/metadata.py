@@ -43,6 +43,9 @@ def table_metadata(df: pl.DataFrame, path: Path, rows: int) -> dict:
     """A day's partition: its rows, its file and a preview of `df` (its first rows)."""
     return {
         "dagster/row_count": dg.MetadataValue.int(rows),
-        "dagster/uri": dg.MetadataValue.path(str(path)),
+        # a local partition by its full path (the UI is often run from another folder)
+        "dagster/uri": dg.MetadataValue.path(
+            str(path if "://" in str(path) else Path(path).resolve())
+        ),
         "preview": dg.MetadataValue.md(markdown_preview(df)),
     }
