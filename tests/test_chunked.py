@@ -9,8 +9,8 @@ from polars.testing import assert_frame_equal
 
 from gpu_pipeline.definitions import build_definitions
 from gpu_pipeline.lib.generate import generate
-from gpu_pipeline.lib.ingest.assemble import assemble_day
 from gpu_pipeline.lib.ingest.cache import load_or_parse
+from gpu_pipeline.lib.ingest.gpu_samples import assemble_day
 from gpu_pipeline.lib.ingest.landing import list_landing
 from gpu_pipeline.lib.io.lake import Lake
 from gpu_pipeline.lib.marts.hourly_fleet_metrics import hourly_fleet_metrics

@@ -11,8 +11,8 @@ import polars as pl
 import pytest
 
 from gpu_pipeline.lib.generate import generate
-from gpu_pipeline.lib.ingest.assemble import assemble_day
 from gpu_pipeline.lib.ingest.cache import is_cached, load_or_parse
+from gpu_pipeline.lib.ingest.gpu_samples import assemble_day
 from gpu_pipeline.lib.ingest.landing import (
     DEFAULT_PARSE,
     LandingFile,

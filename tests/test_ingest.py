@@ -7,8 +7,8 @@ from datetime import date
 import polars as pl
 from helpers import MODELS, expo_lines, write_file
 
-from gpu_pipeline.lib.ingest.assemble import assemble_day
 from gpu_pipeline.lib.ingest.cache import load_or_parse
+from gpu_pipeline.lib.ingest.gpu_samples import assemble_day
 from gpu_pipeline.lib.ingest.landing import list_landing
 from gpu_pipeline.lib.schemas import validate
 
@@ -169,7 +169,7 @@ def test_a_day_assembled_in_gpu_ranges_equals_the_day_at_once(tmp_path):
     """A day over the memory budget is split by GPU range through spill files: the same
     gpu_samples (in SAMPLE_ORDER), quarantine and ingest_log as the day assembled at once,
     duplicates and conflicting duplicates included."""
-    from gpu_pipeline.lib.ingest.assemble import DayAssembly
+    from gpu_pipeline.lib.ingest.gpu_samples import DayAssembly
 
     d = date(2024, 3, 5)
     raw = tmp_path / "raw"

@@ -36,8 +36,8 @@ from helpers import (
 )
 
 from gpu_pipeline.defs import checks
-from gpu_pipeline.lib.ingest.assemble import assemble_day
 from gpu_pipeline.lib.ingest.cache import load_or_parse
+from gpu_pipeline.lib.ingest.gpu_samples import assemble_day
 from gpu_pipeline.lib.ingest.landing import list_landing
 from gpu_pipeline.lib.io.lake import Lake
 

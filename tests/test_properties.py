@@ -233,8 +233,8 @@ def fleet(draw):
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 @given(fleet())
 def test_days_with_missing_fields_complete_and_count_each_gpu_once(tmp_path_factory, day_fleet):
-    from gpu_pipeline.lib.ingest.assemble import assemble_day
     from gpu_pipeline.lib.ingest.cache import load_or_parse
+    from gpu_pipeline.lib.ingest.gpu_samples import assemble_day
     from gpu_pipeline.lib.ingest.landing import list_landing
     from gpu_pipeline.lib.io.lake import Lake
     from gpu_pipeline.lib.io.report import build_report

@@ -284,8 +284,8 @@ def test_two_lakes_side_by_side_keep_their_own_views_and_reports(tmp_path):
 
 
 def test_implausible_times_and_values_are_quarantined_not_filed(tmp_path):
-    from gpu_pipeline.lib.ingest.assemble import assemble_day
     from gpu_pipeline.lib.ingest.cache import load_or_parse
+    from gpu_pipeline.lib.ingest.gpu_samples import assemble_day
     from gpu_pipeline.lib.ingest.landing import list_landing
 
     day = date(2024, 1, 10)

@@ -7,8 +7,8 @@ from gpu_pipeline.defs.daily import BACKFILL_POLICY, DayWriter, partition_days
 from gpu_pipeline.defs.metadata import spec_metadata
 from gpu_pipeline.defs.partitions import daily_partitions
 from gpu_pipeline.defs.resources import LakeResource, LandingResource
-from gpu_pipeline.lib.ingest.assemble import DayAssembly
 from gpu_pipeline.lib.ingest.cache import load_or_parse
+from gpu_pipeline.lib.ingest.gpu_samples import DayAssembly
 from gpu_pipeline.lib.ingest.landing import hash_memo, list_landing
 from gpu_pipeline.lib.schemas import validate
 

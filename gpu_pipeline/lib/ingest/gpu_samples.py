@@ -1,4 +1,5 @@
-"""Parsed landing files -> a UTC day's `gpu_samples`, `quarantine` and `ingest_log`.
+"""Parsed landing files -> a UTC day's `gpu_samples` (and, through `quarantine.py` and
+`ingest_log.py`, the day's other raw tables).
 
 Duplicates (same GPU, instance, field and timestamp; first file in path order wins) are counted,
 the long samples are pivoted to one row per GPU per timestamp, and every line of every file is
@@ -15,17 +16,17 @@ from pathlib import Path
 import polars as pl
 
 from gpu_pipeline.lib.fields import FIELD_COLUMNS
-from gpu_pipeline.lib.ingest.cache import META_SCHEMA, ParsedFile
+from gpu_pipeline.lib.ingest.cache import ParsedFile
+from gpu_pipeline.lib.ingest.ingest_log import ingest_log as day_ingest_log
 from gpu_pipeline.lib.ingest.landing import DEFAULT_CLUSTER
+from gpu_pipeline.lib.ingest.quarantine import quarantine as day_quarantine
 from gpu_pipeline.lib.samples import (
     ATTR_COLUMNS,
-    LONG_SCHEMA,
-    QUARANTINE_LINE_SCHEMA,
     SAMPLE_ORDER,
     collect_stable,
     conform,
 )
-from gpu_pipeline.lib.schemas import GPU_SAMPLES_SCHEMA, INGEST_LOG_SCHEMA, QUARANTINE_SCHEMA
+from gpu_pipeline.lib.schemas import GPU_SAMPLES_SCHEMA
 
 KEY = ("gpu_uuid", "gpu_instance_id", "timestamp")
 
@@ -186,83 +187,11 @@ class DayAssembly:
 
     def quarantine(self) -> pl.DataFrame:
         """The day's quarantined rows (after `gpu_samples()` is consumed: it adds conflicts)."""
-        day = self.day
-        quars = [
-            pf.quarantine.filter(
-                _in_day(day) | (pl.col("timestamp").is_null() & pl.lit(pf.home_day == day))
-            ).with_columns(pl.lit(pf.file.source_file).alias("source_file"))
-            for pf in self.files
-        ] + [c.lazy() for c in self._conflicts]
-        q = (
-            collect_stable(pl.concat(quars, how="diagonal_relaxed")).sort(
-                "source_file", "line", nulls_last=False
-            )
-            if quars
-            else pl.DataFrame(schema={**QUARANTINE_LINE_SCHEMA, "source_file": pl.String})
-        )
-        return conform(q.with_columns(pl.lit(day).alias("date")), QUARANTINE_SCHEMA)
+        return day_quarantine(self.files, self.day, self._conflicts)
 
     def ingest_log(self, quarantine: pl.DataFrame) -> pl.DataFrame:
-        """One row per landing file that has anything on the day: what was read, accepted,
-        duplicated and quarantined."""
-        day = self.day
-        metas = [
-            {
-                "source_file": pf.file.source_file,
-                "file_order": order,
-                "format": pf.format,
-                "time_basis": pf.time_basis,
-                "sha256": pf.file.sha256,
-                "file_bytes": pf.file.size,
-                "file_lines": pf.lines_total,
-                "lines_skipped": pf.lines_skipped if pf.home_day == day else 0,
-                "home": pf.home_day == day,
-                # counted by the parser from what it read, before anything was decided
-                "rows_read": pf.records_on(day),
-                "origin": pf.origin,
-            }
-            for order, pf in enumerate(self.files)
-        ]
-        counts_schema = {
-            "source_file": pl.String,
-            "rows_accepted": pl.UInt32,
-            "rows_duplicate": pl.UInt32,
-            "first_sample": LONG_SCHEMA["timestamp"],
-            "last_sample": LONG_SCHEMA["timestamp"],
-        }
-        counts = (
-            pl.concat([conform(c, counts_schema) for c in self._counts])
-            .group_by("source_file")
-            .agg(
-                pl.col("rows_accepted", "rows_duplicate").sum(),
-                pl.col("first_sample").min(),
-                pl.col("last_sample").max(),
-            )
-            if self._counts
-            else pl.DataFrame(schema=counts_schema)
-        )
-        qcounts = quarantine.group_by("source_file").agg(pl.len().alias("rows_quarantined"))
-        log = (
-            pl.DataFrame(metas, schema=META_SCHEMA)
-            .join(counts, on="source_file", how="left")
-            .join(qcounts, on="source_file", how="left")
-            .with_columns(
-                pl.col("rows_accepted", "rows_duplicate", "rows_quarantined")
-                .fill_null(0)
-                .cast(pl.Int64)
-            )
-            .filter(
-                pl.col("home")
-                | (pl.col("rows_read") > 0)
-                | (
-                    pl.col("rows_accepted") + pl.col("rows_duplicate") + pl.col("rows_quarantined")
-                    > 0
-                )
-            )
-            .with_columns(pl.lit(day).alias("date"))
-            .sort("file_order")
-        )
-        return conform(log, INGEST_LOG_SCHEMA)
+        """The day's ingest_log (after `gpu_samples()` is consumed: it counts accepted rows)."""
+        return day_ingest_log(self.files, self.day, self._counts, quarantine)
 
 
 def assemble_day(files: list[ParsedFile], day: date, max_rows: int | None = None) -> DayIngest:
