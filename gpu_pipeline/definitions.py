@@ -59,11 +59,10 @@ def prometheus(s: Settings, enabled: bool | None = None) -> dict:
     come from a CLI flag), or {} when no server is configured (then the graph reads files only)."""
     if enabled is False or not s.prom_url:
         return {}
-    from_env = Settings.from_env().prom
     bound = {
         name: (
             value
-            if from_env.get(name) != value or kind is bool
+            if f"prom.{name}" not in s.from_env_fields or kind is bool
             else dg.EnvVar.int(var)
             if kind is int
             else dg.EnvVar(var)

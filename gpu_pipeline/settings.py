@@ -86,7 +86,8 @@ class Settings:
     max_file_mb: int = 1024  # larger landing files are quarantined whole
     sensor_interval_s: int = 60
     prom: Mapping[str, object] = field(default_factory=dict)  # PROM_SETTINGS that are set
-    # the fields whose value came from their environment variable (bound as dg.EnvVar)
+    # the fields whose value came from their environment variable (bound as dg.EnvVar);
+    # pull settings as "prom.<name>"
     from_env_fields: frozenset[str] = frozenset()
 
     @classmethod
@@ -103,14 +104,19 @@ class Settings:
             for name, (var, kind) in PROM_SETTINGS.items()
             if env.get(var) not in (None, "")
         }
-        return cls(**values, prom=prom, from_env_fields=frozenset(values))
+        return cls(
+            **values, prom=prom, from_env_fields=frozenset([*values, *(f"prom.{n}" for n in prom)])
+        )
 
     def replace(self, **changes: object) -> Settings:
         """These settings with `changes` (from CLI flags): those fields no longer come from the
         environment."""
         prom = changes.pop("prom", self.prom)
+        changed = set(changes) | {
+            f"prom.{n}" for n in set(prom) | set(self.prom) if prom.get(n) != self.prom.get(n)
+        }
         return dataclasses.replace(
-            self, **changes, prom=prom, from_env_fields=self.from_env_fields - set(changes)
+            self, **changes, prom=prom, from_env_fields=self.from_env_fields - changed
         )
 
     @property
