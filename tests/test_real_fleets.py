@@ -75,6 +75,8 @@ def test_report_of_minutes_without_rfu(tmp_path):
     assert roi["avg_rfu_pct"].null_count() == roi.height
     html = (tmp_path / "lake" / "_reports" / f"gpu_report_{D}.html").read_text()
     assert "n/a" in html and html.count("data:image/png;base64,") >= 5
+    # GPUs whose series carry no namespace are named so, never "None"
+    assert "(no namespace)" in html and ">None<" not in html and "<b>None</b>" not in html
 
 
 # --- 2. utilization [N/A] under MIG: the minute still counts ------------------------------------

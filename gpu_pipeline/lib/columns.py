@@ -21,7 +21,7 @@ COLUMNS: dict[str, str] = {
     "gpu_index": "GPU index on its host",
     "hostname": "host the GPU is in",
     "cluster": "cluster (the landing folder or the series' cluster label)",
-    "namespace": "Kubernetes namespace running on the GPU; 'unallocated' when none",
+    "namespace": "Kubernetes namespace running on the GPU; null when its series carry none",
     "pod": "pod running on the GPU",
     "container": "container running on the GPU",
     "gpu_model": "GPU model name as exported (modelName / name)",

@@ -88,14 +88,14 @@ def format_summary(s: dict, start: date, end: date) -> str:
     ]
     for r in s["waste"].iter_rows(named=True):
         out.append(
-            f"    {str(r['namespace']):<16} {str(r['gpu_model']):<24} waste ${r['total_waste_usd'] or 0:>10,.2f}"
+            f"    {r['namespace'] or '(no namespace)':<16} {str(r['gpu_model']):<24} waste ${r['total_waste_usd'] or 0:>10,.2f}"
             f" of ${r['cost_usd'] or 0:>10,.2f}   (${r['monthly_waste_per_gpu'] or 0:,.0f}/GPU-month)"
         )
     p = s["persistent"]
     out += ["", f"  Persistent bottlenecks: {p.height} GPU(s)"]
     for r in p.head(10).iter_rows(named=True):
         out.append(
-            f"    {r['gpu_uuid']}  {r['hostname']:<24} {str(r['namespace']):<16} flagged {r['days_flagged']} day(s),"
+            f"    {r['gpu_uuid']}  {r['hostname']:<24} {r['namespace'] or '(no namespace)':<16} flagged {r['days_flagged']} day(s),"
             f" {100 * r['bottleneck_share']:.0f} % of active minutes bottlenecked"
         )
     if p.height > 10:

@@ -50,10 +50,14 @@ class Report:
     bottlenecked_namespaces: list[str] = field(default_factory=list)
 
 
-def _label(v: object, n: int = 40) -> str:
+# a GPU whose series carry no namespace label (a bare node, a Prometheus API export)
+NO_NAMESPACE = "(no namespace)"
+
+
+def _label(v: object, n: int = 40, none: str = "(none)") -> str:
     """A chart label: never None, never longer than `n` characters (a label from the data can be
     anything, and a megabyte of text overflows the font rasterizer)."""
-    s = "(none)" if v is None else str(v)
+    s = none if v is None else str(v)
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
@@ -66,8 +70,8 @@ def _f(series: pl.Series) -> list[float]:
     return series.cast(pl.Float64).fill_null(float("nan")).to_list()
 
 
-def _labels(series: pl.Series, n: int = 40) -> list[str]:
-    return [_label(v, n) for v in series.to_list()]
+def _labels(series: pl.Series, n: int = 40, none: str = "(none)") -> list[str]:
+    return [_label(v, n, none) for v in series.to_list()]
 
 
 def _png(fig) -> bytes:
@@ -202,7 +206,7 @@ def _bottlenecks(daily: pl.DataFrame, t: Thresholds = DEFAULT) -> Chart:
     )
     fig, ax = plt.subplots(figsize=(8, 5))
     labels = [
-        f"{str(u)[:13]}… {_label(ns, 24)}"
+        f"{str(u)[:13]}… {_label(ns, 24, NO_NAMESPACE)}"
         for u, ns in zip(b["gpu_uuid"], b["namespace"], strict=True)
     ]
     colors = ["#e53935" if d else "#ffb74d" for d in b["bottlenecked_day"]]
@@ -492,7 +496,10 @@ def _table(df: pl.DataFrame, cols: list[str], fmt: dict | None = None) -> str:
         cells = []
         for c in cols:
             v = r[c]
-            s = fmt[c](v) if c in fmt and v is not None else ("" if v is None else str(v))
+            if v is None:
+                s = NO_NAMESPACE if c == "namespace" else ""
+            else:
+                s = fmt[c](v) if c in fmt else str(v)
             cells.append(f"<td>{html.escape(s)}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     return f"<div class='scroll'><table><tr>{head}</tr>{''.join(rows)}</table></div>"
@@ -572,7 +579,7 @@ def build_report(
         .agg(pl.len().alias("gpus"), pl.col("bottlenecked_minutes").sum())
         .sort("bottlenecked_minutes", descending=True)
     )
-    rep.bottlenecked_namespaces = [str(n) for n in bn["namespace"]]
+    rep.bottlenecked_namespaces = [_label(n, 200, NO_NAMESPACE) for n in bn["namespace"]]
     k = m.select(
         pl.col("gpu_uuid").n_unique().alias("gpus"),
         (pl.len() / 60).alias("hours"),
@@ -609,7 +616,7 @@ def build_report(
     first = top_actions(rec) if rec is not None else pl.DataFrame()
     if first.height:
         items = "".join(
-            f"<li><b>{html.escape(str(r['action']))}</b> for <b>{html.escape(str(r['namespace']))}</b>"
+            f"<li><b>{html.escape(str(r['action']))}</b> for <b>{html.escape(_label(r['namespace'], 200, NO_NAMESPACE))}</b>"
             f": about ${r['monthly_usd']:,.0f} a month — {html.escape(str(r['rationale']))}</li>"
             for r in first.iter_rows(named=True)
         )
@@ -622,7 +629,7 @@ def build_report(
         )
     if bn.height:
         names = ", ".join(
-            f"<b>{html.escape(str(r['namespace']))}</b> ({r['gpus']} GPUs)"
+            f"<b>{html.escape(_label(r['namespace'], 200, NO_NAMESPACE))}</b> ({r['gpus']} GPUs)"
             for r in bn.iter_rows(named=True)
         )
         parts.append(
