@@ -157,3 +157,34 @@ def test_mig_instance_labels():
     r = parse_exposition(text).samples.row(0, named=True)
     assert r["gpu_instance_id"] == 3 and r["gpu_instance_profile"] == "2g.20gb"
     assert r["column"] == "prof_gr_engine_active" and r["value"] == 0.5
+
+
+def test_rejected_lines_of_a_clean_file_are_quoted_as_written():
+    # LF endings, well-formed lines: every line takes the fast path, which keeps no text; the
+    # lines it rejects are read again, so reasons quote the value and the line as written
+    lines = [
+        f"DCGM_FI_DEV_GPU_UTIL{L} 50 1709294400000",
+        f"DCGM_FI_DEV_POWER_USAGE{L} -5.00 1709294400000",
+        f"DCGM_FI_DEV_POWER_USAGE{L} 1e30 1709294400000",
+        f"DCGM_FI_DEV_GPU_UTIL{L} 60",
+        f"go_gc_duration_seconds{L} 0.1 1709294400000",
+        f"DCGM_FI_DEV_GPU_UTIL{L} 70 1709294460000",
+    ]
+    p = parse_exposition("\n".join(lines) + "\n", file_time=FILE_TIME)
+    assert p.samples["value"].to_list() == [50.0, 70.0]
+    q = dict(zip(p.quarantine["line"], p.quarantine["reason"], strict=True))
+    assert q[2].startswith("impossible value -5.00 for power_w")
+    assert q[3].startswith("impossible value 1e30 for power_w")
+    assert q[4] == "no timestamp on this line while the file's other samples carry theirs: " + (
+        "not filed on a guessed day"
+    )
+    assert q[5].startswith("unknown metric 'go_gc_duration_seconds'")
+    assert p.quarantine["raw"].to_list() == lines[1:5]
+    assert p.time_basis == "sample"
+
+
+def test_untimed_file_takes_the_file_time_on_the_fast_path():
+    text = f"DCGM_FI_DEV_GPU_UTIL{L} 10\nDCGM_FI_DEV_GPU_UTIL{L} 11\n"
+    p = parse_exposition(text, file_time=FILE_TIME)
+    assert p.samples["timestamp"].to_list() == [FILE_TIME, FILE_TIME]
+    assert p.time_basis == "file_name" and p.quarantine.height == 0

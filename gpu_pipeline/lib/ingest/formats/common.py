@@ -195,11 +195,11 @@ def normalize_series(g: pl.DataFrame) -> pl.DataFrame:
 def records_by_day(g: pl.DataFrame, lo: int, hi: int) -> dict:
     """Candidate records per UTC day of their time (None: no plausible time), from the input."""
     ts = pl.col("ts_ms")
-    day = (
-        pl.when(ts.is_between(lo, hi)).then(pl.from_epoch(ts, time_unit="ms").dt.date()).alias("d")
-    )
+    # group on the integer day (cheap), name the few days found as dates afterwards
+    day = pl.when(ts.is_between(lo, hi)).then(ts.floordiv(86_400_000)).alias("d")
     counts = g.select(day).group_by("d").len()
-    return dict(zip(counts["d"].to_list(), counts["len"].to_list(), strict=True))
+    days = counts.get_column("d").cast(pl.Date).to_list()
+    return dict(zip(days, counts.get_column("len").to_list(), strict=True))
 
 
 def finalize(
@@ -290,7 +290,7 @@ def finalize(
         .otherwise(
             pl.format(
                 "impossible value {} for {} (valid {}..{})",
-                pl.col("value_s"),
+                pl.coalesce("value_s", pl.col("value").cast(pl.String)),
                 pl.col("column"),
                 pl.col("_lo").cast(pl.String).fill_null("-inf"),
                 pl.col("_hi").cast(pl.String).fill_null("inf"),

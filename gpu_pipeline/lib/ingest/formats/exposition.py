@@ -120,19 +120,50 @@ class TimeUnits:
             float_factor=1.0 if float_median is not None and float_median >= 1e11 else 1000.0,
         )
 
+    @classmethod
+    def of_scan(cls, d: pl.DataFrame, skip: pl.Expr) -> tuple[TimeUnits, bool, bool]:
+        """`of` and `timed` over the fast path's lines (not `skip`), from the columns the scan
+        already cast (`value`; `ts_ms`, the timestamp as an integer), in one query: the text is
+        cast again only where the integer cast failed. Also: is any timestamp not an integer?"""
+        line = ~skip
+        ts_int = pl.col("ts_ms")
+        odd = ts_int.is_null() & pl.col("_has_ts")  # a float, or not a number
+        row = d.select(
+            ts_int.filter(line).median().alias("int_median"),
+            pl.col("value").filter(line).is_not_null().sum().alias("numeric"),
+            (line & pl.col("value").is_not_null() & ts_int.is_not_null()).sum().alias("stamped"),
+            (line & odd).any().alias("odd"),
+        ).row(0, named=True)
+        float_median, numeric, stamped = None, row["numeric"], row["stamped"]
+        if row["odd"] and "ts_s" in d.columns:  # float seconds (or garbage): those rows' text
+            other = d.filter(line & odd).select(
+                pl.col("ts_s").cast(pl.Float64, strict=False).alias("f"), "value"
+            )
+            float_median = other.get_column("f").median()
+            stamped += other.filter(
+                pl.col("f").is_not_null() & pl.col("value").is_not_null()
+            ).height
+        int_median = row["int_median"]
+        units = cls(
+            int_factor=1000 if int_median is not None and int_median < 1e11 else 1,
+            float_factor=1.0 if float_median is not None and float_median >= 1e11 else 1000.0,
+        )
+        return units, numeric > 0 and stamped * 2 > numeric, bool(row["odd"])
+
+    def int_ms(self, as_int: pl.Expr) -> pl.Expr:
+        """An integer timestamp as written -> epoch ms."""
+        if self.int_factor == 1:
+            return as_int
+        # no overflow: anything this large is implausible in any unit
+        return pl.when(as_int.abs() < 10**15).then(as_int * self.int_factor).otherwise(as_int)
+
     def ms(self, ts_s: pl.Expr) -> pl.Expr:
         """Timestamp text -> epoch ms (null: not a number, or beyond int64 ms)."""
         as_int = ts_s.cast(pl.Int64, strict=False)
         as_float = ts_s.cast(pl.Float64, strict=False)
-        scaled_int = (
-            as_int
-            if self.int_factor == 1
-            # no overflow: anything this large is implausible in any unit
-            else pl.when(as_int.abs() < 10**15).then(as_int * self.int_factor).otherwise(as_int)
-        )
         return (
             pl.when(as_int.is_not_null())
-            .then(scaled_int)
+            .then(self.int_ms(as_int))
             .otherwise((as_float * self.float_factor).round(0).cast(pl.Int64, strict=False))
         )
 
@@ -206,9 +237,13 @@ def _regex_candidates(
     return candidates(g.join(attrs, on="labels", how="left"))
 
 
-def _scan(source: bytes | Path) -> tuple[pl.DataFrame, pl.Series] | None:
+def _scan(source: bytes | Path, text: bool = False) -> tuple[pl.DataFrame, pl.Series] | None:
     """One streaming CSV pass: each line split at its first `}` into the series and the rest,
     the rest into value and timestamp, cast; None if the file can't be read this way.
+
+    The value and timestamp are kept as numbers only (`_has_ts`: a timestamp was written); with
+    `text`, also as written (`value_s`, `ts_s`), which only files whose timestamps are not all
+    integers need (OpenMetrics float seconds): the text columns cost time and memory.
 
     The series is read as a categorical of this file's own: the reader dedups the series as it
     goes, and each line carries just its code (`_code`); the distinct series come back too.
@@ -243,8 +278,12 @@ def _scan(source: bytes | Path) -> tuple[pl.DataFrame, pl.Series] | None:
                 "s",
                 "_no_series",
                 (pl.col("field_0") == "").alias("_lead"),
-                pl.col("field_1").alias("value_s"),
-                pl.col("field_2").alias("ts_s"),
+                pl.col("field_2").is_not_null().alias("_has_ts"),
+                *(
+                    [pl.col("field_1").alias("value_s"), pl.col("field_2").alias("ts_s")]
+                    if text
+                    else []
+                ),
                 pl.col("field_1").cast(pl.Float64, strict=False).alias("value"),
                 # integer timestamps as written; their unit (and floats) are decided in parse
                 ts_int.alias("ts_ms"),
@@ -298,18 +337,30 @@ def parse(text: str | bytes | Path, ctx: Context) -> ParsedLines:
     def data() -> bytes:
         return source.read_bytes() if isinstance(source, Path) else source
 
-    scanned = _scan(source)
-    if scanned is None:
-        lines = _read_lines(data())
-        body = lines.filter(~pl.col("raw").str.contains(r"^[ \t]*(#|$)"))
-        g = _regex_candidates(body, ctx)
-        untimed = g.filter(pl.col("pre_reason").is_null() & pl.col("ts_s").is_null()).height
-        basis = ctx.file_time_basis if ctx.file_time is not None and untimed else "sample"
-        samples, quarantine, records = finalize(g, normalized=True, window=ctx.time_window())
-        return ParsedLines(
-            samples, quarantine, lines.height, lines.height - body.height, basis, records
-        )
+    # numbers only first; a file with timestamps that are not all integers is read again with
+    # the text of its values and timestamps (their units and reasons need it)
+    parsed = _parse_fast(source, ctx, data, text=False)
+    if parsed is None:
+        parsed = _parse_fast(source, ctx, data, text=True)
+    if parsed is not False:
+        return parsed
+    lines = _read_lines(data())
+    body = lines.filter(~pl.col("raw").str.contains(r"^[ \t]*(#|$)"))
+    g = _regex_candidates(body, ctx)
+    untimed = g.filter(pl.col("pre_reason").is_null() & pl.col("ts_s").is_null()).height
+    basis = ctx.file_time_basis if ctx.file_time is not None and untimed else "sample"
+    samples, quarantine, records = finalize(g, normalized=True, window=ctx.time_window())
+    return ParsedLines(
+        samples, quarantine, lines.height, lines.height - body.height, basis, records
+    )
 
+
+def _parse_fast(source: bytes | Path, ctx: Context, data, text: bool) -> ParsedLines | None | bool:
+    """The fast path over `_scan`; False: the file can't be scanned (the caller reads it line by
+    line); None: its timestamps need the text (`text=False` only)."""
+    scanned = _scan(source, text)
+    if scanned is None:
+        return False
     d, distinct = scanned
     series, attr_cols = _series_table(pl.DataFrame({"s": distinct}))
     # comments and blank lines (indented comments are rare: the slow path tells them apart)
@@ -327,20 +378,23 @@ def parse(text: str | bytes | Path, ctx: Context) -> ParsedLines:
         lead = lead & ~code.is_in(odd.implode())
     d = d.with_columns(skip.alias("_skip"), lead.alias("_lead"))
     # timestamp units, and whether the samples carry their own time, are decided once per file
-    lines = d.filter(~pl.col("_skip"))
-    units = TimeUnits.of(lines.get_column("ts_s"))
-    timed = TimeUnits.timed(lines.get_column("value_s"), lines.get_column("ts_s"))
+    units, timed, odd_ts = TimeUnits.of_scan(d, pl.col("_skip"))
+    if odd_ts and not text:
+        return None
     file_ms = None if ctx.file_time is None or timed else int(ctx.file_time.timestamp() * 1000)
-    if (
-        file_ms is not None
-        or units != TimeUnits()
-        or bool(d.select((pl.col("ts_ms").is_null() & pl.col("ts_s").is_not_null()).any()).item())
-    ):
+    if odd_ts:
         d = d.with_columns(_ts_ms(pl.col("ts_s"), units, file_ms, pl.lit(True)).alias("ts_ms"))
+    elif file_ms is not None or units != TimeUnits():
+        d = d.with_columns(
+            pl.when(pl.col("_has_ts"))
+            .then(units.int_ms(pl.col("ts_ms")))
+            .otherwise(pl.lit(file_ms, pl.Int64))
+            .alias("ts_ms")
+        )
     fast_ok = (
         pl.col("_lead")
         & pl.col("value").is_not_null()
-        & (pl.col("ts_s").is_null() | pl.col("ts_ms").is_not_null())
+        & (~pl.col("_has_ts") | pl.col("ts_ms").is_not_null())
     ).fill_null(False)
     path = d.select(pl.when(pl.col("_skip")).then(0).when(fast_ok).then(1).otherwise(2)).to_series()
     d = d.with_columns(path.alias("_path"))
@@ -357,55 +411,66 @@ def parse(text: str | bytes | Path, ctx: Context) -> ParsedLines:
     per_line = series.select(
         pl.col(*extra, "column", "_lo", "_hi", *attr_cols).gather(fast.get_column("_code"))
     )
+    # the fast rows carry no text: a rejected one is read again the slow way (below), so its
+    # reason quotes the value as written
     fast = pl.concat(
         [
             fast.select(
                 "line",
                 pl.lit(None, pl.String).alias("raw"),
-                "value_s",
+                pl.lit(None, pl.String).alias("value_s"),
                 "value",
-                "ts_s",
                 "ts_ms",
+                "_has_ts",
             ),
             per_line,
         ],
         how="horizontal",
     )
-    if timed and bool(fast.get_column("ts_s").is_null().any()):
+    if timed:
         fast = fast.with_columns(
-            pl.when(pl.col("ts_s").is_null()).then(pl.lit(UNTIMED_IN_TIMED)).alias("pre_reason")
+            pl.when(~pl.col("_has_ts")).then(pl.lit(UNTIMED_IN_TIMED)).alias("pre_reason")
         )
     skipped = int((path == 0).sum())
     frames = [candidates(fast)]
+    window = ctx.time_window()
+
+    def slow(lines: pl.DataFrame) -> pl.DataFrame:
+        return _regex_candidates(lines, ctx, units, timed).with_columns(value_bounds())
+
     if bool((path == 2).any()):
         slow_lines = d.filter(pl.col("_path") == 2).get_column("line")
         raw = _read_lines(data()).filter(pl.col("line").is_in(slow_lines.implode()))
         blank_or_comment = pl.col("raw").str.contains(r"^[ \t]*(#|$)")
         skipped += int(raw.select(blank_or_comment.sum()).item())
-        frames.append(
-            _regex_candidates(raw.filter(~blank_or_comment), ctx, units, timed).with_columns(
-                value_bounds()
-            )
-        )
+        frames.append(slow(raw.filter(~blank_or_comment)))
     g = frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
-    samples, quarantine, records = finalize(g, normalized=True, window=ctx.time_window())
-    if (
-        quarantine.height and quarantine.get_column("raw").is_null().any()
-    ):  # rejected fast rows, as written
-        rebuilt = (
-            _read_lines(data())
-            .filter(pl.col("line").is_in(quarantine.get_column("line").implode()))
-            .rename({"raw": "_raw"})
+    samples, quarantine, records = finalize(g, normalized=True, window=window)
+    rejected_fast = quarantine.filter(pl.col("raw").is_null())
+    if rejected_fast.height:  # read those lines again, the slow way: their text and reasons
+        raw = _read_lines(data()).filter(
+            pl.col("line").is_in(rejected_fast.get_column("line").implode())
         )
-        quarantine = (
-            quarantine.join(rebuilt, on="line", how="left")
-            .with_columns(pl.coalesce("raw", "_raw").alias("raw"))
-            .drop("_raw")
-        )
+        _, again, _ = finalize(slow(raw), normalized=True, window=window)
+        if again.get_column("line").sort().equals(rejected_fast.get_column("line").sort()):
+            kept = quarantine.filter(pl.col("raw").is_not_null())
+            quarantine = pl.concat([kept, again]).sort("line")
+        else:  # both readings must reject the same lines; if not, keep the fast reasons
+            quarantine = (
+                quarantine.join(raw.rename({"raw": "_raw"}), on="line", how="left")
+                .with_columns(pl.coalesce("raw", "_raw").alias("raw"))
+                .drop("_raw")
+            )
     untimed = (
         not timed
         and ctx.file_time is not None
-        and bool(g.select((pl.col("pre_reason").is_null() & pl.col("ts_s").is_null()).any()).item())
+        and bool(
+            fast.select((~pl.col("_has_ts")).any()).item()
+            or any(
+                f.select((pl.col("pre_reason").is_null() & pl.col("ts_s").is_null()).any()).item()
+                for f in frames[1:]
+            )
+        )
     )
     basis = ctx.file_time_basis if untimed else "sample"
     return ParsedLines(samples, quarantine, d.height, skipped, basis, records)
