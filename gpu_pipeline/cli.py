@@ -7,6 +7,7 @@ import os
 import shutil
 import socket
 import sys
+import threading
 import time
 import uuid
 from datetime import date, timedelta
@@ -418,7 +419,7 @@ def _warm_parse_cache(s: settings.Settings) -> list:
     """Parse new landing files up front, with progress; the runs then read the cache (the same
     options and cache as the run's resources: `LandingResource`, `LakeResource`)."""
     from gpu_pipeline.defs.resources import LakeResource, LandingResource
-    from gpu_pipeline.lib.ingest.cache import is_cached, load_or_parse
+    from gpu_pipeline.lib.ingest.cache import is_cached, parse_all
     from gpu_pipeline.lib.ingest.landing import hash_memo, list_landing
 
     cache = LakeResource(root=s.lake, cache=s.cache).lake().cache_dir
@@ -427,17 +428,24 @@ def _warm_parse_cache(s: settings.Settings) -> list:
     ).parse_options()
     files = list_landing(s.raw, hash_memo(cache))
     todo = [f for f in files if not is_cached(f, cache, opts)]
-    if todo:
-        total = sum(f.size for f in todo)
-        _say(f"parsing {len(todo)} new landing file(s), {total / 2**20:,.0f} MiB")
-        t, done, step = time.perf_counter(), 0, max(1, len(todo) // 10)
-        for i, f in enumerate(todo, 1):
-            load_or_parse(f, cache, opts)
-            done += f.size
+    if not todo:
+        return parse_all(files, cache, opts)
+    total = sum(f.size for f in todo)
+    _say(f"parsing {len(todo)} new landing file(s), {total / 2**20:,.0f} MiB")
+    t, step = time.perf_counter(), max(1, len(todo) // 10)
+    progress = {"files": 0, "bytes": 0}
+    lock = threading.Lock()
+
+    def done(f, _parsed) -> None:
+        with lock:  # files finish in any order, a few at a time
+            progress["files"] += 1
+            progress["bytes"] += f.size
+            i = progress["files"]
             if i % step == 0 or i == len(todo):
-                rate = done / 2**20 / max(time.perf_counter() - t, 1e-9)
+                rate = progress["bytes"] / 2**20 / max(time.perf_counter() - t, 1e-9)
                 _say(f"  parsed {i}/{len(todo)} files ({rate:,.0f} MiB/s)")
-    return [load_or_parse(f, cache, opts) for f in files]
+
+    return parse_all(files, cache, opts, done)
 
 
 def _print_summary(s: settings.Settings, start: date, end: date) -> None:

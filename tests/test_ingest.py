@@ -209,3 +209,34 @@ def test_a_day_assembled_in_gpu_ranges_equals_the_day_at_once(tmp_path):
     assert (
         log["rows_read"] == log["rows_accepted"] + log["rows_duplicate"] + log["rows_quarantined"]
     ).all()
+
+
+def test_files_parsed_a_few_at_a_time_give_what_one_at_a_time_gives(tmp_path, monkeypatch):
+    """`parse_all` parses new small files concurrently, a large one alone: every file once, in
+    any order, the results in the landing order and equal to parsing each alone."""
+    from gpu_pipeline.lib.ingest import cache as cache_mod
+    from gpu_pipeline.lib.ingest.cache import parse_all
+
+    raw = tmp_path / "raw"
+    for h in range(6):
+        lines = expo_lines(f"GPU-{h}", MODELS["A100"], f"n{h}", "ns", D1, range(30), 40 + h, 150.0)
+        write_file(raw / f"n{h}.prom", lines)
+    (raw / "junk.bin").write_bytes(b"\x00\x01" * 100)
+    files = list_landing(raw)
+    big = max(files, key=lambda f: f.size)
+    monkeypatch.setattr(cache_mod, "CONCURRENT_PARSE_BYTES", big.size - 1)  # one file is 'large'
+    seen = []
+    together = parse_all(files, tmp_path / "c1", done=lambda f, pf: seen.append(f.source_file))
+    assert sorted(seen) == sorted(f.source_file for f in files)  # each new file once
+    assert [p.file.source_file for p in together] == [f.source_file for f in files]
+    alone = [load_or_parse(f, tmp_path / "c2") for f in files]
+    for a, b in zip(together, alone, strict=True):
+        assert (a.format, a.days, a.rows_by_day) == (b.format, b.days, b.rows_by_day)
+        assert a.samples.collect().equals(b.samples.collect())
+        assert a.quarantine.collect().equals(b.quarantine.collect())
+    formats = {p.file.source_file: p.format for p in together}
+    assert formats.pop("junk.bin") == "unreadable"  # quarantined whole
+    assert set(formats.values()) == {"dcgm_exposition"}
+    seen.clear()
+    parse_all(files, tmp_path / "c1", done=lambda f, pf: seen.append(f))
+    assert seen == []  # all cached: nothing parsed again

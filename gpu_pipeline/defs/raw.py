@@ -7,7 +7,7 @@ from gpu_pipeline.defs.daily import BACKFILL_POLICY, DayWriter, partition_days
 from gpu_pipeline.defs.metadata import spec_metadata
 from gpu_pipeline.defs.partitions import daily_partitions
 from gpu_pipeline.defs.resources import LakeResource, LandingResource
-from gpu_pipeline.lib.ingest.cache import load_or_parse
+from gpu_pipeline.lib.ingest.cache import parse_all
 from gpu_pipeline.lib.ingest.gpu_samples import DayAssembly
 from gpu_pipeline.lib.ingest.landing import hash_memo, list_landing
 from gpu_pipeline.lib.schemas import validate
@@ -63,7 +63,7 @@ def ingest_days(context: dg.AssetExecutionContext, landing: LandingResource, lak
     the_lake = lake.lake()
     files = list_landing(landing.root, hash_memo(the_lake.cache_dir))
     opts, max_rows = landing.parse_options(), lake.chunking().rows
-    parsed = [load_or_parse(f, the_lake.cache_dir, opts) for f in files]
+    parsed = parse_all(files, the_lake.cache_dir, opts)
     writers = {t: DayWriter(the_lake, t) for t in RAW_TABLES}
     conservation, pass_rate = [], []
     for day in partition_days(context):

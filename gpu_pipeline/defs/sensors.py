@@ -25,7 +25,7 @@ from gpu_pipeline.defs.marts import WINDOW_DAYS, persistent_bottlenecks, recomme
 from gpu_pipeline.defs.partitions import daily_partitions
 from gpu_pipeline.defs.report import daily_report
 from gpu_pipeline.defs.resources import LakeResource, LandingResource
-from gpu_pipeline.lib.ingest.cache import is_cached, load_or_parse
+from gpu_pipeline.lib.ingest.cache import is_cached, load_or_parse, parse_all
 from gpu_pipeline.lib.ingest.landing import hash_memo, list_landing
 from gpu_pipeline.settings import current
 
@@ -41,8 +41,8 @@ def landing_files(context: dg.AssetExecutionContext, landing: LandingResource, l
     cache, opts = lake.lake().cache_dir, landing.parse_options()
     files = list_landing(landing.root, hash_memo(cache))
     todo = [f for f in files if not is_cached(f, cache, opts)]
-    for f in todo:
-        pf = load_or_parse(f, cache, opts)
+
+    for f, pf in zip(todo, parse_all(todo, cache, opts), strict=True):
         context.log.info(f"{f.source_file}: {pf.format}, days {[str(d) for d in pf.days]}")
     return dg.MaterializeResult(metadata={"files": len(files), "parsed": len(todo)})
 

@@ -9,6 +9,8 @@ import json
 import os
 import shutil
 import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -17,6 +19,7 @@ import polars as pl
 
 from gpu_pipeline.lib.ingest.landing import (
     DEFAULT_PARSE,
+    WORKERS,
     LandingFile,
     ParseOptions,
     _sha256,
@@ -187,3 +190,34 @@ def load_or_parse(
         quarantine=pl.scan_parquet(cdir / "quarantine.parquet"),
         origin=meta.get("origin"),
     )
+
+
+# files at most this large are parsed a few at a time; larger ones one by one (a parse holds
+# about twice its file in memory)
+CONCURRENT_PARSE_BYTES = 64 * 2**20
+
+
+def parse_all(
+    files: list[LandingFile],
+    cache_root: str | os.PathLike,
+    opts: ParseOptions = DEFAULT_PARSE,
+    done: Callable[[LandingFile, ParsedFile], None] | None = None,
+) -> list[ParsedFile]:
+    """`load_or_parse` of every file, in order. The files not cached yet are parsed first, the
+    small ones `WORKERS` at a time (a file of one host keeps Polars' threads busy only part of
+    the time), each large one alone; `done(file, parsed)` is called as each is cached."""
+    todo = [f for f in files if not is_cached(f, cache_root, opts)]
+
+    def one(f: LandingFile) -> None:
+        pf = load_or_parse(f, cache_root, opts)
+        if done:
+            done(f, pf)
+
+    small = [f for f in todo if f.size <= CONCURRENT_PARSE_BYTES]
+    if small:
+        with ThreadPoolExecutor(WORKERS) as pool:
+            list(pool.map(one, small))
+    for f in todo:
+        if f.size > CONCURRENT_PARSE_BYTES:
+            one(f)
+    return [load_or_parse(f, cache_root, opts) for f in files]

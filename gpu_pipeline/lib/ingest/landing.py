@@ -10,6 +10,7 @@ import re
 import stat
 import uuid
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -83,6 +84,17 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _sha256_or_error(path: Path) -> str | OSError:
+    try:
+        return _sha256(path)
+    except OSError as e:
+        return e
+
+
+# files read (hashed, parsed) at a time: small files keep one core busy each
+WORKERS = max(1, min(4, os.cpu_count() or 1))
+
+
 def display_name(rel: str | os.PathLike) -> str:
     """A landing path as text: bytes that are not UTF-8 are shown as backslash-x escapes."""
     return os.fsencode(os.fspath(rel)).decode("utf-8", "backslashreplace")
@@ -153,15 +165,25 @@ def list_landing(
             known = {}
     seen: dict[str, str] = {}
     out = []
+    entries = []
     for path, rel in _entries(root):
-        name = display_name(rel.as_posix())
         why, st = _refusal(path, real_root)
+        key = (
+            None
+            if why
+            else f"{display_name(rel.as_posix())}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}"
+        )
+        entries.append((path, rel, why, st, key))
+    # new files are read and hashed a few at a time (hashlib releases the GIL)
+    new = [e[0] for e in entries if e[4] is not None and e[4] not in known]
+    with ThreadPoolExecutor(WORKERS) as pool:
+        hashed = dict(zip(new, pool.map(_sha256_or_error, new), strict=True))
+    for path, rel, why, st, key in entries:
+        name = display_name(rel.as_posix())
         if why is None:
-            key = f"{name}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}"
-            try:
-                sha = known.get(key) or _sha256(path)
-            except OSError as e:
-                why = f"cannot be read: {e.strerror or e}"
+            sha = known.get(key) or hashed[path]
+            if isinstance(sha, OSError):
+                why = f"cannot be read: {sha.strerror or sha}"
             else:
                 seen[key] = sha
                 out.append(LandingFile(path, name, sha, st.st_size, st.st_mtime))
