@@ -188,3 +188,17 @@ def test_untimed_file_takes_the_file_time_on_the_fast_path():
     p = parse_exposition(text, file_time=FILE_TIME)
     assert p.samples["timestamp"].to_list() == [FILE_TIME, FILE_TIME]
     assert p.time_basis == "file_name" and p.quarantine.height == 0
+
+
+def test_integer_seconds_and_a_garbage_timestamp_among_integers():
+    # integer timestamps of seconds size: the file is read as seconds (no text needed)
+    p = parse_exposition(
+        f"DCGM_FI_DEV_GPU_UTIL{L} 10 1709294400\nDCGM_FI_DEV_GPU_UTIL{L} 11 1709294460\n"
+    )
+    assert p.samples["timestamp"].to_list() == [FILE_TIME, datetime(2024, 3, 1, 12, 1, tzinfo=UTC)]
+    # one timestamp that is no integer sends the file through the reading that keeps the text
+    text = f"DCGM_FI_DEV_GPU_UTIL{L} 10 1709294400000\nDCGM_FI_DEV_GPU_UTIL{L} 11 12:00\n"
+    p = parse_exposition(text)
+    assert p.samples["timestamp"].to_list() == [FILE_TIME]
+    assert p.quarantine["reason"].to_list() == ["timestamp is not a number: '12:00'"]
+    assert p.quarantine["raw"].to_list() == [f"DCGM_FI_DEV_GPU_UTIL{L} 11 12:00"]
