@@ -74,9 +74,22 @@ def test_report_of_minutes_without_rfu(tmp_path):
     roi = lake.read("efficiency_roi", D)
     assert roi["avg_rfu_pct"].null_count() == roi.height
     html = (tmp_path / "lake" / "_reports" / f"gpu_report_{D}.html").read_text()
-    assert "n/a" in html and html.count("data:image/png;base64,") >= 5
+    assert html.count("data:image/png;base64,") >= 5
+    # what is unknown says so: no unit after n/a, no $0.00 for a day nobody priced, and the
+    # empty charts say why they are empty
+    assert "avg RFU<b>n/a</b>" in html and "gap<b>n/a</b>" in html and "n/a %" not in html
+    assert "cost<b>n/a (no price)</b>" in html and "waste<b>n/a (no price)</b>" in html
+    assert "No points: PIF (and RFU) need the GPU" in html
+    assert "No RFU or PIF line: PIF (and RFU) need" in html
     # GPUs whose series carry no namespace are named so, never "None"
     assert "(no namespace)" in html and ">None<" not in html and "<b>None</b>" not in html
+    # the terminal summary of such a day (`materialize --summary`) says the same, no traceback
+    from gpu_pipeline.lib.summary import fleet_summary, format_summary
+
+    text = format_summary(fleet_summary(lake, D, D), D, D)
+    assert "avg RFU n/a  ->  gap n/a" in text
+    assert "cost n/a (no price)" in text and "$0.00" not in text
+    assert "(no namespace)   (no model)" in text and "None" not in text
 
 
 # --- 2. utilization [N/A] under MIG: the minute still counts ------------------------------------

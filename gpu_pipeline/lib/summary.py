@@ -6,12 +6,22 @@ from datetime import date, timedelta
 
 import polars as pl
 
+from gpu_pipeline.lib.display import NO_NAMESPACE, NO_PRICE, num, text, usd
 from gpu_pipeline.lib.io.lake import Lake
 from gpu_pipeline.lib.rules import DEFAULT, HOURS_PER_MONTH, PHASES
 
 
 def _days(start: date, end: date) -> list[date]:
     return [start + timedelta(days=i) for i in range((end - start).days + 1)]
+
+
+def _priced_sums() -> list[pl.Expr]:
+    """Cost and waste summed, null (not $0) where nothing was priced (a model the price book
+    lacks)."""
+    return [
+        pl.when(pl.col(c).count() > 0).then(pl.col(c).sum()).alias(c)
+        for c in ("cost_usd", "total_waste_usd")
+    ]
 
 
 def fleet_summary(lake: Lake, start: date, end: date) -> dict:
@@ -41,7 +51,7 @@ def fleet_summary(lake: Lake, start: date, end: date) -> dict:
     waste = (
         lake.scan_days("priced_waste", days)
         .group_by("namespace", "gpu_model")
-        .agg(pl.col("gpu_hours", "cost_usd", "total_waste_usd").sum())
+        .agg(pl.col("gpu_hours").sum(), *_priced_sums())
         .with_columns(
             (pl.col("total_waste_usd") / pl.col("gpu_hours") * HOURS_PER_MONTH).alias(
                 "monthly_waste_per_gpu"
@@ -51,11 +61,7 @@ def fleet_summary(lake: Lake, start: date, end: date) -> dict:
         .head(5)
         .collect()
     )
-    totals = (
-        lake.scan_days("priced_waste", days)
-        .select(pl.col("cost_usd", "total_waste_usd").sum())
-        .collect()
-    )
+    totals = lake.scan_days("priced_waste", days).select(*_priced_sums()).collect()
     persistent = (
         lake.scan_days("persistent_bottlenecks", days)
         .group_by("gpu_uuid", "hostname", "namespace", "gpu_model")
@@ -75,28 +81,40 @@ def format_summary(s: dict, start: date, end: date) -> str:
     h = s["head"]
     if not h["gpus"]:
         return f"No GPU-minutes in the lake for {start}..{end}."
+    t = s["totals"]
+    priced = t["cost_usd"] is not None  # a sum over no priced minute is null
+    cost = (
+        f"  cost ${t['cost_usd']:,.2f}, of which waste ${t['total_waste_usd'] or 0:,.2f}"
+        if priced
+        else f"  cost {NO_PRICE}: no GPU-minute of the period has a price (price book)"
+    )
     out = [
         f"Fleet summary {start} .. {end}",
         f"  GPUs: {h['gpus']}    GPU-hours: {h['gpu_hours']:,.1f}",
-        f"  avg utilization {h['util']:.1f} %  vs  avg RFU {h['rfu']:.1f} %  ->  gap {h['gap']:.1f} points",
+        f"  avg utilization {num(h['util'], '.1f', unit=' %')}  vs  avg RFU "
+        f"{num(h['rfu'], '.1f', unit=' %')}  ->  gap {num(h['gap'], '.1f', unit=' points')}",
         "  phase shares: "
-        + ", ".join(f"{p} {h[p]:.1f} %" for p in PHASES if p != "unknown" or h[p]),
-        f"  bottlenecked share of active minutes: {h['bottlenecked_active_pct']:.1f} %",
-        f"  cost ${s['totals']['cost_usd'] or 0:,.2f}, of which waste ${s['totals']['total_waste_usd'] or 0:,.2f}",
+        + ", ".join(f"{p} {num(h[p], '.1f', unit=' %')}" for p in PHASES if p != "unknown" or h[p]),
+        "  bottlenecked share of active minutes: "
+        + num(h["bottlenecked_active_pct"], ".1f", "n/a (no active minute)", " %"),
+        cost,
         "",
         "  Most wasteful namespace / model (USD over the period):",
     ]
     for r in s["waste"].iter_rows(named=True):
         out.append(
-            f"    {r['namespace'] or '(no namespace)':<16} {str(r['gpu_model']):<24} waste ${r['total_waste_usd'] or 0:>10,.2f}"
-            f" of ${r['cost_usd'] or 0:>10,.2f}   (${r['monthly_waste_per_gpu'] or 0:,.0f}/GPU-month)"
+            f"    {text(r['namespace'], NO_NAMESPACE):<16} {text(r['gpu_model'], '(no model)'):<24}"
+            f" waste {usd(r['total_waste_usd']):>11} of {usd(r['cost_usd']):>11}"
+            f"   ({usd(r['monthly_waste_per_gpu'], ',.0f')}/GPU-month)"
         )
     p = s["persistent"]
     out += ["", f"  Persistent bottlenecks: {p.height} GPU(s)"]
     for r in p.head(10).iter_rows(named=True):
         out.append(
-            f"    {r['gpu_uuid']}  {r['hostname']:<24} {r['namespace'] or '(no namespace)':<16} flagged {r['days_flagged']} day(s),"
-            f" {100 * r['bottleneck_share']:.0f} % of active minutes bottlenecked"
+            f"    {r['gpu_uuid']}  {text(r['hostname'], '(no hostname)'):<24}"
+            f" {text(r['namespace'], NO_NAMESPACE):<16} flagged {r['days_flagged']} day(s),"
+            f" {num(r['bottleneck_share'] and 100 * r['bottleneck_share'], '.0f', 'n/a', ' %')}"
+            " of active minutes bottlenecked"
         )
     if p.height > 10:
         out.append(

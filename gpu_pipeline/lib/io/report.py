@@ -18,6 +18,7 @@ warnings.filterwarnings("ignore", message="No artists with labels found", catego
 import matplotlib.pyplot as plt  # noqa: E402
 import polars as pl  # noqa: E402
 
+from gpu_pipeline.lib.display import NO_NAMESPACE, NO_PRICE, num  # noqa: E402
 from gpu_pipeline.lib.io.lake import Lake  # noqa: E402
 from gpu_pipeline.lib.rules import DEFAULT, Thresholds  # noqa: E402
 
@@ -51,7 +52,6 @@ class Report:
 
 
 # a GPU whose series carry no namespace label (a bare node, a Prometheus API export)
-NO_NAMESPACE = "(no namespace)"
 
 
 def _label(v: object, n: int = 40, none: str = "(none)") -> str:
@@ -59,10 +59,6 @@ def _label(v: object, n: int = 40, none: str = "(none)") -> str:
     anything, and a megabyte of text overflows the font rasterizer)."""
     s = none if v is None else str(v)
     return s if len(s) <= n else s[: n - 1] + "…"
-
-
-def _num(v: float | None, fmt: str, none: str = "n/a") -> str:
-    return none if v is None or v != v else format(v, fmt)
 
 
 def _f(series: pl.Series) -> list[float]:
@@ -83,6 +79,12 @@ def _png(fig) -> bytes:
 
 
 SCATTER_POINTS = 20_000  # more points only blur the chart and grow the page
+NO_PIF = "No GPU-minute of this day has a PIF:\nits GPUs report no power, or no max power is known"
+NO_PIF_WHY = (
+    "PIF (and RFU) need the GPU's power and its max power, from the model catalog or the power "
+    "limit the export carries; this day's GPUs lack one or the other (see gpu_minutes.max_power_basis "
+    "and the model in gpu_samples)."
+)
 
 
 def _scatter(m: pl.DataFrame, t: Thresholds = DEFAULT) -> Chart:
@@ -115,13 +117,20 @@ def _scatter(m: pl.DataFrame, t: Thresholds = DEFAULT) -> Chart:
     ax.set_ylabel("Power intensity factor (power / max power)")
     ax.set_xlim(0, 101)
     ax.set_ylim(0, 1.02)
-    ax.legend(loc="upper left", fontsize=8, markerscale=3)
+    if total:
+        ax.legend(loc="upper left", fontsize=8, markerscale=3)
+    else:
+        ax.text(50, 0.5, NO_PIF, ha="center", va="center", fontsize=9, wrap=True, color="#555")
     ax.set_title(f"Utilization vs PIF per GPU-minute ({shown})", fontsize=10)
     return Chart(
         "Utilization vs power intensity",
         _png(fig),
-        f"Shows {shown}; the legend counts the points drawn per class. Bottom right (busy, low "
-        "power) is paid time that does little math.",
+        (
+            f"Shows {shown}; the legend counts the points drawn per class. Bottom right (busy, "
+            "low power) is paid time that does little math."
+        )
+        if total
+        else f"No points: {NO_PIF_WHY}",
     )
 
 
@@ -131,15 +140,19 @@ def _timeseries(m: pl.DataFrame) -> Chart:
         .group_by("hour")
         .agg(
             pl.col("gpu_util_pct", "rfu_pct", "pif", "efficiency_gap_pct").mean(),
-            pl.col("realized_tflops").sum() / 60,
+            # null, not 0, for an hour without any (no PIF): nothing is drawn there
+            pl.when(pl.col("realized_tflops").count() > 0).then(
+                pl.col("realized_tflops").sum() / 60
+            ),
         )
         .sort("hour")
     )
     fig, (a1, a2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
     hours = h["hour"].dt.hour()
     hours = hours.to_list()
-    a1.plot(hours, _f(h["gpu_util_pct"]), label="utilization %", color="#1e88e5")
-    a1.plot(hours, _f(h["rfu_pct"]), label="RFU %", color="#43a047")
+    dots = {"marker": "o", "ms": 3}  # a day with one hour of data still shows it
+    a1.plot(hours, _f(h["gpu_util_pct"]), label="utilization %", color="#1e88e5", **dots)
+    a1.plot(hours, _f(h["rfu_pct"]), label="RFU %", color="#43a047", **dots)
     a1.fill_between(
         hours,
         _f(h["rfu_pct"]),
@@ -152,17 +165,24 @@ def _timeseries(m: pl.DataFrame) -> Chart:
     a1.set_ylim(0, 100)
     a1.legend(fontsize=8, loc="lower left")
     a1.set_title("Fleet hour by hour: reported utilization vs realized TFLOPS utilization")
-    a2.plot(hours, _f(h["pif"]), color="#8e24aa", label="avg PIF")
+    a2.plot(hours, _f(h["pif"]), color="#8e24aa", label="avg PIF", **dots)
     a2.set_ylabel("avg PIF (0-1)")
     a2.set_ylim(0, 1)
     ax3 = a2.twinx()
-    ax3.plot(hours, _f(h["realized_tflops"]), color="#fb8c00", label="fleet realized TFLOPS")
+    ax3.plot(
+        hours, _f(h["realized_tflops"]), color="#fb8c00", label="fleet realized TFLOPS", **dots
+    )
     ax3.set_ylabel("realized TFLOPS (fleet, hourly mean)")
     ax3.set_ylim(0, max(1.0, float(h["realized_tflops"].max() or 0)) * 1.15)
     a2.set_xlabel("hour of day (UTC)")
+    a2.set_xlim(-0.5, 23.5)
+    a2.set_xticks(range(0, 24, 3))
     a2.legend(loc="lower left", fontsize=8)
     ax3.legend(loc="lower right", fontsize=8)
-    return Chart("Fleet time series", _png(fig))
+    no_rfu = h["rfu_pct"].null_count() == h.height
+    return Chart(
+        "Fleet time series", _png(fig), f"No RFU or PIF line: {NO_PIF_WHY}" if no_rfu else ""
+    )
 
 
 def _models(m: pl.DataFrame) -> Chart:
@@ -274,7 +294,7 @@ def _recommendations(r: pl.DataFrame) -> Chart:
     for i, (t, usd) in enumerate(
         zip(g["total_savings_frac"], g["monthly_savings_usd"], strict=True)
     ):
-        ax.text(100 * t + 1, i, f"${_num(usd, ',.0f')}/mo", va="center", fontsize=8)
+        ax.text(100 * t + 1, i, f"${num(usd, ',.0f')}/mo", va="center", fontsize=8)
     ax.set_xlim(0, 115)
     ax.set_xlabel("savings, % of the namespace's cost")
     ax.legend(fontsize=8, loc="lower right")
@@ -305,7 +325,7 @@ def _roi(roi: pl.DataFrame) -> Chart:
         ax.text(
             i,
             e or 0,
-            f"{_num(r, '.0f')}% RFU\n${_num(usd, ',.0f')}/mo",
+            f"{num(r, '.0f')}% RFU\n${num(usd, ',.0f')}/mo",
             ha="center",
             va="bottom",
             fontsize=8,
@@ -373,6 +393,7 @@ def _trend(t: pl.DataFrame) -> Chart:
     ax2 = ax.twinx()
     ax2.bar(x, _f(t["waste_usd"]), color="#e53935", alpha=0.25, label="waste $/day")
     ax2.set_ylabel("waste, $ per day")
+    ax2.set_ylim(0, max(1.0, float(t["waste_usd"].max() or 0)) * 1.15)
     lines = ax.get_legend_handles_labels()
     bars = ax2.get_legend_handles_labels()
     ax.legend(lines[0] + bars[0], lines[1] + bars[1], fontsize=8, loc="upper left")
@@ -587,15 +608,16 @@ def build_report(
         pl.col("rfu_pct").mean().alias("rfu"),
         pl.col("efficiency_gap_pct").mean().alias("gap"),
     ).row(0, named=True)
+    priced = w["cost_usd"].null_count() < w.height
     cost, waste = w["cost_usd"].sum(), w["total_waste_usd"].sum()
     kpis = [
         ("GPUs", f"{k['gpus']}"),
         ("GPU-hours", f"{k['hours']:,.1f}"),
-        ("avg utilization", f"{_num(k['util'], '.1f')} %"),
-        ("avg RFU", f"{_num(k['rfu'], '.1f')} %"),
-        ("gap", f"{_num(k['gap'], '.1f')} pts"),
-        ("cost", f"${cost:,.2f}"),
-        ("waste", f"${waste:,.2f}"),
+        ("avg utilization", num(k["util"], ".1f", unit=" %")),
+        ("avg RFU", num(k["rfu"], ".1f", unit=" %")),
+        ("gap", num(k["gap"], ".1f", unit=" pts")),
+        ("cost", f"${cost:,.2f}" if priced else NO_PRICE),
+        ("waste", f"${waste:,.2f}" if priced else NO_PRICE),
     ]
     if nse is not None and nse.height and "energy_kwh" in nse.columns:
         e = nse.select(pl.col("energy_kwh", "idle_energy_kwh", "energy_usd", "co2_kg").sum()).row(
@@ -689,8 +711,8 @@ def build_report(
                     trend,
                     ["date", "gpu_minutes", "util", "rfu", "waste_usd"],
                     {
-                        "util": lambda v: _num(v, ".1f"),
-                        "rfu": lambda v: _num(v, ".1f"),
+                        "util": lambda v: num(v, ".1f"),
+                        "rfu": lambda v: num(v, ".1f"),
                         "waste_usd": lambda v: f"${v:,.2f}",
                     },
                 )
@@ -709,10 +731,10 @@ def build_report(
                         "realized_pct_of_achievable",
                     ],
                     {
-                        c: (lambda v: _num(v, ",.0f"))
+                        c: (lambda v: num(v, ",.0f"))
                         for c in ("theoretical_tflops", "achievable_tflops", "realized_tflops")
                     }
-                    | {"realized_pct_of_achievable": lambda v: f"{_num(v, '.1f')} %"},
+                    | {"realized_pct_of_achievable": lambda v: num(v, ".1f", unit=" %")},
                 )
             )
             parts.append(
