@@ -88,6 +88,8 @@ def test_report_of_minutes_without_rfu(tmp_path):
 
     text = format_summary(fleet_summary(lake, D, D), D, D)
     assert "avg RFU n/a  ->  gap n/a" in text
+    # a busy minute without PIF has no class: the bottlenecked share says it does not know it
+    assert "active minutes: 0.0 % (class unknown for 2 of 4: no PIF)" in text
     assert "cost n/a (no price)" in text and "$0.00" not in text
     assert "(no namespace)   (no model)" in text and "None" not in text
 

@@ -44,6 +44,10 @@ def fleet_summary(lake: Lake, start: date, end: date) -> dict:
                 * (pl.col("efficiency_class") == "bottlenecked").sum()
                 / (pl.col("gpu_util_pct") >= DEFAULT.idle_below).sum()
             ).alias("bottlenecked_active_pct"),
+            (pl.col("gpu_util_pct") >= DEFAULT.idle_below).sum().alias("active_minutes"),
+            ((pl.col("gpu_util_pct") >= DEFAULT.idle_below) & pl.col("efficiency_class").is_null())
+            .sum()
+            .alias("active_unclassed"),
         )
         .collect()
         .row(0, named=True)
@@ -96,7 +100,12 @@ def format_summary(s: dict, start: date, end: date) -> str:
         "  phase shares: "
         + ", ".join(f"{p} {num(h[p], '.1f', unit=' %')}" for p in PHASES if p != "unknown" or h[p]),
         "  bottlenecked share of active minutes: "
-        + num(h["bottlenecked_active_pct"], ".1f", "n/a (no active minute)", " %"),
+        + num(h["bottlenecked_active_pct"], ".1f", "n/a (no active minute)", " %")
+        + (
+            f" (class unknown for {h['active_unclassed']:,} of {h['active_minutes']:,}: no PIF)"
+            if h["active_unclassed"]
+            else ""
+        ),
         cost,
         "",
         "  Most wasteful namespace / model (USD over the period):",
