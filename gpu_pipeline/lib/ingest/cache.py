@@ -206,18 +206,20 @@ def parse_all(
     """`load_or_parse` of every file, in order. The files not cached yet are parsed first, the
     small ones `WORKERS` at a time (a file of one host keeps Polars' threads busy only part of
     the time), each large one alone; `done(file, parsed)` is called as each is cached."""
-    todo = [f for f in files if not is_cached(f, cache_root, opts)]
+    todo = [i for i, f in enumerate(files) if not is_cached(f, cache_root, opts)]
+    parsed: dict[int, ParsedFile] = {}
 
-    def one(f: LandingFile) -> None:
-        pf = load_or_parse(f, cache_root, opts)
+    def one(i: int) -> None:
+        parsed[i] = load_or_parse(files[i], cache_root, opts)
         if done:
-            done(f, pf)
+            done(files[i], parsed[i])
 
-    small = [f for f in todo if f.size <= CONCURRENT_PARSE_BYTES]
+    small = [i for i in todo if files[i].size <= CONCURRENT_PARSE_BYTES]
     if small:
         with ThreadPoolExecutor(WORKERS) as pool:
             list(pool.map(one, small))
-    for f in todo:
-        if f.size > CONCURRENT_PARSE_BYTES:
-            one(f)
-    return [load_or_parse(f, cache_root, opts) for f in files]
+    for i in todo:
+        if files[i].size > CONCURRENT_PARSE_BYTES:
+            one(i)
+    # the files parsed just now are not read back; the others come from the cache
+    return [parsed.get(i) or load_or_parse(f, cache_root, opts) for i, f in enumerate(files)]

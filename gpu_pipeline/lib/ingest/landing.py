@@ -167,19 +167,15 @@ def list_landing(
     out = []
     entries = []
     for path, rel in _entries(root):
+        name = display_name(rel.as_posix())
         why, st = _refusal(path, real_root)
-        key = (
-            None
-            if why
-            else f"{display_name(rel.as_posix())}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}"
-        )
-        entries.append((path, rel, why, st, key))
+        key = None if why else f"{name}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}"
+        entries.append((path, name, why, st, key))
     # new files are read and hashed a few at a time (hashlib releases the GIL)
     new = [e[0] for e in entries if e[4] is not None and e[4] not in known]
     with ThreadPoolExecutor(WORKERS) as pool:
         hashed = dict(zip(new, pool.map(_sha256_or_error, new), strict=True))
-    for path, rel, why, st, key in entries:
-        name = display_name(rel.as_posix())
+    for path, name, why, st, key in entries:
         if why is None:
             sha = known.get(key) or hashed[path]
             if isinstance(sha, OSError):

@@ -114,7 +114,12 @@ class TimeUnits:
     def of(cls, ts_s: pl.Series) -> TimeUnits:
         as_int = ts_s.cast(pl.Int64, strict=False)
         as_float = ts_s.filter(as_int.is_null()).cast(pl.Float64, strict=False)
-        int_median, float_median = as_int.median(), as_float.median()
+        return cls.from_medians(as_int.median(), as_float.median())
+
+    @classmethod
+    def from_medians(cls, int_median: float | None, float_median: float | None) -> TimeUnits:
+        """Seconds-sized integers (median below 1e11) are seconds; milliseconds-sized floats are
+        milliseconds."""
         return cls(
             int_factor=1000 if int_median is not None and int_median < 1e11 else 1,
             float_factor=1.0 if float_median is not None and float_median >= 1e11 else 1000.0,
@@ -143,11 +148,7 @@ class TimeUnits:
             stamped += other.filter(
                 pl.col("f").is_not_null() & pl.col("value").is_not_null()
             ).height
-        int_median = row["int_median"]
-        units = cls(
-            int_factor=1000 if int_median is not None and int_median < 1e11 else 1,
-            float_factor=1.0 if float_median is not None and float_median >= 1e11 else 1000.0,
-        )
+        units = cls.from_medians(row["int_median"], float_median)
         return units, numeric > 0 and stamped * 2 > numeric, bool(row["odd"])
 
     def int_ms(self, as_int: pl.Expr) -> pl.Expr:
