@@ -7,7 +7,7 @@ import polars as pl
 
 from gpu_pipeline.lib.reference import model_key
 from gpu_pipeline.lib.rules import HEALTH, HealthThresholds
-from gpu_pipeline.lib.samples import conform_lazy
+from gpu_pipeline.lib.samples import MINUTE_MS, conform_lazy, floor_ms
 from gpu_pipeline.lib.schemas import GPU_HEALTH_SCHEMA
 
 # clock-event reason bits that mean "held back by power": SW power cap, HW power brake
@@ -22,7 +22,7 @@ def gpu_health(
     Any double-bit ECC error or a failed row remap means the GPU's math can't be trusted: `drain`.
     Hot minutes or XID errors: `warn`. Running at the power limit is not unhealthy by itself.
     """
-    minute = pl.col("timestamp").dt.truncate("1m")
+    minute = floor_ms(pl.col("timestamp"), MINUTE_MS)
     limit = pl.coalesce("power_limit_w", "_cat_power")
     capped = (pl.col("power_w") >= h.power_capped_from * limit) | (
         (pl.col("clock_event_reasons").cast(pl.Int64, strict=False) & POWER_CAP_BITS) != 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from gpu_pipeline.lib.rules import HEALTH, HealthThresholds
-from gpu_pipeline.lib.samples import conform_lazy
+from gpu_pipeline.lib.samples import HOUR_MS, conform_lazy, floor_ms
 from gpu_pipeline.lib.schemas import STRAGGLERS_SCHEMA
 
 
@@ -24,7 +24,7 @@ def stragglers(minutes: pl.LazyFrame, h: HealthThresholds = HEALTH) -> pl.LazyFr
     )
     per_hour = (
         minutes.filter(pl.col("pod").is_not_null())
-        .with_columns(pl.col("minute").dt.truncate("1h").alias("hour"), metric.alias("_m"))
+        .with_columns(floor_ms(pl.col("minute"), HOUR_MS).alias("hour"), metric.alias("_m"))
         .group_by("date", "hour", "namespace", "pod", "gpu_uuid", "gpu_instance_id")
         .agg(
             pl.col("hostname").drop_nulls().last(),

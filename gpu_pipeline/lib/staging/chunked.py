@@ -21,6 +21,7 @@ set them through the resources).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -28,7 +29,7 @@ import polars as pl
 from gpu_pipeline.lib.marts.hourly_fleet_metrics import hourly_fleet_metrics
 from gpu_pipeline.lib.marts.priced_waste import priced_waste
 from gpu_pipeline.lib.rules import DEFAULT, DIAGNOSIS, DiagnosisThresholds, Thresholds
-from gpu_pipeline.lib.samples import SAMPLE_ORDER, collect_stable
+from gpu_pipeline.lib.samples import MINUTE_MS, SAMPLE_ORDER, collect_stable
 from gpu_pipeline.lib.schemas import GPU_MINUTES_SCHEMA
 from gpu_pipeline.lib.staging.gpu_daily import gpu_daily
 from gpu_pipeline.lib.staging.gpu_minutes import gpu_minutes
@@ -165,7 +166,8 @@ def inspect(df: pl.DataFrame) -> tuple[pl.DataFrame, Shape]:
         (uuid == uuid.shift())
         & ((inst < inst.shift()) | ((inst == inst.shift()) & (ts < ts.shift())))
     )
-    same_minute = same_gpu & (ts.dt.truncate("1m") == ts.dt.truncate("1m").shift())
+    minute = ts.dt.epoch("ms") // MINUTE_MS
+    same_minute = same_gpu & (minute == minute.shift())
 
     def flags(frame: pl.DataFrame) -> dict:
         return frame.select(
@@ -225,10 +227,16 @@ def minutes_by_chunk(
     chunking: Chunking = DEFAULT_CHUNKING,
 ) -> Iterator[pl.DataFrame]:
     """gpu_minutes of a day's samples, one chunk of GPUs at a time, in SAMPLE_ORDER overall
-    (by cluster first when split by cluster)."""
-    for chunk in plan(samples, max_gpus, split, chunking=chunking):
+    (by cluster first when split by cluster).
+
+    The next chunk is computed in a second thread while the caller works on the one it was
+    handed (its minute runs, its write): Polars and NumPy release the GIL, so both cores work.
+    Two chunks are then in memory at once, which the memory budget allows for
+    (`Chunking.rows`)."""
+
+    def compute(chunk: Chunk) -> pl.DataFrame:
         df, shape = inspect(samples.filter(chunk.predicate).collect(engine="in-memory"))
-        yield collect_stable(
+        return collect_stable(
             gpu_minutes(
                 df.lazy(),
                 catalog,
@@ -240,3 +248,14 @@ def minutes_by_chunk(
                 d=d,
             )
         )
+
+    chunks = plan(samples, max_gpus, split, chunking=chunking)
+    if not chunks:
+        return
+    with ThreadPoolExecutor(1, thread_name_prefix="gpu_minutes") as ahead:
+        pending = ahead.submit(compute, chunks[0])
+        for following in chunks[1:]:
+            minutes = pending.result()
+            pending = ahead.submit(compute, following)
+            yield minutes
+        yield pending.result()
