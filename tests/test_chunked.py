@@ -152,13 +152,13 @@ def test_chunk_size_and_split_come_from_the_settings(monkeypatch):
 
 def test_chunks_follow_the_memory_budget_by_default(samples):
     budget = chunked.Chunking(mb=16)
-    assert chunked.Chunking().gpus is None and budget.rows == 16 * 1024
-    # 16,384 rows: eleven minute-level GPUs of 1,440 rows fit, a twelfth does not
+    # 1.25 KiB a row (two chunks in flight): 13,107 rows, nine minute-level GPUs of 1,440 rows
+    assert chunked.Chunking().gpus is None and budget.rows == 16 * 2**20 // 1280 == 13_107
     rows = samples.group_by("gpu_uuid").len().sort("gpu_uuid")
     chunks = chunked.plan(samples.lazy(), chunking=budget)
     sizes = [rows.filter(pl.col("gpu_uuid").is_in(c.uuids))["len"].sum() for c in chunks]
-    assert all(n <= 16 * 1024 for n in sizes) and sum(sizes) == samples.height
-    assert [len(c.uuids) for c in chunks][0] == 16 * 1024 // 1440
+    assert all(n <= budget.rows for n in sizes) and sum(sizes) == samples.height
+    assert [len(c.uuids) for c in chunks][0] == 9
     # a GPU alone over the budget is a chunk of its own, nothing is dropped
     assert chunked.cut_by_size(["a", "b", "c"], [5, 20, 1], None, 10) == [["a"], ["b"], ["c"]]
     # the tables are those of one pass whatever the chunking

@@ -161,8 +161,9 @@ def minute_runs(minutes: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
     over the run starts) and its counts one `numpy.bincount` per counted column: a fifth of
     what a group-by costs per column.
     """
-    hour = floor_ms(pl.col("minute"), HOUR_MS)
-    keys = [pl.col(c) for c in RUN_KEYS] + [hour]
+    minute_ms = pl.col("minute").dt.epoch("ms")
+    # the hour as a number to compare rows by; as a time only once per run (below)
+    keys = [pl.col(c) for c in RUN_KEYS] + [minute_ms // HOUR_MS]
     columns = minutes.collect_schema().names()  # resolved once, not once per phase
     sums = _sums(columns)
     first = pl.int_range(pl.len()) == 0
@@ -170,8 +171,8 @@ def minute_runs(minutes: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
         minute_costs(minutes).select(
             (first | pl.any_horizontal([k.ne_missing(k.shift()) for k in keys])).alias("_start"),
             *RUN_KEYS,
-            hour.alias("hour"),
-            pl.col("minute").dt.epoch("ms").alias("_minute_ms"),
+            "minute",
+            minute_ms.alias("_minute_ms"),
             pl.col("price_usd_per_hour").fill_null(float("nan")),
             *HOURLY_MEANS,
             *[pl.col(c).cast(enum) for c, enum, _, _ in _COUNTED],
@@ -192,9 +193,10 @@ def minute_runs(minutes: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
         per = seg.categories(col(c), len(cats))
         counts |= {f"{prefix}{n}": per[:, cats.index(n)] for n in names}
     return (
-        frame.select(*RUN_KEYS, "hour")
+        frame.select(*RUN_KEYS, "minute")
         .filter(col("_start"))
         .with_columns(
+            floor_ms(pl.col("minute"), HOUR_MS).alias("hour"),
             pl.Series("_last_minute", np.maximum.reduceat(col("_minute_ms").to_numpy(), seg.at)),
             pl.Series("_minutes", seg.lengths),
             *[pl.Series(c, seg.sum(col(c))) for c in sums],
