@@ -79,6 +79,9 @@ def test_report_of_minutes_without_rfu(tmp_path):
     # empty charts say why they are empty
     assert "avg RFU<b>n/a</b>" in html and "gap<b>n/a</b>" in html and "n/a %" not in html
     assert "cost<b>n/a (no price)</b>" in html and "waste<b>n/a (no price)</b>" in html
+    # the trend table's waste of the day too (it summed to $0.00 before)
+    trend_row = html.split(f"<tr><td>{D}</td>", 1)[1].split("</tr>", 1)[0]
+    assert trend_row.endswith("<td>n/a (no price)</td>") and "$" not in trend_row
     assert "No points: PIF (and RFU) need the GPU" in html
     assert "No RFU or PIF line: PIF (and RFU) need" in html
     # GPUs whose series carry no namespace are named so, never "None"

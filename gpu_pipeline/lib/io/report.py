@@ -369,7 +369,10 @@ def fleet_trend(lake: Lake, day: date, days: int = TREND_DAYS) -> pl.DataFrame:
                 "gpu_minutes": int(h["gpu_minutes"].sum()),
                 "util": _minute_mean(h, "avg_gpu_util_pct"),
                 "rfu": _minute_mean(h, "avg_rfu_pct"),
-                "waste_usd": float(w["total_waste_usd"].sum()),
+                # null, not $0, when nothing of the day was priced
+                "waste_usd": w["total_waste_usd"].sum()
+                if w["total_waste_usd"].null_count() < w.height
+                else None,
             }
         )
     schema = {
@@ -518,7 +521,7 @@ def _table(df: pl.DataFrame, cols: list[str], fmt: dict | None = None) -> str:
         for c in cols:
             v = r[c]
             if v is None:
-                s = NO_NAMESPACE if c == "namespace" else ""
+                s = {"namespace": NO_NAMESPACE, "waste_usd": NO_PRICE}.get(c, "")
             else:
                 s = fmt[c](v) if c in fmt else str(v)
             cells.append(f"<td>{html.escape(s)}</td>")
