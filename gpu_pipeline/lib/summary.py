@@ -8,6 +8,7 @@ import polars as pl
 
 from gpu_pipeline.lib.display import NO_NAMESPACE, NO_PRICE, num, text, usd
 from gpu_pipeline.lib.io.lake import Lake
+from gpu_pipeline.lib.marts.priced_waste import priced_total
 from gpu_pipeline.lib.rules import DEFAULT, HOURS_PER_MONTH, PHASES
 
 
@@ -16,12 +17,8 @@ def _days(start: date, end: date) -> list[date]:
 
 
 def _priced_sums() -> list[pl.Expr]:
-    """Cost and waste summed, null (not $0) where nothing was priced (a model the price book
-    lacks)."""
-    return [
-        pl.when(pl.col(c).count() > 0).then(pl.col(c).sum()).alias(c)
-        for c in ("cost_usd", "total_waste_usd")
-    ]
+    """Cost and waste summed, null (not $0) where nothing was priced."""
+    return [priced_total(c) for c in ("cost_usd", "total_waste_usd")]
 
 
 def fleet_summary(lake: Lake, start: date, end: date) -> dict:

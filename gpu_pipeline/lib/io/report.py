@@ -20,6 +20,7 @@ import polars as pl  # noqa: E402
 
 from gpu_pipeline.lib.display import NO_NAMESPACE, NO_PRICE, num  # noqa: E402
 from gpu_pipeline.lib.io.lake import Lake  # noqa: E402
+from gpu_pipeline.lib.marts.priced_waste import priced_total  # noqa: E402
 from gpu_pipeline.lib.rules import DEFAULT, Thresholds  # noqa: E402
 
 CLASS_COLORS = {
@@ -369,10 +370,7 @@ def fleet_trend(lake: Lake, day: date, days: int = TREND_DAYS) -> pl.DataFrame:
                 "gpu_minutes": int(h["gpu_minutes"].sum()),
                 "util": _minute_mean(h, "avg_gpu_util_pct"),
                 "rfu": _minute_mean(h, "avg_rfu_pct"),
-                # null, not $0, when nothing of the day was priced
-                "waste_usd": w["total_waste_usd"].sum()
-                if w["total_waste_usd"].null_count() < w.height
-                else None,
+                "waste_usd": w.select(priced_total("total_waste_usd")).item(),
             }
         )
     schema = {
@@ -512,8 +510,13 @@ LABELS = {
 }
 
 
-def _table(df: pl.DataFrame, cols: list[str], fmt: dict | None = None) -> str:
+def _table(
+    df: pl.DataFrame, cols: list[str], fmt: dict | None = None, missing: dict | None = None
+) -> str:
+    """An HTML table of `cols`, each formatted by `fmt[col]`; an empty cell says `missing[col]`
+    (a namespace: "(no namespace)")."""
     fmt = fmt or {}
+    missing = {"namespace": NO_NAMESPACE} | (missing or {})
     head = "".join(f"<th>{html.escape(LABELS.get(c, c))}</th>" for c in cols)
     rows = []
     for r in df.select(cols).iter_rows(named=True):
@@ -521,9 +524,11 @@ def _table(df: pl.DataFrame, cols: list[str], fmt: dict | None = None) -> str:
         for c in cols:
             v = r[c]
             if v is None:
-                s = {"namespace": NO_NAMESPACE, "waste_usd": NO_PRICE}.get(c, "")
+                s = missing.get(c, "")
+            elif c in fmt:
+                s = fmt[c](v)
             else:
-                s = fmt[c](v) if c in fmt else str(v)
+                s = str(v)
             cells.append(f"<td>{html.escape(s)}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     return f"<div class='scroll'><table><tr>{head}</tr>{''.join(rows)}</table></div>"
@@ -611,8 +616,8 @@ def build_report(
         pl.col("rfu_pct").mean().alias("rfu"),
         pl.col("efficiency_gap_pct").mean().alias("gap"),
     ).row(0, named=True)
-    priced = w["cost_usd"].null_count() < w.height
-    cost, waste = w["cost_usd"].sum(), w["total_waste_usd"].sum()
+    cost, waste = w.select(priced_total("cost_usd"), priced_total("total_waste_usd")).row(0)
+    priced = cost is not None
     kpis = [
         ("GPUs", f"{k['gpus']}"),
         ("GPU-hours", f"{k['hours']:,.1f}"),
@@ -718,6 +723,7 @@ def build_report(
                         "rfu": lambda v: num(v, ".1f"),
                         "waste_usd": lambda v: f"${v:,.2f}",
                     },
+                    missing={"waste_usd": NO_PRICE},
                 )
             )
         if c.title == "GPU model comparison":

@@ -13,6 +13,12 @@ from gpu_pipeline.lib.schemas import (
 from gpu_pipeline.lib.staging.minute_runs import MONEY, WASTE_KEYS
 
 
+def priced_total(column: str) -> pl.Expr:
+    """A money column of priced_waste summed, null (not $0) where nothing was priced (a model the
+    price book lacks)."""
+    return pl.when(pl.col(column).count() > 0).then(pl.col(column).sum()).alias(column)
+
+
 def priced_waste(runs: pl.LazyFrame) -> pl.LazyFrame:
     """Minute runs (of one pass or of GPU chunks) -> priced_waste, with run rates."""
     w = (

@@ -4,6 +4,8 @@ the runs, so a day processed in GPU chunks gives the tables of the day processed
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import numpy as np
 import polars as pl
 
@@ -123,14 +125,11 @@ class _Segments:
         self.rows = starts.len()
         self.at = np.flatnonzero(starts.to_numpy())
         self.lengths = np.diff(np.append(self.at, self.rows))
-        self._run: np.ndarray | None = None
 
-    @property
+    @cached_property
     def run(self) -> np.ndarray:
         """The run of each row."""
-        if self._run is None:
-            self._run = np.repeat(np.arange(len(self.at)), self.lengths)
-        return self._run
+        return np.repeat(np.arange(len(self.at)), self.lengths)
 
     def sum(self, s: pl.Series) -> np.ndarray:
         """Per-run sums of a column without nulls (a float's, or a boolean's count of true)."""
