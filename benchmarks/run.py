@@ -19,6 +19,10 @@ import time
 from datetime import date
 from pathlib import Path
 
+# first, as in the CLI and the Dagster code location: the allocator settings it makes before
+# Polars loads (gpu_pipeline/allocator.py) hold in every stage process, references included
+import gpu_pipeline  # noqa: F401
+
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "out"
 EXPO = OUT / "fleet_hour.prom"

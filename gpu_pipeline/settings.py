@@ -1,6 +1,7 @@
 """Every setting in one place: defaults from SPEC.md, overridable by `GPU_PIPELINE_*` variables.
 
-This module is where the process environment is read (`Settings.from_env`), never written. The
+This module is where the process environment is read (`Settings.from_env`), never written (the
+one write in the package is Polars' allocator variable, `allocator.py`, not a setting). The
 definitions bind the settings that came from the environment to the resources as `dg.EnvVar`s
 (`definitions.build_definitions`); the CLI overrides some with its flags (`Settings.replace`)
 and hands the result to the definitions it builds. Nothing under `lib/` reads the environment:

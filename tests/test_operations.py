@@ -280,3 +280,36 @@ class _AnySha(str):
 
 
 ANY_SHA = _AnySha()
+
+
+def test_allocator_settings_apply_before_polars_and_leave_the_environments_own():
+    """gpu_pipeline sets Polars' jemalloc decay before Polars loads (not after, not over a value
+    the environment gives) and glibc's thresholds (not when the environment sets them)."""
+    from gpu_pipeline import allocator
+
+    probe = (
+        "import os, json, sys\n"
+        "first = sys.argv[1]\n"
+        "if first == 'polars': import polars\n"
+        "import gpu_pipeline\n"
+        "print(json.dumps([gpu_pipeline.ALLOCATOR, os.environ.get('_RJEM_MALLOC_CONF')]))\n"
+    )
+
+    def run(first: str, **env: str) -> list:
+        clean = {k: v for k, v in os.environ.items() if k not in ("_RJEM_MALLOC_CONF",)}
+        for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES"):
+            clean.pop(k, None)
+        out = subprocess.run(
+            [sys.executable, "-c", probe, first],
+            env={**clean, **env},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return json.loads(out.stdout)
+
+    assert run("gpu_pipeline") == [{"jemalloc": True, "glibc": True}, allocator.JEMALLOC_CONF]
+    applied, conf = run("polars")  # too late for jemalloc: Polars' own setting stays
+    assert applied == {"jemalloc": False, "glibc": True} and conf != allocator.JEMALLOC_CONF
+    applied, conf = run("gpu_pipeline", _RJEM_MALLOC_CONF="dirty_decay_ms:0", GLIBC_TUNABLES="")
+    assert applied == {"jemalloc": False, "glibc": False} and conf == "dirty_decay_ms:0"

@@ -4,8 +4,6 @@ the runs, so a day processed in GPU chunks gives the tables of the day processed
 
 from __future__ import annotations
 
-from functools import cached_property
-
 import numpy as np
 import polars as pl
 
@@ -126,11 +124,6 @@ class _Segments:
         self.at = np.flatnonzero(starts.to_numpy())
         self.lengths = np.diff(np.append(self.at, self.rows))
 
-    @cached_property
-    def run(self) -> np.ndarray:
-        """The run of each row."""
-        return np.repeat(np.arange(len(self.at)), self.lengths)
-
     def sum(self, s: pl.Series) -> np.ndarray:
         """Per-run sums of a column without nulls (a float's, or a boolean's count of true)."""
         x = s.to_numpy()
@@ -140,14 +133,13 @@ class _Segments:
         """Per-run counts of a column's values that are not null."""
         if not s.null_count():
             return self.lengths
-        nulls = self.run[np.flatnonzero(s.is_null().to_numpy())]
-        return self.lengths - np.bincount(nulls, minlength=len(self.at))
+        return self.lengths - np.add.reduceat(s.is_null().to_numpy(), self.at, dtype=np.uint32)
 
-    def categories(self, codes: pl.Series, k: int) -> np.ndarray:
-        """(runs, k) counts of each of `k` categories (an Enum's codes; null counts in none)."""
-        c = codes.to_physical().fill_null(k).to_numpy().astype(np.int64)
-        n = len(self.at)
-        return np.bincount(self.run * (k + 1) + c, minlength=n * (k + 1)).reshape(n, k + 1)[:, :k]
+    def categories(self, codes: pl.Series, wanted: list[int]) -> list[np.ndarray]:
+        """Per-run counts of each wanted category (an Enum's codes; null counts in none): one
+        segment sum of a 0/1 array per category (faster than a 2-D `bincount` over run ids)."""
+        c = codes.to_physical().fill_null(codes.dtype.categories.len()).to_numpy()  # null: none
+        return [np.add.reduceat(c == k, self.at, dtype=np.uint32) for k in wanted]
 
 
 def minute_runs(minutes: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
@@ -189,8 +181,8 @@ def minute_runs(minutes: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
     counts = {}
     for c, enum, names, prefix in _COUNTED:
         cats = enum.categories.to_list()
-        per = seg.categories(col(c), len(cats))
-        counts |= {f"{prefix}{n}": per[:, cats.index(n)] for n in names}
+        per = seg.categories(col(c), [cats.index(n) for n in names])
+        counts |= {f"{prefix}{n}": v for n, v in zip(names, per, strict=True)}
     return (
         frame.select(*RUN_KEYS, "minute")
         .filter(col("_start"))
@@ -232,26 +224,39 @@ def minute_costs(minutes: pl.LazyFrame) -> pl.LazyFrame:
     idle_share = phase_share(minutes.collect_schema().names(), "idle")
     idle_share = pl.when(mig_unallocated()).then(1.0).otherwise(idle_share).fill_null(0.0)
     measured = pl.col("gpu_util_pct").is_not_null() & pl.col("rfu_pct").is_not_null()
-    rfu = pl.col("rfu_pct") / 100.0
-    stall = pl.max_horizontal(pl.col("gpu_util_pct") - pl.col("rfu_pct"), pl.lit(0.0)) / 100.0
-    busy = 1.0 - idle_share  # what is not idle: productive (RFU) first, then stall, then headroom
-    productive = pl.min_horizontal(rfu, busy)
-    stalled = pl.min_horizontal(stall, busy - productive)
-    split = (idle_share < 1.0) & measured
-    return minutes.with_columns(
-        cost.alias("cost_usd"),
-        pl.when(split).then(cost * productive).otherwise(0.0).alias("productive_usd"),
-        (cost * idle_share).fill_null(0.0).alias("idle_waste_usd"),
-        pl.when(split).then(cost * stalled).otherwise(0.0).alias("stall_waste_usd"),
+    # in steps, each intermediate once (Polars' common-subexpression pass does not reach the
+    # ones nested in others: idle_share was computed eight times)
+    c, idle, busy = pl.col("_cost"), pl.col("_idle"), pl.col("_busy")
+    productive, stalled = pl.col("_productive"), pl.col("_stalled")
+    split = (idle < 1.0) & pl.col("_measured")
+    steps = (
+        minutes.with_columns(
+            cost.alias("_cost"), idle_share.alias("_idle"), measured.alias("_measured")
+        )
+        # what is not idle: productive (RFU) first, then stall, then headroom
+        .with_columns((1.0 - idle).alias("_busy"))
+        .with_columns(
+            pl.min_horizontal(pl.col("rfu_pct") / 100.0, busy).alias("_productive"),
+            (
+                pl.max_horizontal(pl.col("gpu_util_pct") - pl.col("rfu_pct"), pl.lit(0.0)) / 100.0
+            ).alias("_stall"),
+        )
+        .with_columns(pl.min_horizontal(pl.col("_stall"), busy - productive).alias("_stalled"))
+    )
+    return steps.with_columns(
+        c.alias("cost_usd"),
+        pl.when(split).then(c * productive).otherwise(0.0).alias("productive_usd"),
+        (c * idle).fill_null(0.0).alias("idle_waste_usd"),
+        pl.when(split).then(c * stalled).otherwise(0.0).alias("stall_waste_usd"),
         pl.when(split)
-        .then(cost * (busy - productive - stalled))
+        .then(c * (busy - productive - stalled))
         .otherwise(0.0)
         .alias("headroom_waste_usd"),
-        pl.when((idle_share < 1.0) & ~measured)
-        .then(cost * busy)
+        pl.when((idle < 1.0) & ~pl.col("_measured"))
+        .then(c * busy)
         .otherwise(0.0)
         .alias("unmeasured_usd"),
-    )
+    ).drop("_cost", "_idle", "_measured", "_busy", "_productive", "_stall", "_stalled")
 
 
 def allocated_minutes(minutes: pl.LazyFrame) -> pl.LazyFrame:

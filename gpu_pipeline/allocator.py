@@ -1,0 +1,55 @@
+"""The memory allocators of a pipeline process: freed buffers kept for the next chunk.
+
+A staging pass allocates and frees column buffers of a few MiB thousands of times (each chunk's
+columns, in Polars and in NumPy). Left to their defaults, both allocators hand most of those
+pages back to the kernel as soon as they are freed and map fresh ones for the next chunk, which
+the kernel zeroes page by page: on the 10,000-GPU day that was 0.3–0.4 of the pass's 2.6 CPU
+seconds (`perf`: `clear_page_erms`, page faults). Kept for reuse, the same buffers serve chunk
+after chunk; the peak stays what the chunks need at once (`benchmarks/README.md`).
+
+Two settings, both only where the environment does not set them already:
+
+- Polars' jemalloc reads `_RJEM_MALLOC_CONF` once, when Polars is first imported: pages a chunk
+  freed are returned after 5 s unused (`JEMALLOC_CONF`) rather than at once. `gpu_pipeline`
+  sets it on import, so it applies when gpu_pipeline is imported before Polars (the CLI, the
+  Dagster code location and their subprocesses, which inherit it); imported after Polars, it
+  changes nothing.
+- glibc malloc (NumPy's buffers): blocks up to 32 MiB come from the heap instead of a fresh
+  mapping each, and the heap is trimmed when more than 64 MiB of it is free: the values glibc
+  itself moves to once blocks that large were freed, set from the start (`mallopt`; skipped
+  when `MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_` or `GLIBC_TUNABLES` is set, and on
+  any other C library). Larger thresholds were no faster and kept ~50 MiB more.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import platform
+import sys
+
+JEMALLOC_CONF = "dirty_decay_ms:5000,muzzy_decay_ms:5000"
+MMAP_THRESHOLD = 32 * 2**20  # glibc's own upper bound for it on 64-bit
+TRIM_THRESHOLD = 2 * MMAP_THRESHOLD  # as glibc sets it when it raises the threshold
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # <malloc.h>
+_GLIBC_VARIABLES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES")
+
+
+def configure() -> dict[str, bool]:
+    """Apply both settings where they can still take effect; says which did."""
+    applied = {"jemalloc": False, "glibc": False}
+    if "polars" not in sys.modules and "_RJEM_MALLOC_CONF" not in os.environ:
+        os.environ["_RJEM_MALLOC_CONF"] = JEMALLOC_CONF
+        applied["jemalloc"] = True
+    if sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc":
+        if not any(v in os.environ for v in _GLIBC_VARIABLES):
+            try:
+                libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+                applied["glibc"] = bool(
+                    libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+                    and libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+                )
+            except (OSError, AttributeError):  # no usable C library: the defaults stay
+                pass
+    return applied
