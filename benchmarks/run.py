@@ -3,7 +3,9 @@
 Every stage, inputs included, runs in a fresh process (spawn). Its peak is its own: the process
 resets its high-water mark (`/proc/self/clear_refs`) and reads `VmHWM` at the end, so nothing of
 the parent (which generates nothing) or of an earlier stage is counted. Times are best of N
-(reading the lines and our parse: best over two alternated processes each).
+(reading the lines and our parse, the staging pass and DuckDB: best over two alternated processes
+each). gpu_pipeline is imported first in every stage process, as in the CLI and the Dagster code
+location, so its allocator settings (gpu_pipeline/allocator.py) hold in all of them.
 Prints a table, the cost growth of our staging pass from 1,000 to 20,000 GPUs, then one line:
 bench: parse_x_prometheus_client=… parse_x_read_lines=… marts_x_duckdb=… marts_write_x_duckdb=…
        marts_x_pandas=… peak_rss_mib=…
@@ -256,8 +258,18 @@ def main() -> int:
             stage(write_minutes, gpus)
     for gpus in (2000, 10000):
         n = gpus * 1440
-        for name, fn in MARTS:
-            record(name, f"{gpus:,} GPUs, {n:,} GPU-min", *stage(fn, gpus), n)
+        # ours and DuckDB alternated twice: the best time of each (like the parse above) and
+        # the higher peak; pandas, 30 s a run at 10,000 GPUs, once
+        best: dict[str, tuple[float, float]] = {}
+        for round_ in range(2):
+            for name, fn in MARTS:
+                if round_ and "pandas" in name:
+                    continue
+                secs, peak = stage(fn, gpus)
+                was = best.get(name, (float("inf"), 0.0))
+                best[name] = (min(secs, was[0]), max(peak, was[1]))
+        for name, _ in MARTS:
+            record(name, f"{gpus:,} GPUs, {n:,} GPU-min", *best[name], n)
 
     t = {(r[0], r[1]): r[2] for r in rows}
     rss = {(r[0], r[1]): r[3] for r in rows}

@@ -152,13 +152,13 @@ def test_chunk_size_and_split_come_from_the_settings(monkeypatch):
 
 def test_chunks_follow_the_memory_budget_by_default(samples):
     budget = chunked.Chunking(mb=16)
-    # 1.25 KiB a row (two chunks in flight): 13,107 rows, nine minute-level GPUs of 1,440 rows
-    assert chunked.Chunking().gpus is None and budget.rows == 16 * 2**20 // 1280 == 13_107
+    # 1.5 KiB a row (two chunks in flight): 10,922 rows, seven minute-level GPUs of 1,440 rows
+    assert chunked.Chunking().gpus is None and budget.rows == 16 * 2**20 // 1536 == 10_922
     rows = samples.group_by("gpu_uuid").len().sort("gpu_uuid")
     chunks = chunked.plan(samples.lazy(), chunking=budget)
     sizes = [rows.filter(pl.col("gpu_uuid").is_in(c.uuids))["len"].sum() for c in chunks]
     assert all(n <= budget.rows for n in sizes) and sum(sizes) == samples.height
-    assert [len(c.uuids) for c in chunks][0] == 9
+    assert [len(c.uuids) for c in chunks][0] == 7
     # a GPU alone over the budget is a chunk of its own, nothing is dropped
     assert chunked.cut_by_size(["a", "b", "c"], [5, 20, 1], None, 10) == [["a"], ["b"], ["c"]]
     # the tables are those of one pass whatever the chunking
@@ -200,48 +200,3 @@ def test_streamed_write_is_one_file_and_an_error_keeps_the_previous_version(tmp_
     lake.write_frames("gpu_minutes", D, iter(frames))
     assert path.read_bytes() == before
     assert pl.read_parquet(path).schema == pl.Schema(GPU_MINUTES_SCHEMA)
-
-
-def test_one_ahead_keeps_order_runs_one_item_ahead_and_raises_in_order():
-    import threading
-    import time
-
-    from gpu_pipeline.lib.io.lake import one_ahead
-
-    made, threads = [], set()
-
-    def items(n, fail_at=None):
-        for i in range(n):
-            if i == fail_at:
-                raise ValueError(f"item {i} failed")
-            threads.add(threading.get_ident())
-            made.append(i)
-            yield i
-
-    got = []
-    for i in one_ahead(items(6)):
-        time.sleep(0.02)  # room for the producer to run ahead, if it could
-        assert max(made) <= i + 1  # the next item at most, never two
-        got.append(i)
-    assert got == list(range(6))
-    assert threads and threading.get_ident() not in threads  # produced in a thread of its own
-
-    made.clear()
-    got = []
-    with pytest.raises(ValueError, match="item 3 failed"):
-        for i in one_ahead(items(6, fail_at=3)):
-            got.append(i)
-    assert got == [0, 1, 2]  # every item before the error, then the error
-
-    closed = []
-
-    def watched():
-        try:
-            yield from range(100)
-        finally:
-            closed.append(True)
-
-    for _ in one_ahead(watched()):
-        break  # the caller stops early: the producer stops and closes its source
-    assert closed == [True]
-    assert not [t for t in threading.enumerate() if t.name == "gpu_pipeline-ahead"]

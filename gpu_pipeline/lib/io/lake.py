@@ -15,9 +15,8 @@ import hashlib
 import os
 import re
 import shutil
-import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from datetime import date
 from pathlib import Path
@@ -44,52 +43,6 @@ WRITE_OPTIONS = {
 
 def is_uri(root: str | os.PathLike) -> bool:
     return "://" in str(root)
-
-
-def one_ahead(items: Iterable) -> Iterator:
-    """`items` in order, each produced in a thread of its own while the caller works on the one
-    before (the writer encodes chunk i while chunk i+1's minute runs are summed): at most one item
-    waits, and the next is not started before it is taken, so memory holds one item more than a
-    plain loop. An error in producing an item is raised here, in order; when the caller stops
-    early, the producer stops after the item it is working on (and closes `items`).
-    """
-    handoff: list = []  # (kind, value) items, at most one
-    ready, taken, stop = threading.Semaphore(0), threading.Semaphore(0), threading.Event()
-
-    def produce() -> None:
-        source = iter(items)
-        try:
-            for item in source:
-                handoff.append(("item", item))
-                ready.release()
-                taken.acquire()  # wait until the caller has it
-                if stop.is_set():
-                    return
-            handoff.append(("end", None))
-        except BaseException as e:  # noqa: BLE001 - handed to the caller, who raises it
-            handoff.append(("error", e))
-        finally:
-            close = getattr(source, "close", None)
-            if close is not None:
-                close()
-        ready.release()
-
-    worker = threading.Thread(target=produce, name="gpu_pipeline-ahead", daemon=True)
-    worker.start()
-    try:
-        while True:
-            ready.acquire()
-            kind, value = handoff.pop()
-            if kind == "error":
-                raise value
-            if kind == "end":
-                return
-            taken.release()
-            yield value
-    finally:
-        stop.set()
-        taken.release()
-        worker.join()
 
 
 class Lake:
@@ -161,8 +114,7 @@ class Lake:
         self, table: str, day: date, frames: Iterable[pl.DataFrame]
     ) -> tuple[Path | str, int]:
         """Replace the day's partition of `table` with the frames one after another, streamed
-        into one file: a frame is encoded while the next is produced (`one_ahead`), so two are in
-        memory at a time, never the whole day. Returns the file and its rows.
+        into one file: only one frame is in memory at a time. Returns the file and its rows.
 
         Published like `write`, once every frame is written; an error in a frame leaves the
         previous version.
@@ -172,11 +124,11 @@ class Lake:
         schema = TABLES[table]
         self._drop_legacy(table)
         rows = 0
-        prepared = (conform(df.with_columns(pl.lit(day).alias("date")), schema) for df in frames)
 
         def source(*_):
             nonlocal rows
-            for df in one_ahead(prepared):
+            for df in frames:
+                df = conform(df.with_columns(pl.lit(day).alias("date")), schema)
                 rows += df.height
                 yield df
 

@@ -13,8 +13,8 @@ contiguous in every table of the day and a very large fleet's day is processed c
 
 Peak memory is two chunks' samples and minutes (one computed while the previous is aggregated
 and written) plus the small partials, whatever the fleet size. A chunk is sized from a memory
-budget, `Chunking.mb` (default 640 MiB, at about 1.25 KiB of working memory per sample row with
-two chunks in flight: ~520,000 rows, 360 GPUs of minute data, half that at 30 s samples);
+budget, `Chunking.mb` (default 640 MiB, at about 1.5 KiB of working memory per sample row with
+two chunks in flight: ~437,000 rows, 300 GPUs of minute data, half that at 30 s samples);
 `Chunking.gpus` caps chunks by GPU count instead (GPU_PIPELINE_CHUNK_MB / _CHUNK_GPUS / _SPLIT
 set them through the resources).
 """
@@ -37,14 +37,15 @@ from gpu_pipeline.lib.staging.gpu_minutes import gpu_minutes
 from gpu_pipeline.lib.staging.minute_runs import minute_runs
 
 DEFAULT_CHUNK_MB = 640
-# working memory per sample row of a chunk, two chunks in flight (measured: benchmarks/run.py)
-BYTES_PER_ROW = 1280
+# working memory per sample row of a chunk, two chunks in flight, freed buffers kept for reuse
+# (gpu_pipeline/allocator.py): measured with benchmarks/run.py
+BYTES_PER_ROW = 1536
 SPLITS = ("gpus", "cluster")
 
 
 @dataclass(frozen=True)
 class Chunking:
-    """How a day is cut: a memory budget of `mb` MiB of sample rows per chunk (~1.25 KiB of working
+    """How a day is cut: a memory budget of `mb` MiB of sample rows per chunk (~1.5 KiB of working
     memory a row), or at most `gpus` GPUs per chunk when set; `split="cluster"` also cuts at
     cluster boundaries. (The resources carry these settings: `LakeResource.chunking()`.)"""
 
