@@ -296,9 +296,8 @@ def test_allocator_settings_apply_before_polars_and_leave_the_environments_own()
     )
 
     def run(first: str, **env: str) -> list:
-        clean = {k: v for k, v in os.environ.items() if k not in ("_RJEM_MALLOC_CONF",)}
-        for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES"):
-            clean.pop(k, None)
+        ours = ("_RJEM_MALLOC_CONF", *allocator._GLIBC_VARIABLES)
+        clean = {k: v for k, v in os.environ.items() if k not in ours}
         out = subprocess.run(
             [sys.executable, "-c", probe, first],
             env={**clean, **env},

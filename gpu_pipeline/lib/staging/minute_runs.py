@@ -149,8 +149,8 @@ def minute_runs(minutes: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
     Correct in any row order (a run is consecutive rows with the same key; rows of one key
     apart make several runs, which add up the same); rows in GPU-then-time order make the runs
     long. A run is a contiguous slice of rows, so its sums are segment sums (`numpy.add.reduceat`
-    over the run starts) and its counts one `numpy.bincount` per counted column: a fifth of
-    what a group-by costs per column.
+    over the run starts), its category counts the same over one 0/1 array per category: a
+    fifth of what a group-by costs per column.
     """
     minute_ms = pl.col("minute").dt.epoch("ms")
     # the hour as a number to compare rows by; as a time only once per run (below)
