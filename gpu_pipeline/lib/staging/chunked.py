@@ -190,18 +190,27 @@ def inspect(df: pl.DataFrame) -> tuple[pl.DataFrame, Shape]:
 @dataclass
 class DayTables:
     """What a day's chunks add up to: their minute runs, from which gpu_daily and the two
-    marts are computed (runs never span two chunks: they belong to one GPU)."""
+    marts are computed (runs never span two chunks: they belong to one GPU).
+
+    gpu_daily is per GPU, so each chunk's rows are final when the chunk is added (computed then,
+    while the next chunk is being read, not all at the end); the two marts group GPUs across
+    chunks and are computed from all the runs at the end, together."""
 
     t: Thresholds = DEFAULT
     runs: list[pl.DataFrame] = field(default_factory=list)
+    daily: list[pl.DataFrame] = field(default_factory=list)
     minutes_rows: int = 0
     chunks: int = 0
+    _marts: tuple[pl.DataFrame, pl.DataFrame] | None = field(default=None, init=False, repr=False)
 
     def add(self, minutes: pl.DataFrame) -> pl.DataFrame:
         """Take in one chunk's gpu_minutes (whole GPUs); returns it unchanged."""
-        self.runs.append(collect_stable(minute_runs(minutes.lazy(), self.t)))
+        runs = collect_stable(minute_runs(minutes.lazy(), self.t))
+        self.runs.append(runs)
+        self.daily.append(collect_stable(gpu_daily(runs.lazy(), self.t)))
         self.minutes_rows += minutes.height
         self.chunks += 1
+        self._marts = None
         return minutes
 
     def _runs(self) -> pl.LazyFrame:
@@ -210,13 +219,27 @@ class DayTables:
         return pl.concat(self.runs).lazy()
 
     def gpu_daily(self) -> pl.DataFrame:
-        return collect_stable(gpu_daily(self._runs(), self.t))
+        """The chunks' gpu_daily rows in (GPU, instance) order (chunks split by cluster come
+        cluster by cluster)."""
+        if not self.daily:
+            return collect_stable(gpu_daily(self._runs(), self.t))
+        return pl.concat(self.daily).sort("gpu_uuid", "gpu_instance_id", nulls_last=False)
+
+    def _both_marts(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        if self._marts is None:
+            runs = self._runs()
+            # one call, so the two group-bys run side by side (each still sums in row order)
+            hourly, waste = pl.collect_all(
+                [hourly_fleet_metrics(runs), priced_waste(runs)], engine="in-memory"
+            )
+            self._marts = (hourly, waste)
+        return self._marts
 
     def hourly_fleet_metrics(self) -> pl.DataFrame:
-        return collect_stable(hourly_fleet_metrics(self._runs()))
+        return self._both_marts()[0]
 
     def priced_waste(self) -> pl.DataFrame:
-        return collect_stable(priced_waste(self._runs()))
+        return self._both_marts()[1]
 
 
 def minutes_by_chunk(
@@ -238,7 +261,10 @@ def minutes_by_chunk(
     (`Chunking.rows`)."""
 
     def compute(chunk: Chunk) -> pl.DataFrame:
-        df, shape = inspect(samples.filter(chunk.predicate).collect(engine="in-memory"))
+        # the reader hands back a piece per row group: joined once here, not again and again by
+        # every comparison of a string column with its shifted self (each aligns the pieces)
+        read = samples.filter(chunk.predicate).collect(engine="in-memory").rechunk()
+        df, shape = inspect(read)
         return collect_stable(
             gpu_minutes(
                 df.lazy(),

@@ -183,8 +183,10 @@ def minute_runs(minutes: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
         cats = enum.categories.to_list()
         per = seg.categories(col(c), [cats.index(n) for n in names])
         counts |= {f"{prefix}{n}": v for n, v in zip(names, per, strict=True)}
+    # one lazy query from here (each eager step would be a query of its own)
     return (
-        frame.select(*RUN_KEYS, "minute")
+        frame.lazy()
+        .select(*RUN_KEYS, "minute")
         .filter(col("_start"))
         .with_columns(
             floor_ms(pl.col("minute"), HOUR_MS).alias("hour"),
@@ -201,7 +203,6 @@ def minute_runs(minutes: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
         )
         .select(list(RUNS_SCHEMA))
         .cast(RUNS_SCHEMA)
-        .lazy()
     )
 
 
