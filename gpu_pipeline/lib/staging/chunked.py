@@ -192,25 +192,22 @@ class DayTables:
     """What a day's chunks add up to: their minute runs, from which gpu_daily and the two
     marts are computed (runs never span two chunks: they belong to one GPU).
 
-    gpu_daily is per GPU, so each chunk's rows are final when the chunk is added (computed then,
-    while the next chunk is being read, not all at the end); the two marts group GPUs across
-    chunks and are computed from all the runs at the end, together."""
+    A chunk's runs are all that is computed when it is added (on the thread that hands the next
+    chunk over, the critical path); the three tables are small group-bys of all the runs,
+    computed together at the end, in one call."""
 
     t: Thresholds = DEFAULT
     runs: list[pl.DataFrame] = field(default_factory=list)
-    daily: list[pl.DataFrame] = field(default_factory=list)
     minutes_rows: int = 0
     chunks: int = 0
-    _marts: tuple[pl.DataFrame, pl.DataFrame] | None = field(default=None, init=False, repr=False)
+    _tables: tuple[pl.DataFrame, ...] | None = field(default=None, init=False, repr=False)
 
     def add(self, minutes: pl.DataFrame) -> pl.DataFrame:
         """Take in one chunk's gpu_minutes (whole GPUs); returns it unchanged."""
-        runs = collect_stable(minute_runs(minutes.lazy(), self.t))
-        self.runs.append(runs)
-        self.daily.append(collect_stable(gpu_daily(runs.lazy(), self.t)))
+        self.runs.append(collect_stable(minute_runs(minutes.lazy(), self.t)))
         self.minutes_rows += minutes.height
         self.chunks += 1
-        self._marts = None
+        self._tables = None
         return minutes
 
     def _runs(self) -> pl.LazyFrame:
@@ -218,28 +215,27 @@ class DayTables:
             return minute_runs(pl.LazyFrame(schema=GPU_MINUTES_SCHEMA), self.t)
         return pl.concat(self.runs).lazy()
 
-    def gpu_daily(self) -> pl.DataFrame:
-        """The chunks' gpu_daily rows in (GPU, instance) order (chunks split by cluster come
-        cluster by cluster)."""
-        if not self.daily:
-            return collect_stable(gpu_daily(self._runs(), self.t))
-        return pl.concat(self.daily).sort("gpu_uuid", "gpu_instance_id", nulls_last=False)
-
-    def _both_marts(self) -> tuple[pl.DataFrame, pl.DataFrame]:
-        if self._marts is None:
+    def _all(self) -> tuple[pl.DataFrame, ...]:
+        if self._tables is None:
             runs = self._runs()
-            # one call, so the two group-bys run side by side (each still sums in row order)
-            hourly, waste = pl.collect_all(
-                [hourly_fleet_metrics(runs), priced_waste(runs)], engine="in-memory"
+            # one call, so the three group-bys run side by side (each still sums in row order)
+            self._tables = tuple(
+                pl.collect_all(
+                    [gpu_daily(runs, self.t), hourly_fleet_metrics(runs), priced_waste(runs)],
+                    engine="in-memory",
+                )
             )
-            self._marts = (hourly, waste)
-        return self._marts
+        return self._tables
+
+    def gpu_daily(self) -> pl.DataFrame:
+        """gpu_daily in (GPU, instance) order."""
+        return self._all()[0]
 
     def hourly_fleet_metrics(self) -> pl.DataFrame:
-        return self._both_marts()[0]
+        return self._all()[1]
 
     def priced_waste(self) -> pl.DataFrame:
-        return self._both_marts()[1]
+        return self._all()[2]
 
 
 def minutes_by_chunk(
