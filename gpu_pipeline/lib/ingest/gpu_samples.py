@@ -7,11 +7,9 @@ accounted for."""
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date
-from pathlib import Path
 
 import polars as pl
 
@@ -61,8 +59,9 @@ class DayAssembly:
 
     A sample's duplicates and conflicts are always samples of the same GPU, so a chunk holds
     everything its GPUs need. A day whose samples exceed `max_rows` long rows (the memory budget
-    of the chunk size, `Chunking.rows`) is first split by GPU range into spill files (each landing
-    file read once), then assembled chunk by chunk; a smaller day is assembled in memory at once.
+    of the chunk size, `Chunking.rows`) is assembled a range of GPUs at a time, each range read
+    from the cached parses that hold its GPUs (a run of row groups of each: the cache keeps a
+    file's samples by day, then GPU); a smaller day is assembled in memory at once.
     """
 
     def __init__(self, files: list[ParsedFile], day: date, max_rows: int | None = None):
@@ -81,10 +80,21 @@ class DayAssembly:
             yield conform(pl.DataFrame(schema=GPU_SAMPLES_SCHEMA), GPU_SAMPLES_SCHEMA)
             return
         day = self.day
-        sizes = collect_stable(
-            pl.concat([_day_rows(pf, o, day).select("gpu_uuid") for o, pf in parts])
-            .group_by("gpu_uuid")
-            .agg(pl.len().alias("n"))
+        # rows per GPU and file (each file counted on its own: a few hundred rows to keep, where
+        # the day's UUID column at once would take GiBs): the chunks are cut from the sums, and a
+        # chunk reads only the files that hold its GPUs
+        per_file = pl.concat(
+            [
+                _day_rows(pf, o, day)
+                .group_by("gpu_uuid")
+                .len()
+                .with_columns(pl.lit(o, pl.Int32).alias("_file"))
+                for o, pf in parts
+            ]
+        ).collect(engine="in-memory")
+        sizes = (
+            per_file.group_by("gpu_uuid")
+            .agg(pl.col("len").sum().alias("n"))
             .sort("gpu_uuid", nulls_last=False)
         )
         from gpu_pipeline.lib.staging.chunked import cut_by_size
@@ -96,28 +106,22 @@ class DayAssembly:
                 collect_stable(pl.concat([_day_rows(pf, o, day) for o, pf in parts]))
             )
             return
-        where = pl.DataFrame(
-            {
-                "gpu_uuid": [u for c in chunks for u in c],
-                "_chunk": [k for k, c in enumerate(chunks) for _ in c],
-            },
-            schema={"gpu_uuid": pl.String, "_chunk": pl.Int32},
-        )
-        with tempfile.TemporaryDirectory(prefix="gpu_pipeline_assemble_") as tmp:
-            for order, pf in parts:  # each file read once, its rows sent to their GPU range
-                rows = collect_stable(_day_rows(pf, order, day)).join(
-                    where, on="gpu_uuid", how="left", nulls_equal=True
+        by_order = dict(parts)
+        for chunk in chunks:
+            # a chunk is a range of consecutive UUIDs; the cache keeps each file's rows by day,
+            # then GPU (`cache.SAMPLES_ORDER`), so the range is a run of row groups of each file
+            # that holds one of its GPUs, and the rest of the file is not read
+            uuids = [u for u in chunk if u is not None]
+            uuid = pl.col("gpu_uuid")
+            rng = uuid.is_between(pl.lit(uuids[0]), pl.lit(uuids[-1])) if uuids else pl.lit(False)
+            if len(uuids) < len(chunk):
+                rng = rng | uuid.is_null()
+            orders = sorted(set(per_file.filter(rng).get_column("_file").to_list()))
+            yield self._assemble(
+                collect_stable(
+                    pl.concat([_day_rows(by_order[o], o, day).filter(rng) for o in orders])
                 )
-                for (k,), part in rows.partition_by("_chunk", as_dict=True).items():
-                    part.drop("_chunk").write_parquet(
-                        Path(tmp) / f"{k:06d}_{order:08d}.parquet", compression="uncompressed"
-                    )
-            for k in range(len(chunks)):
-                spilled = sorted(Path(tmp).glob(f"{k:06d}_*.parquet"))
-                long = pl.concat([pl.read_parquet(f) for f in spilled])
-                for f in spilled:
-                    f.unlink()
-                yield self._assemble(long)
+            )
 
     def _assemble(self, long: pl.DataFrame) -> pl.DataFrame:
         """One range of GPUs: duplicates and conflicts resolved, pivoted to wide samples."""
