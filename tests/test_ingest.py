@@ -9,7 +9,7 @@ from helpers import MODELS, expo_lines, write_file
 
 from gpu_pipeline.lib.ingest.cache import load_or_parse
 from gpu_pipeline.lib.ingest.gpu_samples import assemble_day
-from gpu_pipeline.lib.ingest.landing import list_landing
+from gpu_pipeline.lib.ingest.landing import DEFAULT_PARSE, list_landing
 from gpu_pipeline.lib.schemas import validate
 
 D1, D2 = date(2024, 1, 1), date(2024, 1, 2)
@@ -166,7 +166,8 @@ def test_hidden_files_and_empty_landing_zone(tmp_path):
 
 
 def test_a_day_assembled_in_gpu_ranges_equals_the_day_at_once(tmp_path):
-    """A day over the memory budget is split by GPU range through spill files: the same
+    """A day over the memory budget is assembled a range of GPUs at a time, each range read
+    from the cached files that hold its GPUs: the same
     gpu_samples (in SAMPLE_ORDER), quarantine and ingest_log as the day assembled at once,
     duplicates and conflicting duplicates included."""
     from gpu_pipeline.lib.ingest.gpu_samples import DayAssembly
@@ -209,6 +210,35 @@ def test_a_day_assembled_in_gpu_ranges_equals_the_day_at_once(tmp_path):
     assert (
         log["rows_read"] == log["rows_accepted"] + log["rows_duplicate"] + log["rows_quarantined"]
     ).all()
+
+
+def test_a_cached_parse_keeps_its_samples_by_day_then_gpu(tmp_path):
+    """The cache keeps a file's samples by UTC day, then GPU, then time, in row groups of
+    SAMPLES_ROW_GROUP rows: a range of GPUs of one day is a run of row groups (what the
+    assembly of a day range by range reads), whatever order the file was written in."""
+    import pyarrow.parquet as pq
+
+    from gpu_pipeline.lib.ingest.cache import SAMPLES_ROW_GROUP, _cache_key
+
+    lines = []
+    for day in (D2, D1):  # written later day first, GPUs interleaved within a minute
+        for g in (3, 1, 2):
+            lines += expo_lines(
+                f"GPU-{g}", MODELS["A100"], "n0", "ns", day, range(20), 50, 200.0, gpu=g
+            )
+    write_file(tmp_path / "raw" / "n0.prom", lines)
+    (lf,) = list_landing(tmp_path / "raw")
+    pf = load_or_parse(lf, tmp_path / "cache")
+    cached = pf.samples.collect()
+    assert cached.height == 2 * 3 * 20 * 2  # two days, three GPUs, 20 minutes, two fields
+    keys = cached.select(pl.col("timestamp").dt.date().alias("d"), "gpu_uuid", "timestamp", "line")
+    assert keys.equals(keys.sort("d", "gpu_uuid", "timestamp", "line"))
+    assert keys["d"].to_list()[0] == D1 and keys["gpu_uuid"].to_list()[0] == "GPU-1"
+    meta = pq.ParquetFile(tmp_path / "cache" / _cache_key(lf, DEFAULT_PARSE) / "samples.parquet")
+    assert all(
+        meta.metadata.row_group(i).num_rows <= SAMPLES_ROW_GROUP
+        for i in range(meta.metadata.num_row_groups)
+    )
 
 
 def test_files_parsed_a_few_at_a_time_give_what_one_at_a_time_gives(tmp_path, monkeypatch):
