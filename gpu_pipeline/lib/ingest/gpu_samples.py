@@ -125,9 +125,10 @@ class DayAssembly:
 
     def _assemble(self, long: pl.DataFrame) -> pl.DataFrame:
         """One range of GPUs: duplicates and conflicts resolved, pivoted to wide samples."""
-        long = long.sort("file_order", "line").with_columns(
-            (~pl.struct(*SAMPLE_KEY).is_first_distinct()).alias("dup")
-        )
+        dup = (~pl.struct(*SAMPLE_KEY).is_first_distinct()).alias("dup")
+        long = long.with_columns(dup)
+        if bool(long.get_column("dup").any()):  # which copy is first depends on the order
+            long = long.sort("file_order", "line").with_columns(dup)
         # the same sample again with another value: two exporters disagree. The first file in
         # path order wins; the other value is quarantined with both, not counted as a duplicate
         if bool(long.get_column("dup").any()):
