@@ -241,6 +241,28 @@ def test_a_cached_parse_keeps_its_samples_by_day_then_gpu(tmp_path):
     )
 
 
+def test_cache_order_is_the_four_key_sort():
+    """`in_cache_order` (two cheap sorts) orders exactly like one sort by SAMPLES_ORDER: days,
+    GPUs (one without a UUID), times and lines shuffled."""
+    import random
+
+    from gpu_pipeline.lib.ingest.cache import SAMPLES_ORDER, in_cache_order
+
+    rnd = random.Random(7)
+    base = 1_704_067_200_000  # 2024-01-01
+    rows = [
+        (line, base + rnd.randrange(3 * 86_400_000), rnd.choice(["GPU-b", "GPU-a", "GPU-c", None]))
+        for line in range(1, 2001)
+    ]
+    rows += [(9999, rows[5][1], rows[5][2])]  # the same GPU and time on a later line
+    rnd.shuffle(rows)
+    df = pl.DataFrame(rows, schema=["line", "ts", "gpu_uuid"], orient="row").select(
+        "line", pl.col("ts").cast(pl.Datetime("ms", "UTC")).alias("timestamp"), "gpu_uuid"
+    )
+    assert in_cache_order(df).equals(df.sort(*SAMPLES_ORDER, nulls_last=False))
+    assert in_cache_order(df.clear()).height == 0
+
+
 def test_files_parsed_a_few_at_a_time_give_what_one_at_a_time_gives(tmp_path, monkeypatch):
     """`parse_all` parses new small files concurrently, a large one alone: every file once, in
     any order, the results in the landing order and equal to parsing each alone."""

@@ -38,6 +38,21 @@ SAMPLES_ORDER = (pl.col("timestamp").dt.date(), "gpu_uuid", "timestamp", "line")
 SAMPLES_ROW_GROUP = 16384
 
 
+def in_cache_order(samples: pl.DataFrame) -> pl.DataFrame:
+    """`samples` in SAMPLES_ORDER. Sorted by time and line first (a file is mostly in time order
+    already: cheap), then stably by one integer per day and GPU (the GPU's rank among the file's
+    few UUIDs): a quarter of the time of one sort by the four keys, one of them a string."""
+    if samples.is_empty():
+        return samples
+    uuids = samples.get_column("gpu_uuid").drop_nulls().unique().sort()
+    ranks = pl.int_range(1, uuids.len() + 1, dtype=pl.Int64, eager=True)
+    gpu = pl.col("gpu_uuid").replace_strict(uuids, ranks, default=0)  # no GPU: first
+    day = pl.col("timestamp").dt.epoch("ms") // 86_400_000
+    return samples.sort("timestamp", "line", nulls_last=False).sort(
+        day * (uuids.len() + 1) + gpu, maintain_order=True, nulls_last=False
+    )
+
+
 META_SCHEMA = {
     "source_file": pl.String,
     "file_order": pl.Int32,
@@ -113,7 +128,7 @@ def _write_cache(lf: LandingFile, cdir: Path, cache_root: Path, opts: ParseOptio
     days = sorted(rows_by_day)
     tmp = cache_root / f".tmp-{uuid.uuid4().hex}"
     tmp.mkdir(parents=True)
-    parsed.samples.sort(*SAMPLES_ORDER, nulls_last=False).write_parquet(
+    in_cache_order(parsed.samples).write_parquet(
         tmp / "samples.parquet", row_group_size=SAMPLES_ROW_GROUP
     )
     parsed.quarantine.write_parquet(tmp / "quarantine.parquet")
