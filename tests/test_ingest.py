@@ -292,3 +292,30 @@ def test_files_parsed_a_few_at_a_time_give_what_one_at_a_time_gives(tmp_path, mo
     seen.clear()
     parse_all(files, tmp_path / "c1", done=lambda f, pf: seen.append(f))
     assert seen == []  # all cached: nothing parsed again
+
+
+def test_ranges_are_validated_in_batches_of_the_same_rows(tmp_path):
+    """`validated_batches` joins consecutive ranges into batches of at least `rows` rows (the
+    last smaller), the same rows in the same order, and still rejects a range that breaks the
+    contract."""
+    import pytest
+
+    from gpu_pipeline.lib.schemas import ContractError, validated_batches
+
+    raw = tmp_path / "raw"
+    for g in range(5):
+        write_file(
+            raw / f"n{g}.prom",
+            expo_lines(f"GPU-{g}", MODELS["A100"], f"n{g}", "ns", D1, range(60), 50, 200.0),
+        )
+    day = assemble_day([load_or_parse(f, tmp_path / "cache") for f in list_landing(raw)], D1)
+    ranges = [day.gpu_samples.slice(i, 50) for i in range(0, day.gpu_samples.height, 50)]
+    batches = list(validated_batches("gpu_samples", iter(ranges), rows=120))
+    assert [b.height for b in batches] == [150, 150]
+    assert pl.concat(batches).equals(day.gpu_samples)
+    batches = list(validated_batches("gpu_samples", iter(ranges), rows=200))
+    assert [b.height for b in batches] == [200, 100]  # the last batch: what is left
+    assert pl.concat(batches).equals(day.gpu_samples)
+    bad = ranges[3].with_columns(pl.lit("not-a-uuid").alias("gpu_uuid"))
+    with pytest.raises(ContractError, match="gpu_uuid"):
+        list(validated_batches("gpu_samples", iter(ranges[:3] + [bad]), rows=120))

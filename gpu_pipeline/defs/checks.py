@@ -98,7 +98,8 @@ def row_conservation(log: pl.DataFrame) -> dg.AssetCheckResult:
 
 
 def one_row_per_gpu_minute(m: pl.DataFrame) -> dg.AssetCheckResult:
-    dup = m.height - m.unique(["gpu_uuid", "gpu_instance_id", "minute"]).height
+    # distinct keys counted, not the distinct rows built (all 41 columns): half the time
+    dup = m.height - m.select(pl.struct("gpu_uuid", "gpu_instance_id", "minute").n_unique()).item()
     return dg.AssetCheckResult(
         asset_key="gpu_minutes",
         check_name="one_row_per_gpu_minute",

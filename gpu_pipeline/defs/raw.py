@@ -10,7 +10,7 @@ from gpu_pipeline.defs.resources import LakeResource, LandingResource
 from gpu_pipeline.lib.ingest.cache import parse_all
 from gpu_pipeline.lib.ingest.gpu_samples import DayAssembly
 from gpu_pipeline.lib.ingest.landing import hash_memo, list_landing
-from gpu_pipeline.lib.schemas import validate
+from gpu_pipeline.lib.schemas import validate, validated_batches
 
 RAW_TABLES = {
     "gpu_samples": "Validated telemetry samples, one row per GPU (and MIG instance) per timestamp.",
@@ -67,11 +67,11 @@ def ingest_days(context: dg.AssetExecutionContext, landing: LandingResource, lak
     writers = {t: DayWriter(the_lake, t) for t in RAW_TABLES}
     conservation, pass_rate = [], []
     for day in partition_days(context):
-        # a range of GPUs at a time (memory follows the chunk budget, not the fleet),
-        # each range validated and streamed into the day's gpu_samples file
+        # a range of GPUs at a time (memory follows the chunk budget, not the fleet), validated
+        # a few ranges at a time and streamed into the day's gpu_samples file
         day_in = DayAssembly(parsed, day, max_rows)
         writers["gpu_samples"].write_frames(
-            day, (validate("gpu_samples", df) for df in day_in.gpu_samples())
+            day, validated_batches("gpu_samples", day_in.gpu_samples())
         )
         quarantine = validate("quarantine", day_in.quarantine())
         log = validate("ingest_log", day_in.ingest_log(quarantine))

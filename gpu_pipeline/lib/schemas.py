@@ -6,6 +6,8 @@ the pandera models add value checks and grain uniqueness on collected frames.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+
 import pandera.polars as pa
 import polars as pl
 
@@ -383,6 +385,28 @@ class ContractError(ValueError):
         super().__init__(
             f"{table}: {failure_cases.height} contract failure(s):\n{failure_cases.head(10)}"
         )
+
+
+# a validation costs ~40 ms whatever the frame's size (pandera runs a query per check): frames
+# streamed chunk by chunk are validated in batches of at least this many rows
+VALIDATE_BATCH_ROWS = 262_144
+
+
+def validated_batches(
+    table: str, frames: Iterable[pl.DataFrame], rows: int = VALIDATE_BATCH_ROWS
+) -> Iterator[pl.DataFrame]:
+    """`frames` validated against `table`'s model, consecutive frames joined into batches of at
+    least `rows` rows (the last one smaller): the same rows in the same order."""
+    batch: list[pl.DataFrame] = []
+    size = 0
+    for df in frames:
+        batch.append(df)
+        size += df.height
+        if size >= rows:
+            yield validate(table, pl.concat(batch) if len(batch) > 1 else batch[0])
+            batch, size = [], 0
+    if batch:
+        yield validate(table, pl.concat(batch) if len(batch) > 1 else batch[0])
 
 
 def validate(table: str, df: pl.DataFrame) -> pl.DataFrame:
