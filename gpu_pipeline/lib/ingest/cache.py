@@ -19,7 +19,6 @@ import polars as pl
 
 from gpu_pipeline.lib.ingest.landing import (
     DEFAULT_PARSE,
-    WORKERS,
     LandingFile,
     ParseOptions,
     _sha256,
@@ -216,6 +215,10 @@ def load_or_parse(
 # files at most this large are parsed a few at a time; larger ones one by one (a parse holds
 # about twice its file in memory)
 CONCURRENT_PARSE_BYTES = 64 * 2**20
+# one file more than cores (at most 4): while one parse runs Python (under the GIL), the others
+# keep Polars' threads busy. On 2 cores the fleet-day's 168 files parse in 7.6–8.4 s three at a
+# time against 8.3–8.8 s two at a time (alternated runs, benchmarks/README.md)
+PARSE_WORKERS = max(1, min(4, (os.cpu_count() or 1) + 1))
 
 
 def parse_all(
@@ -225,7 +228,7 @@ def parse_all(
     done: Callable[[LandingFile, ParsedFile], None] | None = None,
 ) -> list[ParsedFile]:
     """`load_or_parse` of every file, in order. The files not cached yet are parsed first, the
-    small ones `WORKERS` at a time (a file of one host keeps Polars' threads busy only part of
+    small ones `PARSE_WORKERS` at a time (a file of one host keeps Polars' threads busy only part of
     the time), each large one alone; `done(file, parsed)` is called as each is cached."""
     todo = [i for i, f in enumerate(files) if not is_cached(f, cache_root, opts)]
     parsed: dict[int, ParsedFile] = {}
@@ -237,7 +240,7 @@ def parse_all(
 
     small = [i for i in todo if files[i].size <= CONCURRENT_PARSE_BYTES]
     if small:
-        with ThreadPoolExecutor(WORKERS) as pool:
+        with ThreadPoolExecutor(PARSE_WORKERS) as pool:
             list(pool.map(one, small))
     for i in todo:
         if files[i].size > CONCURRENT_PARSE_BYTES:
