@@ -83,6 +83,12 @@ def test_report_of_minutes_without_rfu(tmp_path):
     trend_row = html.split(f"<tr><td>{D}</td>", 1)[1].split("</tr>", 1)[0]
     assert trend_row.endswith("<td>n/a (no price)</td>") and "$" not in trend_row
     assert "No points: PIF (and RFU) need the GPU" in html
+    # the scatter's title (drawn into the chart) says none has a PIF, not "all 0 GPU-minutes"
+    from gpu_pipeline.lib.io.report import scatter_shown
+
+    assert scatter_shown(0, 0) == "none of this day's has a PIF"
+    assert scatter_shown(4, 4) == "all 4 GPU-minutes"
+    assert scatter_shown(30_000, 20_000) == "a random sample of 20,000 of 30,000 GPU-minutes"
     assert "No RFU or PIF line: PIF (and RFU) need" in html
     # GPUs whose series carry no namespace are named so, never "None"
     assert "(no namespace)" in html and ">None<" not in html and "<b>None</b>" not in html

@@ -88,16 +88,21 @@ NO_PIF_WHY = (
 )
 
 
+def scatter_shown(total: int, drawn: int) -> str:
+    """What the scatter draws, for its title and caption."""
+    if total == 0:
+        return "none of this day's has a PIF"  # not "all 0 GPU-minutes"
+    if drawn == total:
+        return f"all {total:,} GPU-minutes"
+    return f"a random sample of {drawn:,} of {total:,} GPU-minutes"
+
+
 def _scatter(m: pl.DataFrame, t: Thresholds = DEFAULT) -> Chart:
     pts = m.filter(pl.col("pif").is_not_null() & pl.col("gpu_util_pct").is_not_null())
     total = pts.height
     if pts.height > SCATTER_POINTS:
         pts = pts.sample(SCATTER_POINTS, seed=0)
-    shown = (
-        f"all {total:,} GPU-minutes"
-        if pts.height == total
-        else f"a random sample of {pts.height:,} of {total:,} GPU-minutes"
-    )
+    shown = scatter_shown(total, pts.height)
     fig, ax = plt.subplots(figsize=(7, 5))
     for cls, color in CLASS_COLORS.items():
         p = pts.filter(pl.col("efficiency_class") == cls)
