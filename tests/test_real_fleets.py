@@ -79,6 +79,8 @@ def test_report_of_minutes_without_rfu(tmp_path):
     # empty charts say why they are empty
     assert "avg RFU<b>n/a</b>" in html and "gap<b>n/a</b>" in html and "n/a %" not in html
     assert "cost<b>n/a (no price)</b>" in html and "waste<b>n/a (no price)</b>" in html
+    # power readings without a max power: the energy is known even though PIF is not
+    assert "energy<b>n/a" not in html and " kWh ($" in html
     # the trend table's waste of the day too (it summed to $0.00 before)
     trend_row = html.split(f"<tr><td>{D}</td>", 1)[1].split("</tr>", 1)[0]
     assert trend_row.endswith("<td>n/a (no price)</td>") and "$" not in trend_row
@@ -101,6 +103,26 @@ def test_report_of_minutes_without_rfu(tmp_path):
     assert "active minutes: 0.0 % (class unknown for 2 of 4: no PIF)" in text
     assert "cost n/a (no price)" in text and "$0.00" not in text
     assert "(no namespace)   (no model)" in text and "None" not in text
+
+
+def test_report_of_a_day_without_power_readings(tmp_path):
+    """Utilization only (an exporter without the power field): the report's energy, idle
+    energy and CO₂ say they are unknown instead of 0.0 kWh ($0.00) and 0.0 kg."""
+    t0 = datetime(D.year, D.month, D.day, 10, 0, tzinfo=UTC)
+    lines = [
+        f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",UUID="GPU-0a",modelName="NVIDIA H100 80GB HBM3",'
+        f'Hostname="n0"}} 80 {int((t0 + timedelta(minutes=i)).timestamp() * 1000)}'
+        for i in range(30)
+    ]
+    path = tmp_path / "raw" / "util_only.prom"
+    path.parent.mkdir(parents=True)
+    path.write_text("\n".join(lines) + "\n")
+    assert materialize(tmp_path, D).success
+    m = Lake(tmp_path / "lake").read("gpu_minutes", D)
+    assert m.height == 30 and m["power_w"].null_count() == 30
+    html = (tmp_path / "lake" / "_reports" / f"gpu_report_{D}.html").read_text()
+    assert "energy<b>n/a (no power)</b>" in html and "idle energy<b>n/a (no power)</b>" in html
+    assert "CO₂<b>n/a (no power)</b>" in html and "0.0 kWh" not in html
 
 
 # --- 2. utilization [N/A] under MIG: the minute still counts ------------------------------------

@@ -18,7 +18,7 @@ warnings.filterwarnings("ignore", message="No artists with labels found", catego
 import matplotlib.pyplot as plt  # noqa: E402
 import polars as pl  # noqa: E402
 
-from gpu_pipeline.lib.display import NO_NAMESPACE, NO_PRICE, num  # noqa: E402
+from gpu_pipeline.lib.display import NO_NAMESPACE, NO_POWER, NO_PRICE, num  # noqa: E402
 from gpu_pipeline.lib.io.lake import Lake  # noqa: E402
 from gpu_pipeline.lib.marts.priced_waste import priced_total  # noqa: E402
 from gpu_pipeline.lib.rules import DEFAULT, Thresholds  # noqa: E402
@@ -636,10 +636,16 @@ def build_report(
         e = nse.select(pl.col("energy_kwh", "idle_energy_kwh", "energy_usd", "co2_kg").sum()).row(
             0, named=True
         )
+        # energy is summed from power readings: a day none of whose minutes has one has no
+        # known energy (not 0 kWh)
+        powered = m.height > 0 and bool(m.get_column("power_w").is_not_null().any())
         kpis += [
-            ("energy", f"{e['energy_kwh']:,.1f} kWh (${e['energy_usd']:,.2f})"),
-            ("idle energy", f"{e['idle_energy_kwh']:,.1f} kWh"),
-            ("CO₂", f"{e['co2_kg']:,.1f} kg"),
+            (
+                "energy",
+                f"{e['energy_kwh']:,.1f} kWh (${e['energy_usd']:,.2f})" if powered else NO_POWER,
+            ),
+            ("idle energy", f"{e['idle_energy_kwh']:,.1f} kWh" if powered else NO_POWER),
+            ("CO₂", f"{e['co2_kg']:,.1f} kg" if powered else NO_POWER),
         ]
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'><meta name='viewport' content='width=device-width,initial-scale=1'><title>GPU efficiency report {day}</title>"
