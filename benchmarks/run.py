@@ -317,7 +317,7 @@ def main() -> int:
     )
     print(
         "bench: "
-        + " ".join(f"{k}={v:.2f}" for k, v in ratios.items())
+        + " ".join(f"{k}={v:.3f}" for k, v in ratios.items())
         + f" peak_rss_mib={peak:.0f} parse_peak_rss_mib={parse_peak:.0f}"
     )
     return 0
