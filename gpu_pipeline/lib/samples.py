@@ -161,3 +161,8 @@ def collect_stable(lf: pl.LazyFrame) -> pl.DataFrame:
     group in row order.
     """
     return lf.collect(engine="in-memory")
+
+
+def collect_all_stable(lfs: list[pl.LazyFrame]) -> list[pl.DataFrame]:
+    """`collect_stable` of several queries in one call (they run side by side)."""
+    return pl.collect_all(lfs, engine="in-memory")

@@ -398,15 +398,13 @@ def validated_batches(
     """`frames` validated against `table`'s model, consecutive frames joined into batches of at
     least `rows` rows (the last one smaller): the same rows in the same order."""
     batch: list[pl.DataFrame] = []
-    size = 0
     for df in frames:
         batch.append(df)
-        size += df.height
-        if size >= rows:
-            yield validate(table, pl.concat(batch) if len(batch) > 1 else batch[0])
-            batch, size = [], 0
+        if sum(b.height for b in batch) >= rows:
+            yield validate(table, pl.concat(batch))
+            batch = []
     if batch:
-        yield validate(table, pl.concat(batch) if len(batch) > 1 else batch[0])
+        yield validate(table, pl.concat(batch))
 
 
 def validate(table: str, df: pl.DataFrame) -> pl.DataFrame:

@@ -83,21 +83,23 @@ class DayAssembly:
         # rows per GPU and file (each file counted on its own: a few hundred rows to keep, where
         # the day's UUID column at once would take GiBs): the chunks are cut from the sums, and a
         # chunk reads only the files that hold its GPUs
-        per_file = pl.concat(
-            [
-                _day_rows(pf, o, day)
-                .group_by("gpu_uuid")
-                .len()
-                .with_columns(pl.lit(o, pl.Int32).alias("_file"))
-                for o, pf in parts
-            ]
-        ).collect(engine="in-memory")
+        per_file = collect_stable(
+            pl.concat(
+                [
+                    _day_rows(pf, o, day)
+                    .group_by("gpu_uuid")
+                    .len()
+                    .with_columns(pl.lit(o, pl.Int32).alias("_file"))
+                    for o, pf in parts
+                ]
+            )
+        )
         sizes = (
             per_file.group_by("gpu_uuid")
             .agg(pl.col("len").sum().alias("n"))
             .sort("gpu_uuid", nulls_last=False)
         )
-        from gpu_pipeline.lib.staging.chunked import cut_by_size
+        from gpu_pipeline.lib.staging.chunked import Chunk, cut_by_size
 
         chunks = cut_by_size(sizes["gpu_uuid"].to_list(), sizes["n"].to_list(), None, self.max_rows)
         self.chunks = len(chunks)
@@ -111,11 +113,10 @@ class DayAssembly:
             # a chunk is a range of consecutive UUIDs; the cache keeps each file's rows by day,
             # then GPU (`cache.SAMPLES_ORDER`), so the range is a run of row groups of each file
             # that holds one of its GPUs, and the rest of the file is not read
-            uuids = [u for u in chunk if u is not None]
-            uuid = pl.col("gpu_uuid")
-            rng = uuid.is_between(pl.lit(uuids[0]), pl.lit(uuids[-1])) if uuids else pl.lit(False)
-            if len(uuids) < len(chunk):
-                rng = rng | uuid.is_null()
+            known = tuple(u for u in chunk if u is not None)
+            rng = Chunk(None, known).predicate if known else pl.lit(False)
+            if len(known) < len(chunk):  # samples without a UUID sort first
+                rng = rng | pl.col("gpu_uuid").is_null()
             orders = sorted(set(per_file.filter(rng).get_column("_file").to_list()))
             yield self._assemble(
                 collect_stable(

@@ -30,7 +30,7 @@ import polars as pl
 from gpu_pipeline.lib.marts.hourly_fleet_metrics import hourly_fleet_metrics
 from gpu_pipeline.lib.marts.priced_waste import priced_waste
 from gpu_pipeline.lib.rules import DEFAULT, DIAGNOSIS, DiagnosisThresholds, Thresholds
-from gpu_pipeline.lib.samples import MINUTE_MS, SAMPLE_ORDER, collect_stable
+from gpu_pipeline.lib.samples import MINUTE_MS, SAMPLE_ORDER, collect_all_stable, collect_stable
 from gpu_pipeline.lib.schemas import GPU_MINUTES_SCHEMA
 from gpu_pipeline.lib.staging.gpu_daily import gpu_daily
 from gpu_pipeline.lib.staging.gpu_minutes import gpu_minutes
@@ -220,9 +220,8 @@ class DayTables:
             runs = self._runs()
             # one call, so the three group-bys run side by side (each still sums in row order)
             self._tables = tuple(
-                pl.collect_all(
-                    [gpu_daily(runs, self.t), hourly_fleet_metrics(runs), priced_waste(runs)],
-                    engine="in-memory",
+                collect_all_stable(
+                    [gpu_daily(runs, self.t), hourly_fleet_metrics(runs), priced_waste(runs)]
                 )
             )
         return self._tables
