@@ -202,3 +202,86 @@ def test_integer_seconds_and_a_garbage_timestamp_among_integers():
     assert p.samples["timestamp"].to_list() == [FILE_TIME]
     assert p.quarantine["reason"].to_list() == ["timestamp is not a number: '12:00'"]
     assert p.quarantine["raw"].to_list() == [f"DCGM_FI_DEV_GPU_UTIL{L} 11 12:00"]
+
+
+CLEAN_FILES = {
+    # HELP/TYPE lines, MIG instances repeating a device-level field, a unit scaled on read
+    # (Hz -> MHz), a blank sentinel, two days
+    "mig, scaled, sentinel, two days": (
+        "# HELP DCGM_FI_DEV_POWER_USAGE Power draw (in W).\n"
+        "# TYPE DCGM_FI_DEV_POWER_USAGE gauge\n"
+        + "".join(
+            f'DCGM_FI_DEV_POWER_USAGE{{gpu="0",UUID="GPU-1",GPU_I_ID="{i}",GPU_I_PROFILE="3g.40gb",'
+            f'Hostname="h",namespace="team-{i}",pod="p{i}"}} 300 {ts}\n'
+            f'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{gpu="0",UUID="GPU-1",GPU_I_ID="{i}",'
+            f'GPU_I_PROFILE="3g.40gb",Hostname="h",namespace="team-{i}",pod="p{i}"}} 0.{i + 4} {ts}\n'
+            for i in (1, 2)
+            for ts in (1709251140000, 1709251200000)
+        )
+        + f"DCGM_FI_DEV_SM_CLOCK_HERTZ{L} 1410000000 1709251200000\n"
+        + f"DCGM_FI_DEV_GPU_UTIL{L} 2147483647 1709251200000\n",
+        None,
+    ),
+    "untimed, the file's time": (
+        f"DCGM_FI_DEV_GPU_UTIL{L} 10\nDCGM_FI_DEV_GPU_UTIL{L} 11\n",
+        FILE_TIME,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(CLEAN_FILES))
+def test_clean_file_route_equals_the_general_one(name, monkeypatch):
+    """A file whose every line is accepted takes the short route (`_clean_samples`); it must
+    yield exactly what the general route (`finalize`) yields for the same file."""
+    from gpu_pipeline.lib.ingest.formats import exposition
+
+    text, file_time = CLEAN_FILES[name]
+    taken = []
+    short = exposition._clean_samples
+
+    def spy(*args):
+        out = short(*args)
+        taken.append(out is not None)
+        return out
+
+    monkeypatch.setattr(exposition, "_clean_samples", spy)
+    clean = parse_exposition(text, file_time)
+    monkeypatch.setattr(exposition, "_clean_samples", lambda *args: None)
+    general = parse_exposition(text, file_time)
+    assert taken == [True]
+    assert clean.samples.height > 0 and clean.quarantine.height == 0
+    assert clean.samples.equals(general.samples)
+    assert clean.samples.schema == general.samples.schema
+    assert clean.quarantine.schema == general.quarantine.schema
+    assert (clean.lines_total, clean.lines_skipped, clean.time_basis) == (
+        general.lines_total,
+        general.lines_skipped,
+        general.time_basis,
+    )
+    assert clean.records_by_day == general.records_by_day
+    if name.startswith("mig"):
+        s = clean.samples
+        # the device-level power is the GPU's, once per minute; instance fields stay per instance
+        power = s.filter(pl.col("column") == "power_w")
+        assert power["gpu_instance_id"].null_count() == power.height == 4
+        assert sorted(clean.records_by_day.values()) == [4, 6]
+        assert values(clean, "sm_clock_mhz") == [1410.0]
+        assert values(clean, "gpu_util_pct") == [None]
+
+
+def test_a_rejected_line_sends_the_file_the_general_way(monkeypatch):
+    from gpu_pipeline.lib.ingest.formats import exposition
+
+    taken = []
+    short = exposition._clean_samples
+    monkeypatch.setattr(
+        exposition, "_clean_samples", lambda *a: taken.append(out := short(*a)) or out
+    )
+    p = parse_exposition(
+        f"DCGM_FI_DEV_GPU_UTIL{L} 50 1709294400000\nDCGM_FI_DEV_GPU_UTIL{L} 150 1709294400000\n"
+    )
+    assert taken == [None]
+    assert values(p, "gpu_util_pct") == [50.0]
+    assert p.quarantine["reason"].to_list() == [
+        "impossible value 150 for gpu_util_pct (valid 0.0..100.0)"
+    ]

@@ -526,3 +526,25 @@ def test_prometheus_json_timestamp_out_of_range_is_quarantined():
     out = prom_json.parse(text, Context("q.json"))
     assert out.samples["value"].to_list() == [60.0]
     assert out.quarantine["reason"].to_list() == ["timestamp out of range: 1.704103170410326e+16"]
+
+
+def test_records_by_day_one_day_and_several():
+    from datetime import date
+
+    from gpu_pipeline.lib.ingest.formats.common import records_by_day
+
+    day = 1_704_067_200_000  # 2024-01-01
+    lo, hi = day - 10 * 86_400_000, day + 10 * 86_400_000
+    one = [day, day + 86_399_999, None, 5, day + 1]
+    several = [*one, day + 86_400_000]
+    frame = pl.DataFrame({"ts_ms": one}, schema={"ts_ms": pl.Int64})
+    # one day: its plausible rows, the null and implausible times under None
+    assert records_by_day(frame, lo, hi) == {date(2024, 1, 1): 3, None: 2}
+    assert records_by_day(frame.head(2), lo, hi) == {date(2024, 1, 1): 2}
+    assert records_by_day(pl.DataFrame({"ts_ms": several}), lo, hi) == {
+        date(2024, 1, 1): 3,
+        date(2024, 1, 2): 1,
+        None: 2,
+    }
+    assert records_by_day(frame.clear(), lo, hi) == {}
+    assert records_by_day(frame.slice(2, 2), lo, hi) == {None: 2}

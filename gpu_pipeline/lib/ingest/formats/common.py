@@ -16,7 +16,7 @@ and `finalize` turns it into accepted samples and quarantined records with reaso
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
 
 import polars as pl
 
@@ -149,7 +149,7 @@ def _exporter_self_labels(df: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _mig_device_level(df: pl.DataFrame) -> pl.DataFrame:
+def mig_device_level(df: pl.DataFrame) -> pl.DataFrame:
     """Under MIG, device-level fields belong to the physical GPU, not to each instance.
 
     dcgm-exporter repeats power, temperature, energy, clocks… on every instance; re-keying them to
@@ -195,8 +195,16 @@ def normalize_series(g: pl.DataFrame) -> pl.DataFrame:
 def records_by_day(g: pl.DataFrame, lo: int, hi: int) -> dict:
     """Candidate records per UTC day of their time (None: no plausible time), from the input."""
     ts = pl.col("ts_ms")
+    inside = ts.is_between(lo, hi)
+    # most files hold one day: their first and last plausible times tell, no group-by needed
+    first, last, n = g.select(
+        ts.filter(inside).min(), ts.filter(inside).max().alias("b"), inside.sum().alias("n")
+    ).row(0)
+    if first is not None and first // 86_400_000 == last // 86_400_000:
+        one = {date(1970, 1, 1) + timedelta(days=first // 86_400_000): n}
+        return one | ({None: g.height - n} if g.height > n else {})
     # group on the integer day (cheap), name the few days found as dates afterwards
-    day = pl.when(ts.is_between(lo, hi)).then(ts.floordiv(86_400_000)).alias("d")
+    day = pl.when(inside).then(ts.floordiv(86_400_000)).alias("d")
     counts = g.select(day).group_by("d").len()
     days = counts.get_column("d").cast(pl.Date).to_list()
     return dict(zip(days, counts.get_column("len").to_list(), strict=True))
@@ -250,7 +258,7 @@ def finalize(
     any_rejected = bool(g.get_column("_rejected").any())
     ok = g.filter(~pl.col("_rejected")) if any_rejected else g  # the usual file: no copy
     if ok.get_column("gpu_instance_id").is_not_null().any():
-        ok = _mig_device_level(ok)
+        ok = mig_device_level(ok)
     samples = ok.select(
         "line",
         ts.alias("timestamp"),

@@ -22,13 +22,21 @@ from gpu_pipeline.lib.ingest.formats.common import (
     Context,
     candidates,
     finalize,
+    is_blank_sentinel,
     metric_column,
     metric_scale,
+    mig_device_level,
     normalize_series,
+    records_by_day,
     resolve_aliases,
     value_bounds,
 )
-from gpu_pipeline.lib.samples import ParsedLines
+from gpu_pipeline.lib.samples import (
+    LONG_SCHEMA,
+    QUARANTINE_LINE_SCHEMA,
+    ParsedLines,
+    conform,
+)
 
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _LABELS = r'\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\}'
@@ -331,6 +339,64 @@ def _series_table(keys: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     return series, [c for c in attrs.columns if c != "labels"]
 
 
+def _clean_samples(
+    fast: pl.DataFrame,
+    series: pl.DataFrame,
+    attr_cols: list[str],
+    scaled: bool,
+    timed: bool,
+    window: tuple[int, int],
+) -> pl.DataFrame | None:
+    """The usual file's samples in three queries, when `finalize` would reject none of them:
+    the checks run on numbers and flags taken by code, the text columns are taken only then.
+    None when some line is rejected: the caller goes the general way, which words the reasons.
+
+    The same rules as `finalize`: a series without a known field, a GPU UUID or with labels that
+    can't be kept; a time missing or outside `window`; a value outside its field's range (blank
+    sentinels pass, as no reading); a line without its own time in a `timed` file.
+    """
+    lo, hi = window
+    if series.get_column("gpu_instance_id").is_not_null().any():
+        series = mig_device_level(series)  # row-wise: the same on series as on their lines
+    codes = fast.get_column("_code")
+    unkept = (
+        pl.col("column").is_null()
+        | pl.col("gpu_uuid").is_null()
+        | pl.col("_attr_reason").is_not_null()
+    )
+    per_line = series.select(
+        unkept.alias("_unkept"), "_lo", "_hi", *(["scale"] if scaled else [])
+    ).select(pl.all().gather(codes))
+    g = pl.concat([fast.select("line", "value", "ts_ms", "_has_ts"), per_line], how="horizontal")
+    value = pl.col("value") * pl.col("scale") if scaled else pl.col("value")
+    ts = pl.col("ts_ms")
+    sentinel = is_blank_sentinel(pl.col("value"))
+    bad_range = ~sentinel & (
+        value.is_infinite()
+        | (pl.col("_lo").is_not_null() & (value < pl.col("_lo")))
+        | (pl.col("_hi").is_not_null() & (value > pl.col("_hi")))
+    )
+    rejected = (
+        pl.col("_unkept")
+        | pl.col("value").is_null()
+        | ts.is_null()
+        | ~ts.is_between(lo, hi)
+        | (pl.lit(timed) & ~pl.col("_has_ts"))
+        | bad_range
+    )
+    if g.select(rejected.fill_null(True).any()).item():
+        return None
+    text = series.select(pl.col("column", *attr_cols).gather(codes))
+    samples = pl.concat([g, text], how="horizontal").select(
+        "line",
+        pl.from_epoch(ts, time_unit="ms").dt.replace_time_zone("UTC").alias("timestamp"),
+        "column",
+        pl.when(sentinel).then(None).otherwise(value).alias("value"),
+        *attr_cols,
+    )
+    return conform(samples, LONG_SCHEMA)
+
+
 def parse(text: str | bytes | Path, ctx: Context) -> ParsedLines:
     """Parse exposition text, bytes or a file (read memory-mapped; bytes only for slow lines)."""
     source = text.encode("utf-8") if isinstance(text, str) else text
@@ -409,6 +475,19 @@ def _parse_fast(source: bytes | Path, ctx: Context, data, text: bool) -> ParsedL
         extra.append("metric")
     if series.select((pl.col("scale").fill_null(1.0) != 1.0).any()).item():
         extra.append("scale")
+    window = ctx.time_window()
+    if not bool((path == 2).any()):
+        clean = _clean_samples(fast, series, attr_cols, "scale" in extra, timed, window)
+        if clean is not None:
+            untimed = not timed and ctx.file_time is not None and not bool(fast["_has_ts"].all())
+            return ParsedLines(
+                clean,
+                pl.DataFrame(schema=QUARANTINE_LINE_SCHEMA),
+                d.height,
+                int((path == 0).sum()),
+                ctx.file_time_basis if untimed else "sample",
+                records_by_day(fast, *window),
+            )
     per_line = series.select(
         pl.col(*extra, "column", "_lo", "_hi", *attr_cols).gather(fast.get_column("_code"))
     )
@@ -434,7 +513,6 @@ def _parse_fast(source: bytes | Path, ctx: Context, data, text: bool) -> ParsedL
         )
     skipped = int((path == 0).sum())
     frames = [candidates(fast)]
-    window = ctx.time_window()
 
     def slow(lines: pl.DataFrame) -> pl.DataFrame:
         return _regex_candidates(lines, ctx, units, timed).with_columns(value_bounds())
