@@ -3,9 +3,10 @@
 Every stage, inputs included, runs in a fresh process (spawn). Its peak is its own: the process
 resets its high-water mark (`/proc/self/clear_refs`) and reads `VmHWM` at the end, so nothing of
 the parent (which generates nothing) or of an earlier stage is counted. Times are best of N
-(reading the lines and our parse, the staging pass and DuckDB: best over two alternated processes
-each). gpu_pipeline is imported first in every stage process, as in the CLI and the Dagster code
-location, so its allocator settings (gpu_pipeline/allocator.py) hold in all of them.
+(reading the lines and our parse: best over three alternated processes each; the staging pass
+and DuckDB: over two each). gpu_pipeline is imported first in every stage process, as in the
+CLI and the Dagster code location, so its allocator settings (gpu_pipeline/allocator.py) hold
+in all of them.
 Prints a table, the cost growth of our staging pass from 1,000 to 20,000 GPUs, then one line:
 bench: parse_x_prometheus_client=… parse_x_read_lines=… marts_x_duckdb=… marts_write_x_duckdb=…
        marts_x_pandas=… peak_rss_mib=…
@@ -232,12 +233,22 @@ def main() -> int:
         )
 
     p = str(EXPO)
-    # each in its own fresh processes, alternated twice, best of all: the machine's noise
-    # (other load, page reclaim) gets the same chances to hit the reference and us
+    # each in its own fresh processes, alternated three times, best of all: the machine's noise
+    # (other load, page reclaim) gets the same chances to hit the reference and us; reading the
+    # lines allocates ~1.5 GiB of text, and its best of five in one process still moves by up to
+    # 2x between processes (page faults), so one or two pairs can print a lucky or unlucky ratio
     reads, parses = [], []
-    for _ in range(2):
+    for _ in range(3):
         reads.append(stage(read_lines, p))
         parses.append(stage(parse_ours, p))
+    print(
+        "  per process (best of 5 each): read lines "
+        + ", ".join(f"{t:.3f}" for t, _ in reads)
+        + " s; parse "
+        + ", ".join(f"{t:.3f}" for t, _ in parses)
+        + " s",
+        flush=True,
+    )
     record("read lines (Polars)", f"{n_lines:,} lines", *min(reads), n_lines)
     record("parse (gpu_pipeline)", f"{n_lines:,} lines", *min(parses), n_lines)
     record(

@@ -91,9 +91,30 @@ def test_report_of_minutes_without_rfu(tmp_path):
     assert scatter_shown(0, 0) == "none of this day's has a PIF"
     assert scatter_shown(4, 4) == "all 4 GPU-minutes"
     assert scatter_shown(30_000, 20_000) == "a random sample of 20,000 of 30,000 GPU-minutes"
+    # the ROI bars' labels (drawn into the chart): an unpriced scope is not "$n/a/mo"
+    from gpu_pipeline.lib.io.report import roi_label
+
+    assert roi_label(39.2, None) == "39% RFU\nn/a (no price)"
+    assert roi_label(None, None) == "RFU n/a\nn/a (no price)"
+    assert roi_label(45.0, 1234.5) == "45% RFU\n$1,234/mo"
+    # no action anywhere: no empty actions table under the Recommendations chart
+    assert "<th>action</th>" not in html
     assert "No RFU or PIF line: PIF (and RFU) need" in html
     # GPUs whose series carry no namespace are named so, never "None"
     assert "(no namespace)" in html and ">None<" not in html and "<b>None</b>" not in html
+    # the marts too: a namespace none of whose minutes has a price has no cost, waste or
+    # savings (null, not $0.00 and "nothing to save"; not NaN for its waste fraction), while
+    # its energy, from power readings, is known
+    rec = lake.read("recommendations", D).row(0, named=True)
+    unknown = ("cost_usd", "measured_waste_frac", "total_savings_frac", "monthly_savings_usd")
+    assert [rec[c] for c in unknown] == [None] * 4 and rec["actions"] == []
+    nse = lake.read("namespace_efficiency", D).row(0, named=True)
+    assert [nse[c] for c in ("cost_usd", "waste_usd", "waste_frac")] == [None] * 3
+    assert nse["energy_kwh"] > 0 and nse["idle_energy_kwh"] == 0.0
+    rec_row = html.split("<tr><td>(no namespace)</td><td>n/a (no price)</td>", 1)[1]
+    assert rec_row.split("</tr>", 1)[0].endswith("<td>n/a (no price)</td>")  # savings $/month
+    ns_row = html.split("<h2>Namespaces</h2>", 1)[1].split("</tr>", 2)[1]
+    assert "<td>n/a</td>" in ns_row and ns_row.count("<td>n/a (no price)</td>") == 2
     # the terminal summary of such a day (`materialize --summary`) says the same, no traceback
     from gpu_pipeline.lib.summary import fleet_summary, format_summary
 
@@ -123,6 +144,12 @@ def test_report_of_a_day_without_power_readings(tmp_path):
     html = (tmp_path / "lake" / "_reports" / f"gpu_report_{D}.html").read_text()
     assert "energy<b>n/a (no power)</b>" in html and "idle energy<b>n/a (no power)</b>" in html
     assert "CO₂<b>n/a (no power)</b>" in html and "0.0 kWh" not in html
+    # the mart says it does not know either (null, not 0 kWh); the namespace table says why
+    nse = Lake(tmp_path / "lake").read("namespace_efficiency", D).row(0, named=True)
+    energy = ("energy_kwh", "idle_energy_kwh", "energy_usd", "co2_kg")
+    assert [nse[c] for c in energy] == [None] * 4 and nse["cost_usd"] > 0
+    ns_row = html.split("<h2>Namespaces</h2>", 1)[1].split("</tr>", 2)[1]
+    assert ns_row.endswith("<td>n/a (no power)</td>" * 4)
 
 
 # --- 2. utilization [N/A] under MIG: the minute still counts ------------------------------------

@@ -253,7 +253,7 @@ def _waste(w: pl.DataFrame) -> Chart:
         .with_columns(pl.col(*WASTE_COLORS, "productive_usd").fill_null(0.0))
         .sort("namespace", nulls_last=True)
     )
-    names = _labels(g["namespace"], 24)
+    names = _labels(g["namespace"], 24, NO_NAMESPACE)
     fig, ax = plt.subplots(figsize=(8, 4))
     bottom = [0.0] * g.height
     for col, color in WASTE_COLORS.items():
@@ -282,7 +282,7 @@ def _waste(w: pl.DataFrame) -> Chart:
 
 def _recommendations(r: pl.DataFrame) -> Chart:
     g = r.sort("total_savings_frac")
-    names = _labels(g["namespace"], 24)
+    names = _labels(g["namespace"], 24, NO_NAMESPACE)
     fig, ax = plt.subplots(figsize=(8, 4))
     ax.barh(
         names,
@@ -300,7 +300,9 @@ def _recommendations(r: pl.DataFrame) -> Chart:
     for i, (t, usd) in enumerate(
         zip(g["total_savings_frac"], g["monthly_savings_usd"], strict=True)
     ):
-        ax.text(100 * t + 1, i, f"${num(usd, ',.0f')}/mo", va="center", fontsize=8)
+        # a namespace without a price: no bar, and the label says why
+        label = NO_PRICE if usd is None else f"${num(usd, ',.0f')}/mo"
+        ax.text(100 * (t or 0.0) + 1, i, label, va="center", fontsize=8)
     ax.set_xlim(0, 115)
     ax.set_xlabel("savings, % of the namespace's cost")
     ax.legend(fontsize=8, loc="lower right")
@@ -312,6 +314,13 @@ def _recommendations(r: pl.DataFrame) -> Chart:
         "namespace. Orange: spot pricing, a cheaper rate for the hours that remain "
         "(total = 1 − (1 − utilization) × (1 − rate)).",
     )
+
+
+def roi_label(rfu: float | None, usd: float | None) -> str:
+    """The ROI bar's label: the scope's RFU and what reaching the target is worth a month (a
+    scope without a price: unknown, not "$n/a/mo")."""
+    money = NO_PRICE if usd is None or usd != usd else f"${usd:,.0f}/mo"
+    return num(rfu, ".0f", "RFU n/a", "% RFU") + "\n" + money
 
 
 def _roi(roi: pl.DataFrame) -> Chart:
@@ -331,11 +340,12 @@ def _roi(roi: pl.DataFrame) -> Chart:
         ax.text(
             i,
             e or 0,
-            f"{num(r, '.0f')}% RFU\n${num(usd, ',.0f')}/mo",
+            roi_label(r, usd),
             ha="center",
             va="bottom",
             fontsize=8,
         )
+    ax.margins(y=0.2)  # room above the tallest bar for its two-line label, under the title
     target = g["target_rfu_pct"][0] if g.height else 60
     ax.set_ylabel(f"equivalent GPUs gained at {target:.0f} % RFU")
     ax.tick_params(axis="x", labelsize=8)
@@ -685,15 +695,18 @@ def build_report(
             f"src='data:image/png;base64,{b64}'>{caption}</div>"
         )
         if c.title == "Recommendations" and rec is not None:
-            rec = rec.sort(["monthly_savings_usd", "namespace"], descending=[True, False])
-            details = rec.explode("action_details").unnest("action_details").drop_nulls("action")
-            parts.append(
-                _table(
-                    details,
-                    ["namespace", "action", "group", "fraction", "rationale"],
-                    {"fraction": lambda v: f"{100 * v:.1f} %"},
-                )
+            rec = rec.sort(
+                ["monthly_savings_usd", "namespace"], descending=[True, False], nulls_last=True
             )
+            details = rec.explode("action_details").unnest("action_details").drop_nulls("action")
+            if details.height:  # no action anywhere (nothing priced, nothing to fix): no table
+                parts.append(
+                    _table(
+                        details,
+                        ["namespace", "action", "group", "fraction", "rationale"],
+                        {"fraction": lambda v: f"{100 * v:.1f} %"},
+                    )
+                )
             parts.append(
                 _table(
                     rec,
@@ -717,6 +730,17 @@ def build_report(
                         )
                     }
                     | {"monthly_savings_usd": lambda v: f"${v:,.2f}"},
+                    # a namespace none of whose minutes has a price: nothing to weigh
+                    dict.fromkeys(
+                        (
+                            "measured_waste_frac",
+                            "utilization_savings_frac",
+                            "rate_savings_frac",
+                            "total_savings_frac",
+                            "monthly_savings_usd",
+                        ),
+                        NO_PRICE,
+                    ),
                 )
             )
             parts.append(
@@ -818,6 +842,22 @@ def build_report(
                     "waste_usd": lambda v: f"${v:,.2f}",
                     "energy_usd": lambda v: f"${v:,.2f}",
                 },
+                # a namespace on models without a price has no cost; one without power readings
+                # no energy (the mart's null)
+                dict.fromkeys(("cost_usd", "waste_usd"), NO_PRICE)
+                | dict.fromkeys(
+                    # no active minute: no bottleneck share, no diagnosis
+                    (
+                        "avg_gpu_util_pct",
+                        "avg_rfu_pct",
+                        "pct_active_bottlenecked",
+                        "dominant_diagnosis",
+                    ),
+                    "n/a",
+                )
+                | dict.fromkeys(
+                    ("energy_kwh", "idle_energy_kwh", "energy_usd", "co2_kg"), NO_POWER
+                ),
             )
         )
     if health is not None:

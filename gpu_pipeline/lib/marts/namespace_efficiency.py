@@ -25,6 +25,10 @@ def namespace_efficiency(
         load_energy() if energy is None else energy, pl.col("cluster")
     )
     kwh = pl.col("power_w") * pl.col("_w") / 60.0 / 1000.0  # a MIG instance: its share
+    # a sum over minutes none of which has the input is unknown (null), not 0: a namespace on
+    # models without a price has no cost, one whose exporter sends no power no energy
+    priced = pl.col("cost_usd").is_not_null().any()
+    powered = pl.col("power_w").is_not_null().any()
     out = (
         allocated_minutes(minutes)
         .group_by("date", "namespace")
@@ -39,15 +43,30 @@ def namespace_efficiency(
                 "pct_active_bottlenecked"
             ),
             pl.col("diagnosis").filter(active).mode().sort().first().alias("dominant_diagnosis"),
-            pl.col("cost_usd").sum().alias("cost_usd"),
-            (pl.col("idle_waste_usd") + pl.col("stall_waste_usd") + pl.col("headroom_waste_usd"))
-            .sum()
+            pl.when(priced).then(pl.col("cost_usd").sum()).alias("cost_usd"),
+            pl.when(priced)
+            .then(
+                (
+                    pl.col("idle_waste_usd")
+                    + pl.col("stall_waste_usd")
+                    + pl.col("headroom_waste_usd")
+                ).sum()
+            )
             .alias("waste_usd"),
-            kwh.sum().alias("energy_kwh"),
-            kwh.filter(pl.col("phase") == "idle").sum().alias("idle_energy_kwh"),
-            (kwh * usd_per_kwh).sum().alias("energy_usd"),
-            (kwh * co2_per_kwh / 1000.0).sum().alias("co2_kg"),
+            *[
+                pl.when(powered).then(e.sum()).alias(name)
+                for name, e in (
+                    ("energy_kwh", kwh),
+                    ("idle_energy_kwh", kwh.filter(pl.col("phase") == "idle")),
+                    ("energy_usd", kwh * usd_per_kwh),
+                    ("co2_kg", kwh * co2_per_kwh / 1000.0),
+                )
+            ],
         )
-        .with_columns((pl.col("waste_usd") / pl.col("cost_usd")).alias("waste_frac"))
+        .with_columns(
+            pl.when(pl.col("cost_usd") > 0)
+            .then(pl.col("waste_usd") / pl.col("cost_usd"))
+            .alias("waste_frac")
+        )
     )
     return conform_lazy(out, NAMESPACE_EFFICIENCY_SCHEMA).sort("namespace", nulls_last=False)

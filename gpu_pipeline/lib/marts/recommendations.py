@@ -264,6 +264,7 @@ def namespace_stats(
         .agg(
             pl.col("gpu_uuid").n_unique().alias("gpus"),
             (pl.col("_w").sum() / 60.0).alias("gpu_hours"),
+            pl.col("cost_usd").is_not_null().any().alias("_priced"),
             *[
                 pl.col(c).sum()
                 for c in (
@@ -314,6 +315,10 @@ def _key(model: str) -> str:
 def _recommend(
     row: dict, caps: dict | None = None, r: RecommendationThresholds = RECOMMEND
 ) -> dict:
+    if not row.get("_priced", True):
+        # no minute of the namespace has a price: its cost, waste and savings are unknown, not
+        # $0 (a 0 would read as "nothing to save"); no rule fires without money to weigh
+        return _unpriced(row)
     caps = caps or {}
     cost = row["cost_usd"] or 0.0
     models = " ".join(row["models"] or []).upper()
@@ -386,6 +391,26 @@ def _recommend(
         "total_savings_frac": total,
         "monthly_cost_usd": cost * DAYS_PER_MONTH,
         "monthly_savings_usd": round(total * cost * DAYS_PER_MONTH, 2),
+    }
+
+
+def _unpriced(row: dict) -> dict:
+    """The row of a namespace none of whose minutes has a price: money and fractions null."""
+    money = (
+        "cost_usd",
+        "measured_waste_frac",
+        "utilization_savings_frac",
+        "rate_savings_frac",
+        "total_savings_frac",
+        "monthly_cost_usd",
+        "monthly_savings_usd",
+    )
+    return {
+        **{c: row[c] for c in ("date", "namespace", "gpus", "gpu_hours")},
+        **dict.fromkeys(money),
+        "actions": [],
+        "action_details": [],
+        "naive_sum_frac": 0.0,
     }
 
 
