@@ -198,7 +198,9 @@ def records_by_day(g: pl.DataFrame, lo: int, hi: int) -> dict:
     inside = ts.is_between(lo, hi)
     # most files hold one day: their first and last plausible times tell, no group-by needed
     first, last, n = g.select(
-        ts.filter(inside).min(), ts.filter(inside).max().alias("b"), inside.sum().alias("n")
+        ts.filter(inside).min().alias("first"),
+        ts.filter(inside).max().alias("last"),
+        inside.sum().alias("n"),
     ).row(0)
     if first is not None and first // 86_400_000 == last // 86_400_000:
         one = {date(1970, 1, 1) + timedelta(days=first // 86_400_000): n}
