@@ -646,9 +646,9 @@ def build_report(
         e = nse.select(pl.col("energy_kwh", "idle_energy_kwh", "energy_usd", "co2_kg").sum()).row(
             0, named=True
         )
-        # energy is summed from power readings: a day none of whose minutes has one has no
-        # known energy (not 0 kWh)
-        powered = m.height > 0 and bool(m.get_column("power_w").is_not_null().any())
+        # a namespace without any power reading has no energy (null): a day of only such
+        # namespaces has no known energy (not 0 kWh)
+        powered = bool(nse.get_column("energy_kwh").is_not_null().any())
         kpis += [
             (
                 "energy",

@@ -181,6 +181,16 @@ def value_bounds() -> list[pl.Expr]:
     ]
 
 
+def out_of_range(value: pl.Expr, scaled: pl.Expr) -> pl.Expr:
+    """A reading outside its field's valid range (`_lo`, `_hi`; `scaled`: the value in the
+    field's unit) or infinite; a blank sentinel (no reading) is not."""
+    return ~is_blank_sentinel(value) & (
+        scaled.is_infinite()
+        | (pl.col("_lo").is_not_null() & (scaled < pl.col("_lo")))
+        | (pl.col("_hi").is_not_null() & (scaled > pl.col("_hi")))
+    )
+
+
 def normalize_series(g: pl.DataFrame) -> pl.DataFrame:
     """Attribute clean-up; run it on distinct series where a parser has them, else on every row.
     `_attr_reason` says why a series' labels cannot be kept (null: they can)."""
@@ -232,12 +242,7 @@ def finalize(
     if "_lo" not in g.columns:  # parsers with distinct series attach the bounds per series
         g = g.with_columns(value_bounds())
     g = g.with_columns((pl.col("value") * pl.col("scale")).alias("scaled"))
-    sentinel = is_blank_sentinel(pl.col("value"))
-    bad_range = ~sentinel & (
-        pl.col("scaled").is_infinite()
-        | (pl.col("_lo").is_not_null() & (pl.col("scaled") < pl.col("_lo")))
-        | (pl.col("_hi").is_not_null() & (pl.col("scaled") > pl.col("_hi")))
-    )
+    bad_range = out_of_range(pl.col("value"), pl.col("scaled"))
     implausible = pl.col("ts_ms").is_not_null() & ~pl.col("ts_ms").is_between(lo, hi)
     g = g.with_columns(implausible.alias("_implausible"))
     rejected = (

@@ -27,6 +27,7 @@ from gpu_pipeline.lib.ingest.formats.common import (
     metric_scale,
     mig_device_level,
     normalize_series,
+    out_of_range,
     records_by_day,
     resolve_aliases,
     value_bounds,
@@ -370,19 +371,13 @@ def _clean_samples(
     g = pl.concat([fast.select("line", "value", "ts_ms", "_has_ts"), per_line], how="horizontal")
     value = pl.col("value") * pl.col("scale") if scaled else pl.col("value")
     ts = pl.col("ts_ms")
-    sentinel = is_blank_sentinel(pl.col("value"))
-    bad_range = ~sentinel & (
-        value.is_infinite()
-        | (pl.col("_lo").is_not_null() & (value < pl.col("_lo")))
-        | (pl.col("_hi").is_not_null() & (value > pl.col("_hi")))
-    )
     rejected = (
         pl.col("_unkept")
         | pl.col("value").is_null()
         | ts.is_null()
         | ~ts.is_between(lo, hi)
         | (pl.lit(timed) & ~pl.col("_has_ts"))
-        | bad_range
+        | out_of_range(pl.col("value"), value)
     )
     if g.select(rejected.fill_null(True).any()).item():
         return None
@@ -391,7 +386,7 @@ def _clean_samples(
         "line",
         pl.from_epoch(ts, time_unit="ms").dt.replace_time_zone("UTC").alias("timestamp"),
         "column",
-        pl.when(sentinel).then(None).otherwise(value).alias("value"),
+        pl.when(is_blank_sentinel(pl.col("value"))).then(None).otherwise(value).alias("value"),
         *attr_cols,
     )
     return conform(samples, LONG_SCHEMA)
@@ -476,6 +471,7 @@ def _parse_fast(source: bytes | Path, ctx: Context, data, text: bool) -> ParsedL
     if series.select((pl.col("scale").fill_null(1.0) != 1.0).any()).item():
         extra.append("scale")
     window = ctx.time_window()
+    skipped = int((path == 0).sum())
     if not bool((path == 2).any()):
         clean = _clean_samples(fast, series, attr_cols, "scale" in extra, timed, window)
         if clean is not None:
@@ -484,7 +480,7 @@ def _parse_fast(source: bytes | Path, ctx: Context, data, text: bool) -> ParsedL
                 clean,
                 pl.DataFrame(schema=QUARANTINE_LINE_SCHEMA),
                 d.height,
-                int((path == 0).sum()),
+                skipped,
                 ctx.file_time_basis if untimed else "sample",
                 records_by_day(fast, *window),
             )
@@ -511,7 +507,6 @@ def _parse_fast(source: bytes | Path, ctx: Context, data, text: bool) -> ParsedL
         fast = fast.with_columns(
             pl.when(~pl.col("_has_ts")).then(pl.lit(UNTIMED_IN_TIMED)).alias("pre_reason")
         )
-    skipped = int((path == 0).sum())
     frames = [candidates(fast)]
 
     def slow(lines: pl.DataFrame) -> pl.DataFrame:
