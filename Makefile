@@ -9,6 +9,10 @@ START ?= 2024-01-01
 DAYS ?= 7
 END ?= $(shell $(PYTHON) -c "import datetime as d;print(d.date.fromisoformat('$(START)')+d.timedelta(days=$(DAYS)-1))")
 
+NATIVE := gpu_pipeline/native/libgpu_pipeline_native.so
+CC ?= cc
+NATIVE_CFLAGS ?= -O2 -Wall -Wextra -shared -fPIC -pthread
+
 .PHONY: demo test dev lint format bench bench-day bench-pull clean install install-dev servers
 
 $(STAMP): pyproject.toml
@@ -17,14 +21,20 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e .
 	touch $(STAMP)
 
+# The exposition tokenizer (gpu_pipeline/native): plain C, loaded with ctypes. Without a C
+# compiler the parse takes its Polars path (the same results, slower) and this says so.
+$(NATIVE): gpu_pipeline/native/exposition.c
+	$(CC) $(NATIVE_CFLAGS) -o $@ $< \
+		|| echo "warning: no native exposition tokenizer (C compiler failed); parsing takes the Polars path"
+
 $(DEV_STAMP): $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(DEV_STAMP)
 
-install: $(STAMP)
-install-dev: $(DEV_STAMP)
+install: $(STAMP) $(NATIVE)
+install-dev: $(DEV_STAMP) $(NATIVE)
 
-demo: $(STAMP)
+demo: $(STAMP) $(NATIVE)
 	$(BIN)/gpu-pipeline generate --start $(START) --days $(DAYS)
 	$(BIN)/gpu-pipeline materialize --start $(START) --end $(END) --summary
 
@@ -40,12 +50,12 @@ servers:
 			|| echo "warning: could not install$$missing; the tests that need it will fail"; \
 	fi
 
-test: $(DEV_STAMP) servers
+test: $(DEV_STAMP) $(NATIVE) servers
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 # `dg dev` (dagster-dg-cli) loads the project from pyproject.toml's [tool.dg]; `dagster dev -w
 # workspace.yaml` loads the same definitions
-dev: $(STAMP)
+dev: $(STAMP) $(NATIVE)
 	$(BIN)/gpu-pipeline init-instance
 	VIRTUAL_ENV=$(CURDIR)/.venv $(BIN)/dg dev
 
@@ -57,13 +67,13 @@ format: $(DEV_STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-bench: $(DEV_STAMP)
+bench: $(DEV_STAMP) $(NATIVE)
 	$(BIN)/python benchmarks/run.py
 
-bench-day: $(DEV_STAMP)
+bench-day: $(DEV_STAMP) $(NATIVE)
 	$(BIN)/python benchmarks/day.py
 
-bench-pull: $(DEV_STAMP) servers
+bench-pull: $(DEV_STAMP) $(NATIVE) servers
 	$(BIN)/python benchmarks/pull.py
 
 clean:

@@ -5,8 +5,20 @@ from datetime import UTC, datetime
 import polars as pl
 import pytest
 
+from gpu_pipeline import native
 from gpu_pipeline.lib.ingest.formats.common import Context
 from gpu_pipeline.lib.ingest.formats.exposition import parse
+
+
+@pytest.fixture(autouse=True, params=["native", "polars"])
+def tokenizer(request, monkeypatch):
+    """Every test twice: the file tokenized natively (gpu_pipeline/native), and by Polars' CSV
+    reader (no C compiler, or a wheel install). tests/test_native.py fails if the native one is
+    missing where a compiler is."""
+    if request.param == "native" and not native.available():
+        pytest.skip("the native tokenizer is not built here")
+    monkeypatch.setattr(native, "enabled", request.param == "native")
+    return request.param
 
 
 def parse_exposition(text, file_time=None):

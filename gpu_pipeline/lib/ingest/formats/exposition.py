@@ -1,9 +1,11 @@
 """dcgm-exporter / Prometheus text exposition (plain text, OpenMetrics timestamps too).
 
-Fast path: one multi-threaded CSV pass splits every line at its first `}` into the series
-(`name{labels`) and the rest (` value [timestamp]`). Series repeat on every scrape, so each
-distinct series is validated and its labels parsed once, then joined back by a categorical code;
-values and timestamps are cast column-wise. No Python runs per line.
+Fast path: one multi-threaded pass splits every line at its first `}` into the series
+(`name{labels`) and the rest (` value [timestamp]`): the native tokenizer (`gpu_pipeline.native`,
+C, built by `make install`) where it is built, else Polars' CSV reader, with the same result.
+Series repeat on every scrape, so each distinct series is validated and its labels parsed once,
+then joined back by a code; values and timestamps are numbers column-wise. No Python runs per
+line.
 
 Slow path: lines the fast path cannot vouch for (no labels, a `}` inside a label value, a value or
 timestamp that is not a number, odd whitespace) are parsed one regex per line, so their
@@ -16,8 +18,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
+from gpu_pipeline import native
 from gpu_pipeline.lib.ingest.formats.common import (
     Context,
     candidates,
@@ -247,6 +251,69 @@ def _regex_candidates(
     return candidates(g.join(attrs, on="labels", how="left"))
 
 
+# more values or timestamps than this (plus a tenth of the lines) that the native tokenizer
+# leaves to Polars: the file is read with Polars' CSV reader instead
+_ODD_TOKENS = 1000
+
+
+def _tokens(data: np.ndarray, at: np.ndarray) -> pl.Series:
+    """The text of tokens (line, offset, length) of `data` (ASCII, checked by the scan)."""
+    return pl.Series(
+        [data[o : o + n].tobytes().decode() for _, o, n in at.tolist()], dtype=pl.String
+    )
+
+
+def _scan_native(source: bytes | Path) -> tuple[pl.DataFrame, pl.Series] | None:
+    """`_scan` without the text columns, by the native tokenizer (`gpu_pipeline.native`): the
+    same frame and distinct series (codes in another order); None when the tokenizer is not
+    built or left too much to Polars (the caller reads the file with Polars' CSV reader).
+
+    The tokenizer parses the plain numbers itself, exactly as Polars' casts do; a value or
+    timestamp written otherwise (`1e400`, a signed NaN, 19 digits) is cast here by Polars."""
+    if not native.available():
+        return None
+    if isinstance(source, Path):
+        size = source.stat().st_size
+        data = np.memmap(source, np.uint8, mode="r") if size else np.empty(0, np.uint8)
+    else:
+        data = np.frombuffer(source, np.uint8)
+    threads = min(pl.thread_pool_size(), 8) if data.size >= 2**20 else 1
+    scan = native.scan_exposition(data, threads)
+    if scan is None or len(scan.odd_values) + len(scan.odd_ts) > _ODD_TOKENS + len(scan.code) // 10:
+        return None
+    value, ts, flags = scan.value, scan.ts, scan.flags
+    if len(scan.odd_values):  # cast by Polars, as the CSV path casts every value
+        cast = _tokens(data, scan.odd_values).cast(pl.Float64, strict=False)
+        at = scan.odd_values[:, 0]
+        value[at] = cast.fill_null(0.0).to_numpy()
+        flags[at] |= np.where(cast.is_not_null().to_numpy(), native.VALUE, 0).astype(np.uint8)
+    if len(scan.odd_ts):
+        cast = _tokens(data, scan.odd_ts).cast(pl.Int64, strict=False)
+        at = scan.odd_ts[:, 0]
+        ts[at] = cast.fill_null(0).to_numpy()
+        flags[at] |= np.where(cast.is_not_null().to_numpy(), native.TS, 0).astype(np.uint8)
+    del data  # a memory map is closed with its last reference
+    import pyarrow as pa
+
+    strings = pa.LargeStringArray.from_buffers(
+        len(scan.series_offsets) - 1,
+        pa.py_buffer(scan.series_offsets),
+        pa.py_buffer(scan.series_bytes),
+    )
+    distinct = pl.Series("s", strings, dtype=pl.String)
+    f = pl.col("_f")
+    d = pl.DataFrame({"_f": flags, "_c": scan.code, "_v": value, "_t": ts}).select(
+        pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("line"),
+        ((f & native.NO_SERIES) != 0).alias("_no_series"),
+        ((f & native.LEAD) != 0).alias("_lead"),
+        ((f & native.HAS_TS) != 0).alias("_has_ts"),
+        pl.when((f & native.VALUE) != 0).then(pl.col("_v")).alias("value"),
+        pl.when((f & native.TS) != 0).then(pl.col("_t")).alias("ts_ms"),
+        pl.when(pl.col("_c") != native.NO_CODE).then(pl.col("_c")).alias("_code"),
+    )
+    return d, distinct
+
+
 def _scan(source: bytes | Path, text: bool = False) -> tuple[pl.DataFrame, pl.Series] | None:
     """One streaming CSV pass: each line split at its first `}` into the series and the rest,
     the rest into value and timestamp, cast; None if the file can't be read this way.
@@ -261,6 +328,8 @@ def _scan(source: bytes | Path, text: bool = False) -> tuple[pl.DataFrame, pl.Se
     rows in order. `_lead`: the rest starts with exactly one space; the timestamp field takes
     the rest of the line, so extra tokens fail its cast.
     """
+    if not text and (scanned := _scan_native(source)) is not None:
+        return scanned
     cats = pl.Categories.random()
     ts_int = pl.col("field_2").cast(pl.Int64, strict=False)
     try:

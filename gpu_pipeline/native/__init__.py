@@ -1,0 +1,111 @@
+"""Native code for the one loop Polars cannot do fast enough: tokenizing exposition text.
+
+`exposition.c` is compiled by `make install` with the system C compiler into `LIBRARY` and
+loaded here with ctypes (no Python API, no build step in pip). Where it is absent — no compiler,
+an install from a wheel — or `enabled` is False, the callers take their Polars path: the same
+results, slower (`benchmarks/README.md`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+LIBRARY = Path(__file__).with_name("libgpu_pipeline_native.so")
+SOURCE = Path(__file__).with_name("exposition.c")
+# tests switch the native path off to compare it with the Polars path
+enabled = True
+
+# per-line flags set by expo_scan (exposition.c)
+NO_SERIES, LEAD, HAS_TS, VALUE, TS = 1, 2, 4, 8, 16
+NO_CODE = 2**32 - 1
+
+_i64, _ptr = ctypes.c_int64, ctypes.c_void_p
+
+
+@functools.cache
+def _load() -> ctypes.CDLL | None:
+    try:
+        lib = ctypes.CDLL(str(LIBRARY))
+    except OSError:
+        return None
+    lib.expo_scan.argtypes = [_ptr, _i64, ctypes.c_int]
+    lib.expo_scan.restype = _ptr
+    lib.expo_counts.argtypes = [_ptr, ctypes.POINTER(_i64)]
+    lib.expo_counts.restype = None
+    lib.expo_fill.argtypes = [_ptr] * 9
+    lib.expo_fill.restype = None
+    lib.expo_free.argtypes = [_ptr]
+    lib.expo_free.restype = None
+    return lib
+
+
+def available() -> bool:
+    """Is the native tokenizer built, loadable and enabled?"""
+    return enabled and _load() is not None
+
+
+@dataclass(frozen=True)
+class ExpositionScan:
+    """Per line: the series code (`NO_CODE`: none), value, timestamp and flags (valid only
+    where `VALUE` / `TS` are set); the distinct series in code order (Arrow string offsets and
+    bytes); (line index, byte offset, length) of each value / timestamp token left to Polars."""
+
+    code: np.ndarray
+    value: np.ndarray
+    ts: np.ndarray
+    flags: np.ndarray
+    series_offsets: np.ndarray
+    series_bytes: np.ndarray
+    odd_values: np.ndarray
+    odd_ts: np.ndarray
+
+
+def scan_exposition(data: np.ndarray, threads: int) -> ExpositionScan | None:
+    """Tokenize exposition text (`data`: its bytes as uint8, not copied) on `threads` threads;
+    None when the library is not available, ran out of memory, or the text is not ASCII."""
+    lib = _load() if enabled else None
+    if lib is None:
+        return None
+    handle = lib.expo_scan(data.ctypes.data, data.size, threads)
+    if not handle:
+        return None
+    try:
+        counts = (_i64 * 6)()
+        lib.expo_counts(handle, counts)
+        n, n_series, n_bytes, n_odd_v, n_odd_t, non_ascii = counts
+        if non_ascii:  # Polars reads it: its reader checks the UTF-8
+            return None
+        out = ExpositionScan(
+            code=np.empty(n, np.uint32),
+            value=np.empty(n, np.float64),
+            ts=np.empty(n, np.int64),
+            flags=np.empty(n, np.uint8),
+            series_offsets=np.empty(n_series + 1, np.int64),
+            series_bytes=np.empty(n_bytes, np.uint8),
+            odd_values=np.empty((n_odd_v, 3), np.int64),
+            odd_ts=np.empty((n_odd_t, 3), np.int64),
+        )
+        lib.expo_fill(
+            handle,
+            *(
+                a.ctypes.data
+                for a in (
+                    out.code,
+                    out.value,
+                    out.ts,
+                    out.flags,
+                    out.series_offsets,
+                    out.series_bytes,
+                    out.odd_values,
+                    out.odd_ts,
+                )
+            ),
+        )
+        return out
+    finally:
+        lib.expo_free(handle)

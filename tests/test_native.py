@@ -1,0 +1,188 @@
+"""The native exposition tokenizer (gpu_pipeline/native) against the Polars CSV pass it stands in
+for: line for line the same series, flags, values and timestamps, on text written every way the
+format allows and some it does not, on one thread or several."""
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from gpu_pipeline import native
+from gpu_pipeline.lib.ingest.formats import exposition as ex
+from gpu_pipeline.lib.ingest.formats.common import Context
+
+HAS_CC = any(shutil.which(c) for c in ("cc", "gcc", "clang"))
+
+VALUES = [
+    "28", "1.5", "+5", "-0", "-0.0", "1e3", "1E-3", "1.e5", "1e+3", "1e0003", "1e00003", ".5",
+    "-.5", "+.5", "5.", "00012", "0.000000000000000000000000001", "9007199254740993", "1e22",
+    "1e23", "123456789012345678", "1234567890123456789", "12345678901234567890", "4.9e-324",
+    "1.7976931348623157e308", "1e400", "NaN", "nan", "nAn", "-NaN", "+nan", "+Inf", "-Inf", "Inf",
+    "inf", "INF", "Infinity", "-infinity", "0x10", "1_000", "1e", "1e+", ".", "+", "-", ".e1",
+    "1..2", "e5", "3.14159", "0.1", "0.30000000000000004", "99.99", "-273.15",
+]  # fmt: skip
+TIMESTAMPS = [
+    "1704103200000", "+5", "-0", "007", "123456789012345678", "1234567890123456789",
+    "99999999999999999999", "1704103200.5", "1e12", "x", "",
+]  # fmt: skip
+SHAPES = [
+    b"",  # a blank line
+    b"\r",
+    b"# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).",
+    b"# TYPE DCGM_FI_DEV_GPU_UTIL gauge",
+    b"   ",
+    b"\t# indented comment",
+    b"} 5",
+    b"}}",
+    b"no_labels 5",
+    b"no_labels 5 1704103200000",
+    b'm{a="x}y"} 7 1704103200000',  # a brace in a label value: cut there, like the CSV pass
+    b'm{a="b"}',
+    b'm{a="b"} ',
+    b'm{a="b"}  7',
+    b'm{a="b"}\t7',
+    b'm{a="b"}7',
+    b'm{a="b"} 7 1704103200000 extra',
+    b'm{a="b"} 7 1704103200000 # {trace_id="t"} 1.0',
+    b'm{a="b"} 7 1704103200000\r',
+    b'm{a="b\\"c"} 8',
+    b'm{a="b",c="d"} 9 1704103200000',
+    b'DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-1",modelName="NVIDIA A100 80GB"} 245.5 1704103200000',
+]
+
+
+def _lines() -> bytes:
+    # the first line is an ordinary one: a first line with two braces makes Polars' CSV reader
+    # refuse the whole file (the parse then reads it line by line), which is no comparison
+    rows = [b'm{a="first"} 1 1704103200000']
+    rows += [f'v{{k="{i}"}} {v} 1704103200000'.encode() for i, v in enumerate(VALUES)]
+    rows += [f'v{{k="{i % 3}"}} {v}'.encode() for i, v in enumerate(VALUES)]
+    rows += [f't{{k="{i}"}} 1 {t}'.encode() for i, t in enumerate(TIMESTAMPS)]
+    rows += SHAPES
+    return b"\n".join(rows * 3)
+
+
+def _decoded(scanned: tuple[pl.DataFrame, pl.Series]) -> pl.DataFrame:
+    """The scan with each line's series as text (codes are numbered differently by each)."""
+    d, distinct = scanned
+    series = distinct.gather(d.get_column("_code").fill_null(0))
+    return d.with_columns(
+        pl.when(pl.col("_code").is_not_null()).then(series).alias("_code"),
+        # the CSV pass leaves `_lead` null where a line has no rest; both read null as False
+        pl.col("_lead").fill_null(False),
+    )
+
+
+def _both(source, monkeypatch) -> tuple[pl.DataFrame, pl.DataFrame]:
+    mine = ex._scan_native(source)
+    assert mine is not None
+    monkeypatch.setattr(native, "enabled", False)
+    polars = ex._scan(source)
+    monkeypatch.setattr(native, "enabled", True)
+    assert polars is not None
+    return _decoded(mine), _decoded(polars)
+
+
+@pytest.fixture(autouse=True)
+def built():
+    if not HAS_CC:
+        pytest.skip("no C compiler here: the parse takes its Polars path only")
+    assert native.available(), f"{native.LIBRARY} is not built: run `make install`"
+
+
+@pytest.mark.parametrize("ending", [b"", b"\n", b"\r\n"])
+def test_every_line_as_the_csv_pass_reads_it(ending, monkeypatch):
+    data = _lines().replace(b"\n", b"\r\n") if ending == b"\r\n" else _lines()
+    mine, polars = _both(data + ending, monkeypatch)
+    assert mine.height == polars.height == _lines().count(b"\n") + 1
+    assert_frame_equal(mine, polars)
+    # the numbers are Polars' own, NaN and infinities included (compared bit for bit)
+    for c in ("value", "ts_ms"):
+        a, b = mine.get_column(c).to_numpy(), polars.get_column(c).to_numpy()
+        assert a.tobytes() == b.tobytes()
+    # five ways of writing NaN, signed or not, with a timestamp and without, three times
+    assert mine.filter(pl.col("value").is_nan()).height == 5 * 2 * 3
+
+
+def test_threads_cut_the_text_at_line_ends_and_merge_the_series(monkeypatch):
+    data = np.frombuffer(_lines() * 40, np.uint8)
+    one = native.scan_exposition(data, 1)
+    for threads in (2, 3, 8):
+        many = native.scan_exposition(data, threads)
+        series = [
+            bytes(s.series_bytes[s.series_offsets[c] : s.series_offsets[c + 1]])
+            if c != native.NO_CODE
+            else None
+            for s in (one, many)
+            for c in s.code.tolist()[:: len(s.code) // 500]
+        ]
+        half = len(series) // 2
+        assert series[:half] == series[half:]
+        assert np.array_equal(one.flags, many.flags)
+        assert one.value.tobytes() == many.value.tobytes()
+        assert np.array_equal(one.ts, many.ts)
+        assert sorted(one.odd_values[:, 0]) == sorted(many.odd_values[:, 0])
+        assert len(one.series_offsets) == len(many.series_offsets)
+
+
+def test_a_file_of_megabytes_is_read_on_the_pool_threads(tmp_path, monkeypatch):
+    """A memory-mapped file above 1 MiB: several threads, the same frame as the CSV pass."""
+    path = tmp_path / "node.prom"
+    rows = [
+        f'DCGM_FI_DEV_{f}{{gpu="{g}",UUID="GPU-{g:04d}",Hostname="node-{g // 8}",modelName='
+        f'"NVIDIA H100 80GB HBM3"}} {(g * 7 + t) % 101}.{t % 10} {1704103200000 + t * 30000}'
+        for t in range(60)
+        for g in range(64)
+        for f in ("GPU_UTIL", "POWER_USAGE", "FB_USED")
+    ]
+    path.write_text("\n".join(rows) + "\n")
+    assert path.stat().st_size > 2**20
+    mine, polars = _both(path, monkeypatch)
+    assert mine.height == len(rows) and mine.get_column("_code").n_unique() == 64 * 3
+    assert_frame_equal(mine, polars)
+
+
+def test_text_that_is_not_ascii_is_left_to_polars(monkeypatch):
+    data = 'm{a="Niño"} 1 1704103200000\n'.encode()
+    assert ex._scan_native(data) is None  # Polars' reader checks the UTF-8
+    got = ex.parse(data, Context("f"))
+    assert got.samples.height == 0 and got.quarantine.height == 1  # no GPU: unkept, as before
+
+
+def test_many_numbers_written_oddly_go_to_polars_csv_reader(monkeypatch):
+    odd = b"\n".join(f'm{{a="{i}"}} 0x{i} 1704103200000'.encode() for i in range(5000))
+    assert ex._scan_native(odd) is None
+    few = b"\n".join(f'm{{a="{i}"}} {i} 1704103200000'.encode() for i in range(5000))
+    assert ex._scan_native(few + b'\nm{a="x"} 0x1 1704103200000') is not None
+
+
+def test_the_parse_is_the_same_either_way(tmp_path, monkeypatch):
+    """Whole parses, native and Polars: samples, quarantine and counts equal."""
+    text = (
+        _lines()
+        + b"\n"
+        + b"\n".join(
+            f'DCGM_FI_DEV_GPU_UTIL{{gpu="{g}",UUID="GPU-{g}",Hostname="h",modelName="NVIDIA A10G"}} '
+            f"{g * 10} {1704103200000 + g}".encode()
+            for g in range(8)
+        )
+    )
+    path = Path(tmp_path / "mixed.prom")
+    path.write_bytes(text)
+    ctx = Context(str(path))
+    mine = ex.parse(path, ctx)
+    monkeypatch.setattr(native, "enabled", False)
+    polars = ex.parse(path, ctx)
+    # the eight GPUs and the power line among the shapes (three times)
+    assert mine.samples.height == 8 + 3 and mine.quarantine.height > 100
+    assert_frame_equal(mine.samples, polars.samples)
+    assert_frame_equal(mine.quarantine, polars.quarantine)
+    assert (mine.lines_total, mine.lines_skipped, mine.time_basis, mine.records_by_day) == (
+        polars.lines_total,
+        polars.lines_skipped,
+        polars.time_basis,
+        polars.records_by_day,
+    )
