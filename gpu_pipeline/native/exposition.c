@@ -246,6 +246,7 @@ static void *scan_part(void *arg) {
     const char *buf = t->buf;
     int64_t pos = t->start;
     uint64_t bits = 0;  /* kept here, not in *t, while the loop runs */
+    uint64_t last = UINT64_MAX;  /* the code of the last line's series (none yet: +1 is 0) */
     if (!table_init(&t->table)) { t->failed = 1; return NULL; }
     while (pos < t->end) {
         const char *part_end = buf + t->end, *hit = brace_or_nl(buf + pos, part_end);
@@ -264,8 +265,16 @@ static void *scan_part(void *arg) {
         uint8_t f = 0;
         uint32_t code = NONE;
         if (s_len > 0) {
-            code = table_code(&t->table, buf, pos, s_len, hash_bytes(line, s_len, &bits));
+            /* a scrape lists its series in the order the first one did, which is the order
+             * of their codes: the series after the last line's is tried first, by its bytes
+             * (equal bytes: the same series, ASCII as when it was first seen and hashed) */
+            const series_t *guess = last + 1 < (uint64_t)t->table.n ? &t->table.items[last + 1] : NULL;
+            if (guess && guess->len == s_len && memcmp(buf + guess->off, line, (size_t)s_len) == 0)
+                code = (uint32_t)(last + 1);
+            else
+                code = table_code(&t->table, buf, pos, s_len, hash_bytes(line, s_len, &bits));
             if (code == NONE) { t->failed = 1; return NULL; }
+            last = code;
         } else {
             f |= NO_SERIES;
         }
