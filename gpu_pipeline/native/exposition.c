@@ -224,10 +224,16 @@ static int parse_ts(const char *p, int64_t n, int64_t *out) {
     return 1;
 }
 
-/* room for more lines: at first as many as the part's bytes hold at its first line's length
- * (scrape files repeat their lines), then half as many again each time */
-static int part_reserve(part_t *t, int64_t first_line) {
-    int64_t c = t->cap ? t->cap + t->cap / 2 : (t->end - t->start) / (first_line > 16 ? first_line : 16) * 9 / 8 + 1024;
+/* room for more lines: at first as many as the part's bytes hold at the mean length of the
+ * lines in its first 64 KiB (scrape files repeat their lines), then half as many again */
+static int part_reserve(part_t *t) {
+    int64_t c = t->cap + t->cap / 2;
+    if (!t->cap) {
+        int64_t size = t->end - t->start, head = size < 65536 ? size : 65536, lines = 1;
+        for (const char *p = t->buf + t->start, *e = p + head; (p = memchr(p, '\n', (size_t)(e - p))); p++)
+            lines++;
+        c = size / (head / lines + 1) * 9 / 8 + 1024;
+    }
     uint32_t *code = realloc(t->code, sizeof(uint32_t) * (size_t)c);
     if (code) t->code = code;
     double *value = realloc(t->value, sizeof(double) * (size_t)c);
@@ -257,7 +263,7 @@ static void *scan_part(void *arg) {
         }
         int64_t stop = nl ? nl - buf : t->end, next = nl ? stop + 1 : t->end;
         if (stop > pos && buf[stop - 1] == '\r') stop--;
-        if (t->n == t->cap && !part_reserve(t, next - pos)) { t->failed = 1; return NULL; }
+        if (t->n == t->cap && !part_reserve(t)) { t->failed = 1; return NULL; }
         int64_t i = t->n++;
         const char *line = buf + pos;
         int64_t len = stop - pos;
