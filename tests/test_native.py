@@ -145,6 +145,37 @@ def test_a_file_of_megabytes_is_read_on_the_pool_threads(tmp_path, monkeypatch):
     assert_frame_equal(mine, polars)
 
 
+def _rss_file_mib() -> float:
+    status = Path("/proc/self/status").read_text()
+    return int(status.split("RssFile:")[1].split()[0]) / 1024
+
+
+def test_a_large_file_hands_back_its_pages_as_it_goes(tmp_path, monkeypatch):
+    """Above 16 MiB a memory-mapped file's pages are handed back behind the scan (they are
+    read again if needed: the odd tokens at the end are read after the scan)."""
+    path = tmp_path / "big.prom"
+    row = 'DCGM_FI_DEV_GPU_UTIL{{gpu="{g}",UUID="GPU-{g:05d}",Hostname="node-{h:04d}"}} {v} {t}\n'
+    with path.open("w") as f:
+        for t in range(200):
+            f.write(
+                "".join(
+                    row.format(g=g, h=g // 8, v=(g + t) % 100, t=1_700_000_000_000 + t)
+                    for g in range(2000)
+                )
+            )
+        f.write('DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-00000",Hostname="node-0000"} 0x1 1\n')
+    assert path.stat().st_size > 32 * 2**20
+    data = np.memmap(path, np.uint8, mode="r")
+    before = _rss_file_mib()
+    assert native.scan_exposition(data, 2) is not None
+    # every page of the 33 MiB was read; all but the last <16 MiB of each thread's part handed back
+    assert _rss_file_mib() - before < 20
+    del data
+    mine, polars = _both(path, monkeypatch)
+    assert mine.height == 200 * 2000 + 1
+    assert_frame_equal(mine, polars)
+
+
 def test_text_that_is_not_ascii_is_left_to_polars(monkeypatch):
     data = 'm{a="Niño"} 1 1704103200000\n'.encode()
     assert ex._scan_native(data) is None  # Polars' reader checks the UTF-8

@@ -33,7 +33,7 @@ def _load() -> ctypes.CDLL | None:
         lib = ctypes.CDLL(str(LIBRARY))
     except OSError:
         return None
-    lib.expo_scan.argtypes = [_ptr, _i64, ctypes.c_int]
+    lib.expo_scan.argtypes = [_ptr, _i64, ctypes.c_int, ctypes.c_int]
     lib.expo_scan.restype = _ptr
     lib.expo_counts.argtypes = [_ptr, ctypes.POINTER(_i64)]
     lib.expo_counts.restype = None
@@ -67,11 +67,16 @@ class ExpositionScan:
 
 def scan_exposition(data: np.ndarray, threads: int) -> ExpositionScan | None:
     """Tokenize exposition text (`data`: its bytes as uint8, not copied) on `threads` threads;
-    None when the library is not available, ran out of memory, or the text is not ASCII."""
+    None when the library is not available, ran out of memory, or the text is not ASCII.
+
+    A read-only `numpy.memmap` of a file has its pages handed back as they are read (they stay
+    in the page cache): a file of gigabytes is not held in the process while the parse goes on.
+    """
     lib = _load() if enabled else None
     if lib is None:
         return None
-    handle = lib.expo_scan(data.ctypes.data, data.size, threads)
+    mapped = isinstance(data, np.memmap) and data.mode == "r" and data.offset == 0
+    handle = lib.expo_scan(data.ctypes.data, data.size, threads, int(mapped))
     if not handle:
         return None
     try:

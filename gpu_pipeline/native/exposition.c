@@ -21,21 +21,27 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #define NONE UINT32_MAX
+#define RELEASE_EVERY (16 << 20)
 enum { NO_SERIES = 1, LEAD = 2, HAS_TS = 4, VALUE = 8, TS = 16 };
 
+/* a distinct series: its bytes at `off` in its table's arena (a copy: the file's pages can go) */
 typedef struct { int64_t off; int64_t len; uint64_t hash; } series_t;
 typedef struct { int64_t line; int64_t off; int64_t len; } token_t;
 
 typedef struct {
     series_t *items; int64_t n, cap;
     uint32_t *slots; uint64_t mask;   /* index + 1; 0: empty */
+    char *arena; int64_t used, room;  /* the series' bytes, one after another */
 } table_t;
 
 /* each part on cache lines of its own: two threads writing one line would take turns at it */
 typedef struct {
     _Alignas(128) const char *buf; int64_t start, end;  /* the part: whole lines */
+    int release;  /* buf maps a file: hand back its pages once read (see expo_scan) */
     int64_t n, cap;
     uint32_t *code; double *value; int64_t *ts; uint8_t *flags;
     token_t *odd_v; int64_t n_odd_v, cap_odd_v;
@@ -101,10 +107,12 @@ static int table_init(table_t *t) {
     t->n = 0; t->cap = 1024; t->mask = 2047;
     t->items = malloc(sizeof(series_t) * (size_t)t->cap);
     t->slots = calloc(t->mask + 1, sizeof(uint32_t));
-    return t->items && t->slots;
+    t->used = 0; t->room = 1 << 18;
+    t->arena = malloc((size_t)t->room);
+    return t->items && t->slots && t->arena;
 }
 
-static void table_free(table_t *t) { free(t->items); free(t->slots); }
+static void table_free(table_t *t) { free(t->items); free(t->slots); free(t->arena); }
 
 static int table_grow(table_t *t) {
     uint64_t mask = t->mask * 2 + 1;
@@ -119,14 +127,14 @@ static int table_grow(table_t *t) {
     return 1;
 }
 
-/* the code of series buf[off, off+len) (inserted when new); NONE when out of memory */
-static uint32_t table_code(table_t *t, const char *buf, int64_t off, int64_t len, uint64_t h) {
+/* the code of series bytes[0, len) (inserted when new); NONE when out of memory */
+static uint32_t table_code(table_t *t, const char *bytes, int64_t len, uint64_t h) {
     uint64_t s = h & t->mask;
     for (;;) {
         uint32_t k = t->slots[s];
         if (!k) break;
         series_t *it = &t->items[k - 1];
-        if (it->hash == h && it->len == len && memcmp(buf + it->off, buf + off, (size_t)len) == 0)
+        if (it->hash == h && it->len == len && memcmp(t->arena + it->off, bytes, (size_t)len) == 0)
             return k - 1;
         s = (s + 1) & t->mask;
     }
@@ -136,7 +144,16 @@ static uint32_t table_code(table_t *t, const char *buf, int64_t off, int64_t len
         if (!items) return NONE;
         t->items = items; t->cap *= 2;
     }
-    t->items[t->n] = (series_t){off, len, h};
+    if (t->used + len > t->room) {
+        int64_t room = t->room;
+        while (t->used + len > room) room *= 2;
+        char *arena = realloc(t->arena, (size_t)room);
+        if (!arena) return NONE;
+        t->arena = arena; t->room = room;
+    }
+    memcpy(t->arena + t->used, bytes, (size_t)len);
+    t->items[t->n] = (series_t){t->used, len, h};
+    t->used += len;
     t->slots[s] = (uint32_t)(t->n + 1);
     t->n++;
     if ((uint64_t)t->n * 2 > t->mask && !table_grow(t)) return NONE;
@@ -253,6 +270,8 @@ static void *scan_part(void *arg) {
     int64_t pos = t->start;
     uint64_t bits = 0;  /* kept here, not in *t, while the loop runs */
     uint64_t last = UINT64_MAX;  /* the code of the last line's series (none yet: +1 is 0) */
+    const int64_t page = sysconf(_SC_PAGESIZE);
+    int64_t released = (t->start + page - 1) / page * page;  /* pages before it: handed back */
     if (!table_init(&t->table)) { t->failed = 1; return NULL; }
     while (pos < t->end) {
         const char *part_end = buf + t->end, *hit = brace_or_nl(buf + pos, part_end);
@@ -275,10 +294,10 @@ static void *scan_part(void *arg) {
              * of their codes: the series after the last line's is tried first, by its bytes
              * (equal bytes: the same series, ASCII as when it was first seen and hashed) */
             const series_t *guess = last + 1 < (uint64_t)t->table.n ? &t->table.items[last + 1] : NULL;
-            if (guess && guess->len == s_len && memcmp(buf + guess->off, line, (size_t)s_len) == 0)
+            if (guess && guess->len == s_len && memcmp(t->table.arena + guess->off, line, (size_t)s_len) == 0)
                 code = (uint32_t)(last + 1);
             else
-                code = table_code(&t->table, buf, pos, s_len, hash_bytes(line, s_len, &bits));
+                code = table_code(&t->table, line, s_len, hash_bytes(line, s_len, &bits));
             if (code == NONE) { t->failed = 1; return NULL; }
             last = code;
         } else {
@@ -319,6 +338,11 @@ static void *scan_part(void *arg) {
         }
         t->code[i] = code; t->value[i] = value; t->ts[i] = ts; t->flags[i] = f;
         pos = next;
+        if (t->release && pos - released >= RELEASE_EVERY) {
+            int64_t upto = pos / page * page;
+            if (upto > released) madvise((void *)(buf + released), (size_t)(upto - released), MADV_DONTNEED);
+            released = upto;
+        }
     }
     t->bits = bits;
     return NULL;
@@ -336,8 +360,12 @@ void expo_free(scan_t *s) {
     free(s);
 }
 
-/* Scan buf[0, len) in `threads` parts; NULL when out of memory. Then expo_counts, expo_fill. */
-scan_t *expo_scan(const char *buf, int64_t len, int threads) {
+/* Scan buf[0, len) in `threads` parts; NULL when out of memory. Then expo_counts, expo_fill.
+ * `release`: buf is a read-only memory map of a file (page-aligned): the pages read are handed
+ * back as the scan goes (MADV_DONTNEED; the page cache keeps them, a later read maps them
+ * again), so a large file does not stay in the process's memory while the rest of the parse
+ * runs. Never for memory of the process's own: there it would zero the text. */
+scan_t *expo_scan(const char *buf, int64_t len, int threads, int release) {
     scan_t *s = aligned_alloc(128, (sizeof(scan_t) + 127) / 128 * 128);
     if (!s) return NULL;
     memset(s, 0, sizeof(scan_t));
@@ -352,7 +380,7 @@ scan_t *expo_scan(const char *buf, int64_t len, int threads) {
             const char *nl = memchr(buf + end, '\n', (size_t)(len - end));
             end = nl ? nl - buf + 1 : len;
         }
-        s->parts[k] = (part_t){.buf = buf, .start = start, .end = end};
+        s->parts[k] = (part_t){.buf = buf, .start = start, .end = end, .release = release};
         s->nparts = k + 1;
         start = end;
     }
@@ -380,7 +408,7 @@ scan_t *expo_scan(const char *buf, int64_t len, int threads) {
             if (!s->remap[k]) { expo_free(s); return NULL; }
             for (int64_t j = 0; j < t->n; j++) {
                 series_t *it = &t->items[j];
-                uint32_t c = table_code(s->global, buf, it->off, it->len, it->hash);
+                uint32_t c = table_code(s->global, t->arena + it->off, it->len, it->hash);
                 if (c == NONE) { expo_free(s); return NULL; }
                 s->remap[k][j] = c;
             }
@@ -432,7 +460,7 @@ void expo_fill(const scan_t *s, uint32_t *code, double *value, int64_t *ts, uint
     if (s->global)
         for (int64_t j = 0; j < s->global->n; j++) {
             const series_t *it = &s->global->items[j];
-            memcpy(series_bytes + at, s->buf + it->off, (size_t)it->len);
+            memcpy(series_bytes + at, s->global->arena + it->off, (size_t)it->len);
             at += it->len;
             series_offsets[j + 1] = at;
         }
