@@ -217,3 +217,16 @@ def test_the_parse_is_the_same_either_way(tmp_path, monkeypatch):
         polars.time_basis,
         polars.records_by_day,
     )
+
+
+@pytest.mark.parametrize("data", [b"", b"\n", b"\r\n\r\n", b"# only a comment\n", b"}"])
+def test_files_with_no_sample_are_counted_alike(data, monkeypatch):
+    mine = ex.parse(data, Context("f"))
+    monkeypatch.setattr(native, "enabled", False)
+    polars = ex.parse(data, Context("f"))
+    assert ex._scan_native(data) is None  # off: the Polars pass
+    monkeypatch.setattr(native, "enabled", True)
+    assert ex._scan_native(data)[0].height == len(data.splitlines())
+    assert (mine.lines_total, mine.lines_skipped) == (polars.lines_total, polars.lines_skipped)
+    assert mine.samples.height == polars.samples.height == 0
+    assert_frame_equal(mine.quarantine, polars.quarantine)

@@ -5,7 +5,7 @@
  * the first '}' (the whole line when there is none; empty: none), the rest is the text after it
  * up to a second '}' or the end (empty: none), split at spaces as `str.splitn(" ", 3)` splits:
  * the value is the second field, the timestamp the third. Distinct series get codes (a hash
- * table over the file's bytes, nothing copied); values and timestamps are parsed where the text
+ * table; each distinct series' bytes copied into it once); values and timestamps are parsed where the text
  * is plain (a decimal within the exactly-rounded range, nan / inf, an integer of up to 18 digits)
  * and listed otherwise, for the caller to cast with Polars: every number equals Polars' cast.
  *
@@ -56,7 +56,6 @@ typedef struct {
     const char *buf; int nparts; part_t parts[8];
     table_t *global; uint32_t *remap[8]; int64_t n_lines, n_odd_v, n_odd_t;
     uint64_t bits;
-    int failed;
 } scan_t;
 
 /* the hash of p[0, n), four words at a time in independent lanes (a chain of multiplies, one
@@ -194,7 +193,7 @@ static int parse_value(const char *p, int64_t n, double *out) {
         }
         return 0;
     }
-    uint64_t w = 0; int sig = 0, digits = 0; int64_t scale = 0;
+    uint64_t w = 0; int64_t sig = 0, digits = 0, scale = 0;
     while (p < e && *p >= '0' && *p <= '9') {
         digits++;
         if (w || *p != '0') { if (++sig > 19) return 0; w = w * 10 + (uint64_t)(*p - '0'); }
