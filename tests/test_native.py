@@ -230,3 +230,15 @@ def test_files_with_no_sample_are_counted_alike(data, monkeypatch):
     assert (mine.lines_total, mine.lines_skipped) == (polars.lines_total, polars.lines_skipped)
     assert mine.samples.height == polars.samples.height == 0
     assert_frame_equal(mine.quarantine, polars.quarantine)
+
+
+def test_a_library_built_from_another_version_is_not_used(monkeypatch):
+    """A stale build (exposition.c changed, `make` not run since) is left alone: Polars pass."""
+    monkeypatch.setattr(native, "VERSION", native.VERSION + 1)
+    native._load.cache_clear()
+    try:
+        assert not native.available() and ex._scan_native(b'm{a="b"} 1\n') is None
+    finally:
+        monkeypatch.undo()
+        native._load.cache_clear()
+    assert native.available()

@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 
 LIBRARY = Path(__file__).with_name("libgpu_pipeline_native.so")
+# exposition.c's EXPO_VERSION: a library built from another version is not loaded
+VERSION = 1
 SOURCE = Path(__file__).with_name("exposition.c")
 # tests switch the native path off to compare it with the Polars path
 enabled = True
@@ -31,7 +33,10 @@ _i64, _ptr = ctypes.c_int64, ctypes.c_void_p
 def _load() -> ctypes.CDLL | None:
     try:
         lib = ctypes.CDLL(str(LIBRARY))
-    except OSError:
+        lib.expo_version.restype = ctypes.c_int
+        if lib.expo_version() != VERSION:  # built from an older exposition.c: `make` rebuilds it
+            return None
+    except (OSError, AttributeError):
         return None
     lib.expo_scan.argtypes = [_ptr, _i64, ctypes.c_int, ctypes.c_int]
     lib.expo_scan.restype = _ptr

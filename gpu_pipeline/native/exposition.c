@@ -24,6 +24,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+/* the interface's version: gpu_pipeline/native/__init__.py loads only a library that says this
+ * (one built from an older exposition.c is not used, the parse takes its Polars path) */
+#define EXPO_VERSION 1
+int expo_version(void) { return EXPO_VERSION; }
+
 #define NONE UINT32_MAX
 #define RELEASE_EVERY (16 << 20)
 enum { NO_SERIES = 1, LEAD = 2, HAS_TS = 4, VALUE = 8, TS = 16 };
