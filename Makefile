@@ -10,7 +10,6 @@ DAYS ?= 7
 END ?= $(shell $(PYTHON) -c "import datetime as d;print(d.date.fromisoformat('$(START)')+d.timedelta(days=$(DAYS)-1))")
 
 NATIVE := gpu_pipeline/native/libgpu_pipeline_native.so
-CC ?= cc
 NATIVE_CFLAGS ?= -O2 -Wall -Wextra -shared -fPIC -pthread
 
 .PHONY: demo test dev lint format bench bench-day bench-pull clean install install-dev servers

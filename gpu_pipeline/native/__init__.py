@@ -18,7 +18,6 @@ import numpy as np
 LIBRARY = Path(__file__).with_name("libgpu_pipeline_native.so")
 # exposition.c's EXPO_VERSION: a library built from another version is not loaded
 VERSION = 1
-SOURCE = Path(__file__).with_name("exposition.c")
 # tests switch the native path off to compare it with the Polars path
 enabled = True
 

@@ -426,10 +426,7 @@ scan_t *expo_scan(const char *buf, int64_t len, int threads, int release) {
 void expo_counts(const scan_t *s, int64_t *out) {
     out[0] = s->n_lines;
     out[1] = s->global ? s->global->n : 0;
-    int64_t bytes = 0;
-    if (s->global)
-        for (int64_t j = 0; j < s->global->n; j++) bytes += s->global->items[j].len;
-    out[2] = bytes;
+    out[2] = s->global ? s->global->used : 0;  /* the arena holds them in code order */
     out[3] = s->n_odd_v;
     out[4] = s->n_odd_t;
     out[5] = (s->bits & 0x8080808080808080ull) != 0;
@@ -459,13 +456,11 @@ void expo_fill(const scan_t *s, uint32_t *code, double *value, int64_t *ts, uint
         }
         base += p->n;
     }
-    int64_t at = 0;
+    /* the arena is already the Arrow layout: the series' bytes one after another, in code order */
     series_offsets[0] = 0;
-    if (s->global)
-        for (int64_t j = 0; j < s->global->n; j++) {
-            const series_t *it = &s->global->items[j];
-            memcpy(series_bytes + at, s->global->arena + it->off, (size_t)it->len);
-            at += it->len;
-            series_offsets[j + 1] = at;
-        }
+    if (s->global) {
+        memcpy(series_bytes, s->global->arena, (size_t)s->global->used);
+        for (int64_t j = 0; j < s->global->n; j++)
+            series_offsets[j + 1] = s->global->items[j].off + s->global->items[j].len;
+    }
 }

@@ -256,11 +256,15 @@ def _regex_candidates(
 _ODD_TOKENS = 1000
 
 
-def _tokens(data: np.ndarray, at: np.ndarray) -> pl.Series:
-    """The text of tokens (line, offset, length) of `data` (ASCII, checked by the scan)."""
-    return pl.Series(
-        [data[o : o + n].tobytes().decode() for _, o, n in at.tolist()], dtype=pl.String
-    )
+def _cast_tokens(data: np.ndarray, at: np.ndarray, dtype, out: np.ndarray, flags, flag: int):
+    """Cast the tokens (line, offset, length) of `data` (ASCII, checked by the scan) with
+    Polars into `out` at their lines, and set `flag` where the cast gives a number."""
+    if not len(at):
+        return
+    text = pl.Series([data[o : o + n].tobytes().decode() for _, o, n in at.tolist()])
+    cast = text.cast(dtype, strict=False)
+    out[at[:, 0]] = cast.fill_null(0).to_numpy()
+    flags[at[:, 0]] |= np.where(cast.is_not_null().to_numpy(), flag, 0).astype(np.uint8)
 
 
 def _scan_native(source: bytes | Path) -> tuple[pl.DataFrame, pl.Series] | None:
@@ -282,16 +286,9 @@ def _scan_native(source: bytes | Path) -> tuple[pl.DataFrame, pl.Series] | None:
     if scan is None or len(scan.odd_values) + len(scan.odd_ts) > _ODD_TOKENS + len(scan.code) // 10:
         return None
     value, ts, flags = scan.value, scan.ts, scan.flags
-    if len(scan.odd_values):  # cast by Polars, as the CSV path casts every value
-        cast = _tokens(data, scan.odd_values).cast(pl.Float64, strict=False)
-        at = scan.odd_values[:, 0]
-        value[at] = cast.fill_null(0.0).to_numpy()
-        flags[at] |= np.where(cast.is_not_null().to_numpy(), native.VALUE, 0).astype(np.uint8)
-    if len(scan.odd_ts):
-        cast = _tokens(data, scan.odd_ts).cast(pl.Int64, strict=False)
-        at = scan.odd_ts[:, 0]
-        ts[at] = cast.fill_null(0).to_numpy()
-        flags[at] |= np.where(cast.is_not_null().to_numpy(), native.TS, 0).astype(np.uint8)
+    # the numbers written otherwise are cast by Polars, as the CSV pass casts every one
+    _cast_tokens(data, scan.odd_values, pl.Float64, value, flags, native.VALUE)
+    _cast_tokens(data, scan.odd_ts, pl.Int64, ts, flags, native.TS)
     del data  # a memory map is closed with its last reference
     import pyarrow as pa
 
