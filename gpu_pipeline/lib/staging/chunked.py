@@ -142,7 +142,15 @@ def plan(
                 )
             ]
         return out
-    gpus = samples.group_by("gpu_uuid").agg(pl.len().alias("n")).collect().sort("gpu_uuid")
+    # rows per GPU from the runs of equal UUIDs: in the lake's order one run a GPU, far cheaper
+    # than hashing every row's UUID (any order still adds up: a GPU's runs are summed)
+    gpus = (
+        samples.select(pl.col("gpu_uuid").rle().struct.unnest())
+        .group_by(pl.col("value").alias("gpu_uuid"))
+        .agg(pl.col("len").sum().alias("n"))
+        .collect()
+        .sort("gpu_uuid")
+    )
     return [
         Chunk(None, tuple(c))
         for c in cut_by_size(gpus["gpu_uuid"].to_list(), gpus["n"].to_list(), max_gpus, max_rows)
