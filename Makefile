@@ -20,12 +20,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e .
 	touch $(STAMP)
 
-# The exposition tokenizer and the minute runs' reductions (gpu_pipeline/native): plain C, loaded
-# with ctypes. Without a C compiler they take their Polars / NumPy paths (the same results,
-# slower) and this says so.
-$(NATIVE): gpu_pipeline/native/exposition.c gpu_pipeline/native/segments.c
-	$(CC) $(NATIVE_CFLAGS) -o $@ $^ \
-		|| echo "warning: no native library (C compiler failed); parsing and staging take their Polars / NumPy paths"
+# The exposition tokenizer (gpu_pipeline/native): plain C, loaded with ctypes. Without a C
+# compiler the parse takes its Polars path (the same results, slower) and this says so.
+$(NATIVE): gpu_pipeline/native/exposition.c
+	$(CC) $(NATIVE_CFLAGS) -o $@ $< \
+		|| echo "warning: no native exposition tokenizer (C compiler failed); parsing takes the Polars path"
 
 $(DEV_STAMP): $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev]'

@@ -1,15 +1,12 @@
 """A day processed in GPU chunks gives the same tables as the day at once, and streams its writes."""
 
-import shutil
 from datetime import UTC, date, datetime, timedelta
 
 import dagster as dg
-import numpy as np
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from gpu_pipeline import native
 from gpu_pipeline.definitions import build_definitions
 from gpu_pipeline.lib.generate import generate
 from gpu_pipeline.lib.ingest.cache import load_or_parse
@@ -203,33 +200,3 @@ def test_streamed_write_is_one_file_and_an_error_keeps_the_previous_version(tmp_
     lake.write_frames("gpu_minutes", D, iter(frames))
     assert path.read_bytes() == before
     assert pl.read_parquet(path).schema == pl.Schema(GPU_MINUTES_SCHEMA)
-
-
-def test_minute_runs_are_the_same_with_the_native_reductions_or_numpy(samples, monkeypatch):
-    """The runs (so every mart) with the native segment reductions equal NumPy's to the bit, on
-    a day with MIG instances, missing readings and a model without a catalog entry or price."""
-    rng = np.random.default_rng(3)
-    odd = samples.with_columns(
-        pl.when(pl.Series(rng.random(samples.height) < 0.1))
-        .then(None)
-        .otherwise(pl.col("power_w"))
-        .alias("power_w"),
-        pl.when(pl.Series(rng.random(samples.height) < 0.1))
-        .then(None)
-        .otherwise(pl.col("gpu_util_pct"))
-        .alias("gpu_util_pct"),
-        pl.when(pl.col("gpu_uuid") == samples["gpu_uuid"][0])
-        .then(pl.lit("Mystery GPU 9000"))
-        .otherwise(pl.col("gpu_model"))
-        .alias("gpu_model"),
-    )
-    m = collect_stable(gpu_minutes(odd.lazy(), CAT, PRICES))
-    assert m["price_usd_per_hour"].null_count() and m["pif"].null_count()
-    assert m["gpu_instance_id"].drop_nulls().len()
-    if shutil.which("cc"):  # `make` built the library: the native path is the one taken
-        assert native.segments(np.zeros(1, np.int64), 1) is not None
-    with_native = collect_stable(minute_runs(m.lazy()))
-    monkeypatch.setattr(native, "enabled", False)
-    with_numpy = collect_stable(minute_runs(m.lazy()))
-    assert with_native.height > 12 * 24
-    assert_frame_equal(with_native, with_numpy, check_exact=True)

@@ -2,8 +2,6 @@
 for: line for line the same series, flags, values and timestamps, on text written every way the
 format allows and some it does not, on one thread or several."""
 
-import functools
-import operator
 import shutil
 from pathlib import Path
 
@@ -244,60 +242,3 @@ def test_a_library_built_from_another_version_is_not_used(monkeypatch):
         monkeypatch.undo()
         native._load.cache_clear()
     assert native.available()
-
-
-@pytest.mark.parametrize("run_lengths", ["short", "hourly", "long"])
-def test_segment_reductions_equal_numpys_reduceat_bit_for_bit(run_lengths):
-    """Sums (numpy's pairwise order), counts, category counts and maxima of runs, against the
-    `ufunc.reduceat` they stand in for: a minute run's sums must not move by a last bit."""
-    rng = np.random.default_rng(7)
-    n = 20_000
-    if run_lengths == "short":  # runs of 1 to 9 rows: the sequential branch
-        lengths = rng.integers(1, 10, n)
-    elif run_lengths == "hourly":  # up to 60 rows: the eight-lane branch
-        lengths = rng.integers(1, 61, n)
-    else:  # past numpy's block of 128: the recursive halves
-        lengths = rng.integers(100, 3000, n)
-    at = np.concatenate([[0], np.cumsum(lengths)])
-    at = at[at < n].astype(np.int64)
-    x = rng.standard_normal(n) * 10.0 ** rng.uniform(-6, 6, n)
-    seg = native.segments(at, n)
-    assert seg is not None
-    assert seg.sum(x).tobytes() == np.add.reduceat(x, at).tobytes()
-    # the order matters: a plain left-to-right sum differs from numpy's somewhere
-    if run_lengths != "short":
-        plain = np.array(
-            [
-                functools.reduce(operator.add, x[a:b].tolist())
-                for a, b in zip(at, [*at[1:], n], strict=True)
-            ]
-        )
-        assert plain.tobytes() != np.add.reduceat(x, at).tobytes()
-    with_nan = np.where(rng.random(n) < 0.5, np.nan, x)
-    with_nan[at[:3]] = np.nan  # a run's first value NaN too
-    assert seg.fmax(with_nan).tobytes() == np.fmax.reduceat(with_nan, at).tobytes()
-    ints = rng.integers(-(2**62), 2**62, n)
-    assert np.array_equal(seg.max(ints), np.maximum.reduceat(ints, at))
-    flags = rng.random(n) < 0.3
-    assert np.array_equal(seg.count(flags), np.add.reduceat(flags, at, dtype=np.uint32))
-    codes = rng.integers(0, 6, n).astype(np.uint8)  # 5: a null, counted in no category
-    per = seg.codes(codes, 5)
-    assert per.shape == (5, len(at))
-    for k in range(5):
-        assert np.array_equal(per[k], np.add.reduceat(codes == k, at, dtype=np.uint32))
-    assert per.sum() == (codes < 5).sum()
-    with pytest.raises(ValueError, match="values for"):
-        seg.sum(x[:-1])
-
-
-def test_segments_of_a_library_built_from_another_version_are_not_used(monkeypatch):
-    monkeypatch.setattr(native, "SEG_VERSION", native.SEG_VERSION + 1)
-    native._segments.cache_clear()
-    try:
-        assert native.segments(np.array([0]), 1) is None
-    finally:
-        monkeypatch.undo()
-        native._segments.cache_clear()
-    assert native.segments(np.array([0]), 1) is not None
-    monkeypatch.setattr(native, "enabled", False)
-    assert native.segments(np.array([0]), 1) is None

@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from gpu_pipeline import native
 from gpu_pipeline.lib.rules import (
     CLASS_ENUM,
     DEFAULT,
@@ -118,48 +117,28 @@ _COUNTED = (
 
 
 class _Segments:
-    """Runs as contiguous slices of a frame's rows (`at`: the row each starts at). Reduced by the
-    native library (gpu_pipeline.native.segments: one call a column, equal to NumPy's reduceat
-    to the bit) where it is built, else by NumPy."""
+    """Runs as contiguous slices of a frame's rows (`at`: the row each starts at)."""
 
     def __init__(self, starts: pl.Series):
         self.rows = starts.len()
         self.at = np.flatnonzero(starts.to_numpy())
         self.lengths = np.diff(np.append(self.at, self.rows))
-        self.native = native.segments(self.at, self.rows)
 
     def sum(self, s: pl.Series) -> np.ndarray:
         """Per-run sums of a column without nulls (a float's, or a boolean's count of true)."""
         x = s.to_numpy()
-        if x.dtype == np.bool_:
-            if self.native:
-                return self.native.count(x)
-            return np.add.reduceat(x, self.at, dtype=np.uint32)
-        return self.native.sum(x) if self.native else np.add.reduceat(x, self.at)
+        return np.add.reduceat(x, self.at, dtype=np.uint32 if x.dtype == np.bool_ else None)
 
     def non_null(self, s: pl.Series) -> np.ndarray:
         """Per-run counts of a column's values that are not null."""
         if not s.null_count():
             return self.lengths
-        return self.lengths - self.sum(s.is_null())
-
-    def fmax(self, x: np.ndarray) -> np.ndarray:
-        """Per-run maxima of floats, NaN passed over (NaN where a run has nothing else)."""
-        return self.native.fmax(x) if self.native else np.fmax.reduceat(x, self.at)
-
-    def max(self, x: np.ndarray) -> np.ndarray:
-        """Per-run maxima of integers."""
-        return self.native.max(x) if self.native else np.maximum.reduceat(x, self.at)
+        return self.lengths - np.add.reduceat(s.is_null().to_numpy(), self.at, dtype=np.uint32)
 
     def categories(self, codes: pl.Series, wanted: list[int]) -> list[np.ndarray]:
         """Per-run counts of each wanted category (an Enum's codes; null counts in none): one
-        native pass for all categories, or one segment sum of a 0/1 array per category (faster
-        than a 2-D `bincount` over run ids)."""
-        n = codes.dtype.categories.len()
-        c = codes.to_physical().fill_null(n).to_numpy()  # null: none
-        if self.native and n < 256:
-            per = self.native.codes(c, n)
-            return [per[k] for k in wanted]
+        segment sum of a 0/1 array per category (faster than a 2-D `bincount` over run ids)."""
+        c = codes.to_physical().fill_null(codes.dtype.categories.len()).to_numpy()  # null: none
         return [np.add.reduceat(c == k, self.at, dtype=np.uint32) for k in wanted]
 
 
@@ -196,7 +175,9 @@ def minute_runs(minutes: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
         return pl.LazyFrame(schema=RUNS_SCHEMA)
     seg = _Segments(frame.get_column("_start"))
     col = frame.get_column
-    price = pl.Series(seg.fmax(col("price_usd_per_hour").to_numpy()), nan_to_null=True)
+    price = pl.Series(
+        np.fmax.reduceat(col("price_usd_per_hour").to_numpy(), seg.at), nan_to_null=True
+    )
     counts = {}
     for c, enum, names, prefix in _COUNTED:
         cats = enum.categories.to_list()
@@ -209,7 +190,7 @@ def minute_runs(minutes: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
         .filter(col("_start"))
         .with_columns(
             floor_ms(pl.col("minute"), HOUR_MS).alias("hour"),
-            pl.Series("_last_minute", seg.max(col("_minute_ms").to_numpy())),
+            pl.Series("_last_minute", np.maximum.reduceat(col("_minute_ms").to_numpy(), seg.at)),
             pl.Series("_minutes", seg.lengths),
             *[pl.Series(c, seg.sum(col(c))) for c in sums],
             *[pl.Series(f"_n_{c}", seg.non_null(col(c))) for c in HOURLY_MEANS],
