@@ -159,6 +159,9 @@ def test_chunks_follow_the_memory_budget_by_default(samples):
     sizes = [rows.filter(pl.col("gpu_uuid").is_in(c.uuids))["len"].sum() for c in chunks]
     assert all(n <= budget.rows for n in sizes) and sum(sizes) == samples.height
     assert [len(c.uuids) for c in chunks][0] == 7
+    # rows per GPU come from runs of equal UUIDs: rows in any order make the same plan
+    shuffled = samples.sample(fraction=1.0, shuffle=True, seed=2)
+    assert chunked.plan(shuffled.lazy(), chunking=budget) == chunks
     # a GPU alone over the budget is a chunk of its own, nothing is dropped
     assert chunked.cut_by_size(["a", "b", "c"], [5, 20, 1], None, 10) == [["a"], ["b"], ["c"]]
     # the tables are those of one pass whatever the chunking
