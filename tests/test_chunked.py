@@ -3,6 +3,7 @@
 from datetime import UTC, date, datetime, timedelta
 
 import dagster as dg
+import numpy as np
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
@@ -172,6 +173,20 @@ def test_chunks_follow_the_memory_budget_by_default(samples):
         assert_frame_equal(got[k], want[k])
     with pytest.raises(ValueError, match="at least 16"):
         chunked.Chunking(mb=1)
+
+
+@pytest.mark.parametrize("pieces", [1, 6])
+def test_the_plan_of_a_large_in_memory_day(pieces):
+    """A remote lake's day is an in-memory frame: its plan (UUID runs) must not take Polars 2.1's
+    streaming `rle`, which panics on a frame of more than one morsel."""
+    uuids = np.repeat([f"GPU-{i:04d}" for i in range(300)], 1440)
+    frame = pl.DataFrame({"gpu_uuid": uuids})
+    step = frame.height // pieces
+    day = pl.concat([frame.slice(i, step) for i in range(0, frame.height, step)], rechunk=False)
+    assert day.n_chunks() == pieces
+    chunks = chunked.plan(day.lazy(), chunking=chunked.Chunking(mb=64))  # 43,690 rows: 30 GPUs
+    assert [len(c.uuids) for c in chunks] == [30] * 10
+    assert [u for c in chunks for u in c.uuids] == [f"GPU-{i:04d}" for i in range(300)]
 
 
 def test_an_empty_day_gives_empty_typed_tables():

@@ -143,14 +143,14 @@ def plan(
             ]
         return out
     # rows per GPU from the runs of equal UUIDs: in the lake's order one run a GPU, far cheaper
-    # than hashing every row's UUID (any order still adds up: a GPU's runs are summed)
-    gpus = (
+    # than hashing every row's UUID (any order still adds up: a GPU's runs are summed). The
+    # in-memory engine: Polars 2.1's streaming `rle` panics on an in-memory frame of more than
+    # one morsel (a remote lake's day is one)
+    gpus = collect_stable(
         samples.select(pl.col("gpu_uuid").rle().struct.unnest())
         .group_by(pl.col("value").alias("gpu_uuid"))
         .agg(pl.col("len").sum().alias("n"))
-        .collect()
-        .sort("gpu_uuid")
-    )
+    ).sort("gpu_uuid")
     return [
         Chunk(None, tuple(c))
         for c in cut_by_size(gpus["gpu_uuid"].to_list(), gpus["n"].to_list(), max_gpus, max_rows)
