@@ -160,7 +160,7 @@ def test_chunks_follow_the_memory_budget_by_default(samples):
     sizes = [rows.filter(pl.col("gpu_uuid").is_in(c.uuids))["len"].sum() for c in chunks]
     assert all(n <= budget.rows for n in sizes) and sum(sizes) == samples.height
     assert [len(c.uuids) for c in chunks][0] == 7
-    # rows per GPU come from runs of equal UUIDs: rows in any order make the same plan
+    # rows in any order make the same plan
     shuffled = samples.sample(fraction=1.0, shuffle=True, seed=2)
     assert chunked.plan(shuffled.lazy(), chunking=budget) == chunks
     # a GPU alone over the budget is a chunk of its own, nothing is dropped
@@ -177,8 +177,8 @@ def test_chunks_follow_the_memory_budget_by_default(samples):
 
 @pytest.mark.parametrize("pieces", [1, 6])
 def test_the_plan_of_a_large_in_memory_day(pieces):
-    """A remote lake's day is an in-memory frame: its plan (UUID runs) must not take Polars 2.1's
-    streaming `rle`, which panics on a frame of more than one morsel."""
+    """A remote lake's day is an in-memory frame, in one piece or several: its plan must not take
+    Polars 2.1's streaming `rle` (it panics on a frame of more than one morsel)."""
     uuids = np.repeat([f"GPU-{i:04d}" for i in range(300)], 1440)
     frame = pl.DataFrame({"gpu_uuid": uuids})
     step = frame.height // pieces

@@ -142,15 +142,11 @@ def plan(
                 )
             ]
         return out
-    # rows per GPU from the runs of equal UUIDs: in the lake's order one run a GPU, far cheaper
-    # than hashing every row's UUID (any order still adds up: a GPU's runs are summed). The
-    # in-memory engine: Polars 2.1's streaming `rle` panics on an in-memory frame of more than
-    # one morsel (a remote lake's day is one)
-    gpus = collect_stable(
-        samples.select(pl.col("gpu_uuid").rle().struct.unnest())
-        .group_by(pl.col("value").alias("gpu_uuid"))
-        .agg(pl.col("len").sum().alias("n"))
-    ).sort("gpu_uuid")
+    # a streaming group-by: the UUID column is never whole in memory. (Runs of equal UUIDs would
+    # save 0.03 s of the 10,000-GPU day, but Polars 2.1's streaming `rle` panics on an in-memory
+    # frame of more than one morsel — a remote lake's day — and the in-memory one holds the
+    # whole column: +75 MiB of peak.)
+    gpus = samples.group_by("gpu_uuid").agg(pl.len().alias("n")).collect().sort("gpu_uuid")
     return [
         Chunk(None, tuple(c))
         for c in cut_by_size(gpus["gpu_uuid"].to_list(), gpus["n"].to_list(), max_gpus, max_rows)
