@@ -145,7 +145,7 @@ def plan(
     # a streaming group-by: the UUID column is never whole in memory. (Runs of equal UUIDs would
     # save 0.03 s of the 10,000-GPU day, but Polars 2.1's streaming `rle` panics on an in-memory
     # frame of more than one morsel — a remote lake's day — and the in-memory one holds the
-    # whole column: +75 MiB of peak.)
+    # whole column: the plan alone peaks at 291 MiB against this group-by's 117.)
     gpus = samples.group_by("gpu_uuid").agg(pl.len().alias("n")).collect().sort("gpu_uuid")
     return [
         Chunk(None, tuple(c))
