@@ -546,3 +546,45 @@ def test_every_day_of_the_real_samples_materializes_and_reports(tmp_path):
     phys = minutes.filter(pl.col("gpu_instance_id").is_null())
     assert phys.height == phys["gpu_uuid"].n_unique()
     assert "GRID A100-40C" in set(minutes["gpu_model"])
+
+
+def test_the_fleet_time_series_legend_covers_no_reading(monkeypatch):
+    """A morning of idle GPUs (the samples' 2025-11-22: one hour, utilization 5 %, RFU 17 %) put
+    its points under a legend fixed in the lower left corner: the legend now stands beside the
+    panels, one for all five series."""
+    from gpu_pipeline.lib.io import report as rep
+
+    figs = []
+    monkeypatch.setattr(rep, "_png", lambda fig: figs.append(fig) or b"")
+    minutes = [datetime(2025, 11, 22, 0, i, tzinfo=UTC) for i in range(18)]
+    m = pl.DataFrame(
+        {
+            "minute": minutes,
+            "gpu_util_pct": [4.8] * 18,
+            "rfu_pct": [17.1] * 18,
+            "pif": [0.171] * 18,
+            "efficiency_gap_pct": [-12.3] * 18,
+            "realized_tflops": [11.0] * 18,
+        }
+    )
+    rep._timeseries(m)
+    (fig,) = figs
+    try:
+        fig.tight_layout()
+        fig.canvas.draw()
+        r = fig.canvas.get_renderer()
+        legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+        assert len(legends) == 1
+        assert [t.get_text() for t in legends[0].get_texts()] == [
+            "utilization %",
+            "RFU %",
+            "gap (points)",
+            "avg PIF",
+            "fleet realized TFLOPS",
+        ]
+        box = legends[0].get_window_extent(r)
+        assert not any(box.overlaps(ax.get_window_extent(r)) for ax in fig.axes)
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)

@@ -169,7 +169,6 @@ def _timeseries(m: pl.DataFrame) -> Chart:
     )
     a1.set_ylabel("percent")
     a1.set_ylim(0, 100)
-    a1.legend(fontsize=8, loc="lower left")
     a1.set_title("Fleet hour by hour: reported utilization vs realized TFLOPS utilization")
     a2.plot(hours, _f(h["pif"]), color="#8e24aa", label="avg PIF", **dots)
     a2.set_ylabel("avg PIF (0-1)")
@@ -183,8 +182,13 @@ def _timeseries(m: pl.DataFrame) -> Chart:
     a2.set_xlabel("hour of day (UTC)")
     a2.set_xlim(-0.5, 23.5)
     a2.set_xticks(range(0, 24, 3))
-    a2.legend(loc="lower left", fontsize=8)
-    ax3.legend(loc="lower right", fontsize=8)
+    # one legend for both panels, beside them: inside, a fixed corner covered the points of a
+    # day whose readings sit there (a morning of idle GPUs: the samples' 2025-11-22 report)
+    handles, labels = [], []
+    for ax in (a1, a2, ax3):
+        h_, l_ = ax.get_legend_handles_labels()
+        handles, labels = handles + h_, labels + l_
+    a1.legend(handles, labels, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     no_rfu = h["rfu_pct"].null_count() == h.height
     return Chart(
         "Fleet time series", _png(fig), f"No RFU or PIF line: {NO_PIF_WHY}" if no_rfu else ""
