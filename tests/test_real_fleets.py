@@ -552,10 +552,10 @@ def test_the_fleet_time_series_legend_covers_no_reading(monkeypatch):
     """A morning of idle GPUs (the samples' 2025-11-22: one hour, utilization 5 %, RFU 17 %) put
     its points under a legend fixed in the lower left corner: the legend now stands beside the
     panels, one for all five series."""
+    import matplotlib.pyplot as plt
+
     from gpu_pipeline.lib.io import report as rep
 
-    figs = []
-    monkeypatch.setattr(rep, "_png", lambda fig: figs.append(fig) or b"")
     minutes = [datetime(2025, 11, 22, 0, i, tzinfo=UTC) for i in range(18)]
     m = pl.DataFrame(
         {
@@ -567,11 +567,8 @@ def test_the_fleet_time_series_legend_covers_no_reading(monkeypatch):
             "realized_tflops": [11.0] * 18,
         }
     )
-    rep._timeseries(m)
-    (fig,) = figs
+    fig = _captured_figure(monkeypatch, rep._timeseries, m)
     try:
-        fig.tight_layout()
-        fig.canvas.draw()
         r = fig.canvas.get_renderer()
         legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
         assert len(legends) == 1
@@ -585,6 +582,74 @@ def test_the_fleet_time_series_legend_covers_no_reading(monkeypatch):
         box = legends[0].get_window_extent(r)
         assert not any(box.overlaps(ax.get_window_extent(r)) for ax in fig.axes)
     finally:
-        import matplotlib.pyplot as plt
+        plt.close(fig)
 
+
+def _captured_figure(monkeypatch, chart, *args):
+    """The matplotlib figure a report chart function draws, laid out as it is saved."""
+    from gpu_pipeline.lib.io import report as rep
+
+    figs = []
+    monkeypatch.setattr(rep, "_png", lambda fig: figs.append(fig) or b"")
+    chart(*args)
+    (fig,) = figs
+    fig.tight_layout()
+    fig.canvas.draw()
+    return fig
+
+
+def test_a_day_without_active_gpus_says_so_in_the_bottlenecks_chart(monkeypatch):
+    """The samples' 2026-03-10 (16 H100s, utilization 0 %) drew empty axes from -0.04 to 0.04."""
+    import matplotlib.pyplot as plt
+
+    from gpu_pipeline.lib.io import report as rep
+
+    daily = pl.DataFrame(
+        {
+            "gpu_uuid": ["GPU-a", "GPU-b"],
+            "namespace": [None, "ns"],
+            "active_minutes": [0, 0],
+            "bottlenecked_minutes": [0, 0],
+            "bottlenecked_day": [False, False],
+        }
+    )
+    fig = _captured_figure(monkeypatch, rep._bottlenecks, daily)
+    try:
+        (ax,) = fig.axes
+        assert not ax.axison
+        assert [t.get_text() for t in ax.texts] == [
+            "No GPU was active (utilization >= 10 %) on this day:\nnone can be bottlenecked."
+        ]
+    finally:
+        plt.close(fig)
+    busy = daily.with_columns(pl.Series("active_minutes", [60, 0]))
+    fig = _captured_figure(monkeypatch, rep._bottlenecks, busy)
+    try:
+        (ax,) = fig.axes
+        assert ax.axison and not ax.texts and len(ax.patches) == 1
+    finally:
+        plt.close(fig)
+
+
+def test_the_recommendations_legend_covers_no_bar(monkeypatch):
+    """In the lower right corner it covered the lowest namespace's bar (the samples' 2026-03-10)."""
+    import matplotlib.pyplot as plt
+
+    from gpu_pipeline.lib.io import report as rep
+
+    r = pl.DataFrame(
+        {
+            "namespace": ["dynamo-workload", None],
+            "utilization_savings_frac": [0.75, 0.75],
+            "total_savings_frac": [0.8875, 0.8875],
+            "monthly_savings_usd": [2.0, 27.0],
+        }
+    )
+    fig = _captured_figure(monkeypatch, rep._recommendations, r)
+    try:
+        renderer = fig.canvas.get_renderer()
+        (ax,) = fig.axes
+        box = ax.get_legend().get_window_extent(renderer)
+        assert not box.overlaps(ax.get_window_extent(renderer))
+    finally:
         plt.close(fig)

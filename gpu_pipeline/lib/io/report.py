@@ -247,6 +247,17 @@ def _bottlenecks(daily: pl.DataFrame, t: Thresholds = DEFAULT) -> Chart:
     )
     ax.tick_params(axis="y", labelsize=7)
     ax.set_title("Most bottlenecked GPUs of the day")
+    if b.height == 0:  # not empty axes running from -0.04 to 0.04 (the samples' 2026-03-10)
+        ax.set_axis_off()
+        ax.text(
+            0.5,
+            0.5,
+            f"No GPU was active (utilization >= {t.idle_below:g} %) on this day:\n"
+            "none can be bottlenecked.",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
     return Chart("Bottlenecked GPUs", _png(fig))
 
 
@@ -309,7 +320,8 @@ def _recommendations(r: pl.DataFrame) -> Chart:
         ax.text(100 * (t or 0.0) + 1, i, label, va="center", fontsize=8)
     ax.set_xlim(0, 115)
     ax.set_xlabel("savings, % of the namespace's cost")
-    ax.legend(fontsize=8, loc="lower right")
+    # beside the bars: inside, in the lower right corner, it covered the lowest namespace's bar
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_title("Recommended savings by namespace")
     return Chart(
         "Recommendations",
