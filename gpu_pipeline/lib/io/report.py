@@ -269,7 +269,7 @@ def _waste(w: pl.DataFrame) -> Chart:
         .sort("namespace", nulls_last=True)
     )
     names = _labels(g["namespace"], 24, NO_NAMESPACE)
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, ax = plt.subplots(figsize=(10, 4))  # wider: the legend stands beside the bars
     bottom = [0.0] * g.height
     for col, color in WASTE_COLORS.items():
         ax.bar(
@@ -298,7 +298,7 @@ def _waste(w: pl.DataFrame) -> Chart:
 def _recommendations(r: pl.DataFrame) -> Chart:
     g = r.sort("total_savings_frac")
     names = _labels(g["namespace"], 24, NO_NAMESPACE)
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, ax = plt.subplots(figsize=(10, 4))  # wider: the legend stands beside the bars
     ax.barh(
         names,
         _f(100 * g["utilization_savings_frac"]),
