@@ -147,18 +147,21 @@ def cmd_materialize(a: argparse.Namespace) -> int:
             "--allow-empty to write empty partitions"
         )
         return 1
-    samples = {d: sum(pf.rows_by_day.get(d, 0) for pf in parsed) for d in days}
-    empty = [d for d in days if not samples[d]]
+    # a day with records is not empty, even when every one of them is rejected: it runs, and
+    # its ledger and quarantine say what happened
+    records = {d: sum(pf.records_on(d) for pf in parsed) for d in days}
+    empty = [d for d in days if not records[d]]
     if empty and not a.allow_empty and not a.pull:
-        spans = sorted({d for pf in parsed for d in pf.days})
-        have = f"; the files hold samples for {spans[0]}..{spans[-1]}" if spans else ""
+        spans = sorted({d for pf in parsed for d in pf.record_days()})
+        have = f"; the files hold records of {spans[0]}..{spans[-1]}" if spans else ""
         if len(empty) == len(days):
             _say(
-                f"error: no samples for {days[0]}..{days[-1]} in the {len(parsed)} landing "
+                f"error: no records for {days[0]}..{days[-1]} in the {len(parsed)} landing "
                 f"file(s) of {raw.resolve()}{have}. Pass --allow-empty to write empty partitions"
             )
+            _say_rejected_elsewhere(parsed, days)
             return 1
-        _say(f"note: no samples for {len(empty)} of the days: {', '.join(map(str, empty))}")
+        _say(f"note: no records for {len(empty)} of the days: {', '.join(map(str, empty))}")
     init_instance()
     import dagster as dg
 
@@ -229,6 +232,7 @@ def cmd_materialize(a: argparse.Namespace) -> int:
                     f"  note: views file {db} not written; `gpu-pipeline sql` still works without it"
                 )
     _print_ledger(s, days)
+    _say_rejected_elsewhere(parsed, days)
     _say(f"done in {time.perf_counter() - t0:.1f}s; lake {s.lake}, views {db}")
     if a.summary:
         _print_summary(s, a.start, end)
@@ -393,12 +397,20 @@ def _print_ledger(s: settings.Settings, days: list[date]) -> None:
         )
         .sort("date")
     )
-    _say("  day         files   samples accepted   quarantined   duplicates")
+    _say("  day         files   records accepted   quarantined   duplicates")
     for r in per_day.iter_rows(named=True):
         _say(
             f"  {r['date']}  {r['files']:>5}  {r['rows_accepted']:>17,}  {r['rows_quarantined']:>12,}"
             f"  {r['rows_duplicate']:>11,}"
         )
+    for r in per_day.iter_rows(named=True):
+        read = r["rows_accepted"] + r["rows_quarantined"] + r["rows_duplicate"]
+        if read and r["rows_quarantined"] and (read - r["rows_quarantined"]) < 0.95 * read:
+            _say(
+                f"  {r['date']}: {r['rows_quarantined']:,} of its {read:,} records were rejected: "
+                "its validation check (validation_pass_rate) failed"
+                + ("; no GPU-minutes" if not r["rows_accepted"] else "")
+            )
     whole = (
         q.filter(pl.col("line").is_null()).unique("source_file", keep="first").sort("source_file")
     )
@@ -413,6 +425,21 @@ def _print_ledger(s: settings.Settings, days: list[date]) -> None:
             '  see them: gpu-pipeline sql "SELECT date, source_file, line, reason FROM quarantine '
             f"WHERE date BETWEEN '{days[0]}' AND '{days[-1]}' ORDER BY date, source_file, line\""
         )
+
+
+def _say_rejected_elsewhere(parsed: list, days: list[date]) -> None:
+    """Name the landing files rejected whole whose quarantine rows are on days this run does not
+    hold, and where they went (a file rejected today is seen by whoever runs its own days)."""
+    from gpu_pipeline.lib.ingest.ingest_log import rejected_elsewhere
+
+    away = rejected_elsewhere(parsed, days)
+    if not away:
+        return
+    _say(f"  {len(away)} landing file(s) rejected whole are filed on days outside this run:")
+    for name, where in away[:20]:
+        _say(f"    {name} -> quarantine of {where}")
+    if len(away) > 20:
+        _say(f"    … and {len(away) - 20} more")
 
 
 def _warm_parse_cache(s: settings.Settings) -> list:

@@ -114,7 +114,7 @@ def test_garbage_and_bad_values_quarantined_with_reasons():
             f"DCGM_FI_DEV_POWER_USAGE{L} -5 1709294400000",
             f"DCGM_FI_PROF_SM_ACTIVE{L} 7.5 1709294400000",
             f"go_gc_duration_seconds{L} 0.1 1709294400000",
-            'DCGM_FI_DEV_GPU_UTIL{gpu="0"} 50 1709294400000',
+            'DCGM_FI_DEV_GPU_UTIL{Hostname="h"} 50 1709294400000',
             f"DCGM_FI_DEV_GPU_UTIL{L} 50 notatime",
             f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",{U} 50 1709294400000',
         ]
@@ -124,15 +124,15 @@ def test_garbage_and_bad_values_quarantined_with_reasons():
     reasons = dict(
         zip(p.quarantine["line"].to_list(), p.quarantine["reason"].to_list(), strict=True)
     )
-    assert set(reasons) == set(range(2, 12))
+    # a series of something else than a GPU (line 8) is skipped, not rejected
+    assert set(reasons) == set(range(2, 12)) - {8} and p.lines_skipped == 1
     assert reasons[2].startswith("malformed exposition line")
     assert reasons[3] == "value is not a number: 'ERROR - FAILED TO CONVERT TO STRING'"
     assert reasons[4] == "value is not a number: 'abc'"
     assert reasons[5].startswith("impossible value 4294967295 for gpu_util_pct")
     assert reasons[6].startswith("impossible value -5 for power_w")
     assert reasons[7].startswith("impossible value 7.5 for prof_sm_active")
-    assert reasons[8].startswith("unknown metric 'go_gc_duration_seconds'")
-    assert reasons[9] == "no GPU UUID label (UUID/uuid)"
+    assert reasons[9].startswith("no GPU identity: no UUID, PCI bus id or GPU index")
     assert reasons[10].startswith("timestamp is not a number")
     assert reasons[11].startswith("malformed exposition line")
     # the raw text is kept verbatim (without the CR)
@@ -179,10 +179,12 @@ def test_rejected_lines_of_a_clean_file_are_quoted_as_written():
         f"DCGM_FI_DEV_POWER_USAGE{L} -5.00 1709294400000",
         f"DCGM_FI_DEV_POWER_USAGE{L} 1e30 1709294400000",
         f"DCGM_FI_DEV_GPU_UTIL{L} 60",
-        f"go_gc_duration_seconds{L} 0.1 1709294400000",
+        f"DCGM_FI_DEV_XYZZY{L} 0.1 1709294400000",
+        f"go_gc_duration_seconds{L} 0.1 1709294400000",  # not a GPU's: skipped
         f"DCGM_FI_DEV_GPU_UTIL{L} 70 1709294460000",
     ]
     p = parse_exposition("\n".join(lines) + "\n", file_time=FILE_TIME)
+    assert p.lines_skipped == 1
     assert p.samples["value"].to_list() == [50.0, 70.0]
     q = dict(zip(p.quarantine["line"], p.quarantine["reason"], strict=True))
     assert q[2].startswith("impossible value -5.00 for power_w")
@@ -190,7 +192,7 @@ def test_rejected_lines_of_a_clean_file_are_quoted_as_written():
     assert q[4] == "no timestamp on this line while the file's other samples carry theirs: " + (
         "not filed on a guessed day"
     )
-    assert q[5].startswith("unknown metric 'go_gc_duration_seconds'")
+    assert q[5].startswith("unknown metric 'DCGM_FI_DEV_XYZZY'")
     assert p.quarantine["raw"].to_list() == lines[1:5]
     assert p.time_basis == "sample"
 

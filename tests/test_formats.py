@@ -204,7 +204,7 @@ def test_nvidia_smi_loop_log_without_identity(tmp_path):
     power = out.samples.filter(pl.col("column") == "power_w")
     per_gpu = power.group_by("gpu_index").agg(pl.col("value").unique()).sort("gpu_index")
     assert per_gpu["value"].to_list() == [[100.0], [101.0], [102.0]]
-    assert power["gpu_uuid"].str.starts_with("GPU-anon-").all()
+    assert power["gpu_uuid"].str.starts_with("GPU-idx-").all()
 
 
 # --- NVML samples -------------------------------------------------------------------------------
@@ -458,13 +458,13 @@ def test_real_samples_ingest_and_are_accounted_for(tmp_path):
         log["rows_read"] == log["rows_accepted"] + log["rows_quarantined"] + log["rows_duplicate"]
     ).all()
     fmt = dict(zip(log["source_file"], log["format"], strict=False))
-    for name in (
-        "nvidia-smi_q-x_a100-sxm4-80gb_mig_v12dtd.xml",
-        "nvidia-smi_dmon_l40s_load.txt",
-        "nvidia-smi_q_text_h100-mig_load.txt",
-    ):
+    for name in ("nvidia-smi_dmon_l40s_load.txt", "nvidia-smi_q_text_h100-mig_load.txt"):
         assert fmt[name] == "unknown"
         assert log.filter(pl.col("source_file") == name)["rows_quarantined"].sum() == 1
+    # an nvidia-smi -q -x snapshot is a sample at its timestamp: one record per GPU
+    xml = log.filter(pl.col("source_file") == "nvidia-smi_q-x_a100-sxm4-80gb_mig_v12dtd.xml")
+    assert fmt["nvidia-smi_q-x_a100-sxm4-80gb_mig_v12dtd.xml"] == "nvidia_smi_xml"
+    assert (xml["rows_read"].sum(), xml["rows_accepted"].sum()) == (1, 1)
     s = pl.concat([o.gpu_samples for o in outs], how="diagonal_relaxed")
 
     def power(src):

@@ -101,7 +101,9 @@ def test_binary_and_unknown_files_quarantined_whole(tmp_path):
     out = ingest(raw, tmp_path / "cache", D1)
     q = {r["source_file"]: r for r in out.quarantine.iter_rows(named=True)}
     assert q["junk_2024-01-01.bin"]["reason"].startswith("binary content")
-    assert q["report_2024-01-01.xml"]["reason"].startswith("nvidia-smi -q -x XML")
+    assert q["report_2024-01-01.xml"]["reason"] == (
+        "nvidia_smi_xml: nvidia-smi XML without a <gpu> reading"
+    )
     assert q["broken_2024-01-01.prom.gz"]["reason"].startswith("corrupt or truncated gzip")
     assert all(r["line"] is None for r in q.values())
     log = {r["source_file"]: r for r in out.ingest_log.iter_rows(named=True)}

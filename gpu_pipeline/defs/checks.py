@@ -79,6 +79,27 @@ def validation_pass_rate(log: pl.DataFrame, quarantine: pl.DataFrame) -> dg.Asse
     )
 
 
+def utilization_present(log: pl.DataFrame) -> dg.AssetCheckResult:
+    """Files that gave samples but no GPU utilization field at all (a hand-written header that
+    names it differently, an export without it): their minutes' phase is unknown. Warns."""
+    without = log.filter(
+        (pl.col("rows_accepted") > 0)
+        & ~pl.col("fields").list.contains("gpu_util_pct").fill_null(False)
+    )
+    return dg.AssetCheckResult(
+        asset_key="gpu_samples",
+        check_name="utilization_present",
+        passed=without.height == 0,
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={
+            "files_without_utilization": without.height,
+            "files": dg.MetadataValue.md(
+                "\n".join(f"- {f}" for f in without["source_file"].head(20)) or "none"
+            ),
+        },
+    )
+
+
 def row_conservation(log: pl.DataFrame) -> dg.AssetCheckResult:
     """Every row read is accepted, quarantined or a counted duplicate."""
     off = log.filter(

@@ -9,6 +9,7 @@ from gpu_pipeline.defs.partitions import daily_partitions
 from gpu_pipeline.defs.resources import LakeResource, LandingResource
 from gpu_pipeline.lib.ingest.cache import parse_all
 from gpu_pipeline.lib.ingest.gpu_samples import DayAssembly
+from gpu_pipeline.lib.ingest.ingest_log import rejected_elsewhere
 from gpu_pipeline.lib.ingest.landing import hash_memo, list_landing
 from gpu_pipeline.lib.schemas import validate, validated_batches
 
@@ -44,7 +45,13 @@ def build_ingest(upstream: tuple[str, ...] = ()) -> dg.AssetsDefinition:
             checks.spec(
                 "gpu_samples",
                 "validation_pass_rate",
-                "share of rows that passed validation",
+                "share of records that passed validation",
+                blocking=False,
+            ),
+            checks.spec(
+                "gpu_samples",
+                "utilization_present",
+                "every file with samples gives GPU utilization (else its minutes' phase is unknown)",
                 blocking=False,
             ),
         ],
@@ -64,9 +71,12 @@ def ingest_days(context: dg.AssetExecutionContext, landing: LandingResource, lak
     files = list_landing(landing.root, hash_memo(the_lake.cache_dir))
     opts, max_rows = landing.parse_options(), lake.chunking().rows
     parsed = parse_all(files, the_lake.cache_dir, opts)
+    days = partition_days(context)
+    for name, where in rejected_elsewhere(parsed, days):
+        context.log.warning(f"{name}: rejected whole, filed in the quarantine of {where}")
     writers = {t: DayWriter(the_lake, t) for t in RAW_TABLES}
-    conservation, pass_rate = [], []
-    for day in partition_days(context):
+    conservation, pass_rate, utilization = [], [], []
+    for day in days:
         # a range of GPUs at a time (memory follows the chunk budget, not the fleet), validated
         # a few ranges at a time and streamed into the day's gpu_samples file
         day_in = DayAssembly(parsed, day, max_rows)
@@ -79,14 +89,16 @@ def ingest_days(context: dg.AssetExecutionContext, landing: LandingResource, lak
         writers["ingest_log"].write(day, log)
         conservation.append(checks.row_conservation(log))
         pass_rate.append(checks.validation_pass_rate(log, quarantine))
+        utilization.append(checks.utilization_present(log))
         context.log.info(
             f"{day}: {len(files)} landing files, {writers['gpu_samples'].rows[day]} samples in "
             f"{day_in.chunks} chunk(s), {quarantine.height} quarantined"
         )
     for w in writers.values():
         yield w.result(context)
-    yield checks.merge(conservation, labels=partition_days(context))
-    yield checks.merge(pass_rate, labels=partition_days(context))
+    yield checks.merge(conservation, labels=days)
+    yield checks.merge(pass_rate, labels=days)
+    yield checks.merge(utilization, labels=days)
 
 
 ingest = build_ingest()

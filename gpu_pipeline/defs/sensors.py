@@ -109,7 +109,7 @@ def landing_zone_sensor(
     # sensor was turned on) is not news: only files some day's ingest_log lacks are planned
     the_lake = lake.lake()
     logged: set[tuple[date, str, str]] = set()
-    for d in {d for pf in parsed.values() for d in [*pf.days, pf.home_day]}:
+    for d in {d for pf in parsed.values() for d in pf.touched_days()}:
         if the_lake.exists("ingest_log", d):
             log = the_lake.read("ingest_log", d)
             logged |= {
@@ -119,8 +119,7 @@ def landing_zone_sensor(
         f
         for f in changed
         if any(
-            (d, f.source_file, f.sha256) not in logged
-            for d in [*parsed[f.source_file].days, parsed[f.source_file].home_day]
+            (d, f.source_file, f.sha256) not in logged for d in parsed[f.source_file].touched_days()
         )
     ]
     cursor = json.dumps({f.source_file: f.sha256 for f in files})
@@ -132,7 +131,7 @@ def landing_zone_sensor(
     days: set[date] = set()
     for f in fresh:
         pf = parsed[f.source_file]
-        days |= set(pf.days) | {pf.home_day}
+        days |= set(pf.touched_days())
     first = date.fromisoformat(daily_partitions.get_first_partition_key())
     last_key = daily_partitions.get_last_partition_key()  # yesterday: today is not complete yet
     plan = (

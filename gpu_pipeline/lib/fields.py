@@ -330,6 +330,7 @@ ID_COLUMNS: tuple[str, ...] = (
     "gpu_instance_id",
     "gpu_instance_profile",
     "gpu_index",
+    "pci_bus_id",
     "hostname",
     "cluster",
     "namespace",
@@ -344,6 +345,7 @@ ID_COLUMNS: tuple[str, ...] = (
 LABEL_ALIASES: dict[str, tuple[str, ...]] = {
     "gpu_uuid": ("uuid",),
     "gpu_index": ("gpu", "minor_number"),
+    "pci_bus_id": ("pci_bus_id", "pcibusid", "bus_id", "busid"),
     "gpu_model": ("modelname", "model_name"),
     "hostname": ("hostname", "host", "node", "kubernetes_node"),
     "cluster": ("cluster", "cluster_name", "kubernetes_cluster"),

@@ -43,6 +43,10 @@ QUARANTINE_LINE_SCHEMA: dict[str, pl.DataType] = {
     "timestamp": pl.Datetime("ms", "UTC"),
     "reason": pl.String,
     "raw": pl.String,
+    # the field whose value was rejected (null: the record as a whole, or no field known)
+    "field": pl.String,
+    # the record's other values were accepted: this row is one value, the record is not lost
+    "record_kept": pl.Boolean,
 }
 
 
@@ -64,6 +68,10 @@ class ParsedLines:
     records_by_day: dict = field(default_factory=dict)
     # where the file came from when it says so (a pulled file: the server and query)
     origin: str | None = None
+    # header names the parser did not use (CSV formats), and the fields the file gives
+    columns_ignored: list[str] = field(default_factory=list)
+    fields: list[str] = field(default_factory=list)
+    rejected_whole: bool = False  # the file as a whole: one record
 
 
 def normalize_uuid(expr: pl.Expr) -> pl.Expr:
@@ -73,6 +81,32 @@ def normalize_uuid(expr: pl.Expr) -> pl.Expr:
         pl.when(core.is_null() | (core == ""))
         .then(None)
         .otherwise(pl.concat_str(pl.lit("GPU-"), core))
+    )
+
+
+BUS_ID_RX = r"^(?:([0-9A-F]{1,8}):)?([0-9A-F]{1,2}):([0-9A-F]{1,2})\.([0-7])$"
+
+
+def normalize_bus_id(expr: pl.Expr) -> pl.Expr:
+    """A PCI bus id as nvidia-smi writes it, `00000000:3B:00.0`, whatever form the source used
+    (`0000:3b:00.0` as lspci writes it, no domain); kept as written (upper case) when it is not
+    a bus id."""
+    s = expr.str.strip_chars().str.to_uppercase()
+    m = s.str.extract_groups(BUS_ID_RX)
+    part = m.struct.field
+    formatted = pl.format(
+        "{}:{}:{}.{}",
+        part("1").fill_null("0").str.zfill(8),
+        part("2").str.zfill(2),
+        part("3").str.zfill(2),
+        part("4"),
+    )
+    return (
+        pl.when(s.is_null() | (s == ""))
+        .then(None)
+        .when(part("2").is_not_null())
+        .then(formatted)
+        .otherwise(s)
     )
 
 
@@ -108,6 +142,8 @@ def normalize_attributes(df: pl.DataFrame) -> pl.DataFrame:
             )
         elif c in INT_ATTRS:
             exprs.append(col.cast(pl.Int32, strict=False).alias(c))
+        elif c == "pci_bus_id":
+            exprs.append(normalize_bus_id(pl.col(c)).alias(c))
         else:
             exprs.append(pl.when(col == "").then(None).otherwise(col).alias(c))
     return df.with_columns(exprs)

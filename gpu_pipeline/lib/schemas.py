@@ -33,6 +33,7 @@ GPU_SAMPLES_SCHEMA: dict[str, pl.DataType] = {
     "gpu_instance_id": pl.Int32,
     "gpu_instance_profile": pl.String,
     "gpu_index": pl.Int32,
+    "pci_bus_id": pl.String,
     "hostname": pl.String,
     "cluster": pl.String,
     "namespace": pl.String,
@@ -51,6 +52,8 @@ QUARANTINE_SCHEMA: dict[str, pl.DataType] = {
     "timestamp": TS,
     "reason": pl.String,
     "raw": pl.String,
+    "field": pl.String,
+    "record_kept": pl.Boolean,
 }
 
 INGEST_LOG_SCHEMA: dict[str, pl.DataType] = {
@@ -69,6 +72,10 @@ INGEST_LOG_SCHEMA: dict[str, pl.DataType] = {
     "first_sample": TS,
     "last_sample": TS,
     "origin": pl.String,  # the server and query a pulled file came from
+    # header names the file's parser did not use (CSV formats), and the fields it gives
+    "columns_ignored": pl.List(pl.String),
+    "fields": pl.List(pl.String),
+    "note": pl.String,  # why a listed file was not read (hidden files)
 }
 
 GPU_MINUTES_SCHEMA: dict[str, pl.DataType] = {

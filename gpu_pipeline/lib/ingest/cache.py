@@ -11,7 +11,7 @@ import shutil
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 
@@ -28,7 +28,7 @@ from gpu_pipeline.lib.ingest.landing import (
 )
 
 # bump when parsing changes what a file yields, so cached parses are redone
-PARSER_VERSION = "p7"
+PARSER_VERSION = "p8"
 # a cached parse keeps its samples by UTC day, then GPU, then time: a day's run reads only that
 # day's row groups of a file, and assembling a day a range of GPUs at a time
 # (`gpu_samples.DayAssembly`) only the row groups of the range (a GPU-day of 30 s samples of
@@ -64,6 +64,9 @@ META_SCHEMA = {
     "home": pl.Boolean,
     "rows_read": pl.Int64,
     "origin": pl.String,
+    "columns_ignored": pl.List(pl.String),
+    "fields": pl.List(pl.String),
+    "note": pl.String,
 }
 
 
@@ -81,6 +84,24 @@ class ParsedFile:
     samples: pl.LazyFrame
     quarantine: pl.LazyFrame
     origin: str | None = None
+    columns_ignored: list[str] = field(default_factory=list)
+    fields: list[str] = field(default_factory=list)
+    note: str | None = None  # why a listed file was not read (hidden)
+
+    # the file as a whole was rejected: refused, unreadable, of no known format, or given up
+    # on by its parser (one record, quarantined on the days it names)
+    rejected_whole: bool = False
+
+    def touched_days(self) -> list[date]:
+        """Every day this file has a ledger row on: its samples', its records' and its home day."""
+        return sorted({*self.days, *self.record_days(), self.home_day})
+
+    def record_days(self) -> list[date]:
+        """The days this file's records are accounted on (its home day for timeless ones)."""
+        days = {d for d, n in self.records_by_day.items() if n and d is not None}
+        if self.records_by_day.get(None):
+            days.add(self.home_day)
+        return sorted(days)
 
     def records_on(self, day: date) -> int:
         """Records of this file accounted on `day` (the ledger's rows_read)."""
@@ -93,7 +114,7 @@ def _cache_key(lf: LandingFile, opts: ParseOptions) -> str:
     # carry the sample time) and the options (CSV time zone, size limit)
     return hashlib.sha256(
         f"{PARSER_VERSION}\0{lf.sha256}\0{Path(lf.source_file).name}\0{opts.csv_timezone}"
-        f"\0{opts.max_file_bytes}".encode()
+        f"\0{opts.max_file_bytes}\0{lf.header or ''}".encode()
     ).hexdigest()[:32]
 
 
@@ -101,7 +122,9 @@ def is_cached(
     lf: LandingFile, cache_root: str | os.PathLike, opts: ParseOptions = DEFAULT_PARSE
 ) -> bool:
     return (
-        lf.problem is not None or (Path(cache_root) / _cache_key(lf, opts) / "meta.json").is_file()
+        lf.problem is not None
+        or lf.skipped is not None
+        or (Path(cache_root) / _cache_key(lf, opts) / "meta.json").is_file()
     )
 
 
@@ -136,13 +159,19 @@ def _write_cache(lf: LandingFile, cdir: Path, cache_root: Path, opts: ParseOptio
         "lines_total": parsed.lines_total,
         "lines_skipped": parsed.lines_skipped,
         "time_basis": parsed.time_basis,
-        "home_day": home_day(days, lf.source_file, lf.mtime).isoformat(),
+        # timeless records go to the first day with samples, else with records
+        "home_day": home_day(
+            days or sorted(d for d in parsed.records_by_day if d), lf.source_file, lf.mtime
+        ).isoformat(),
+        "rejected_whole": parsed.rejected_whole,
         "days": [d.isoformat() for d in days],
         "rows_by_day": {d.isoformat(): n for d, n in rows_by_day.items()},
         "origin": parsed.origin,
         "records_by_day": {
             (d.isoformat() if d else ""): n for d, n in parsed.records_by_day.items()
         },
+        "columns_ignored": parsed.columns_ignored,
+        "fields": parsed.fields,
         # the cache checks itself: a cached file that no longer has this hash is parsed again
         "sha256": {name: _sha256(tmp / name) for name in CACHED},
     }
@@ -166,20 +195,22 @@ def load_or_parse(
     """The parse of `lf` with `opts`, from the cache when this content was parsed the same way
     before and the cached parse is intact (its Parquet files still have the hashes recorded
     beside them)."""
-    if lf.problem:  # nothing to cache: the file is never opened
+    if lf.problem or lf.skipped:  # nothing to cache: the file is never opened
         fmt, parsed = parse_landing_file(lf, opts)
         return ParsedFile(
             file=lf,
             format=fmt,
-            lines_total=1,
+            lines_total=parsed.lines_total,
             lines_skipped=0,
             time_basis="sample",
             home_day=home_day([], lf.source_file, lf.mtime),
             days=[],
             rows_by_day={},
-            records_by_day={None: 1},
+            records_by_day=parsed.records_by_day,
             samples=parsed.samples.lazy(),
             quarantine=parsed.quarantine.lazy(),
+            note=lf.skipped,
+            rejected_whole=parsed.rejected_whole,
         )
     cache_root = Path(cache_root)
     cdir = cache_root / _cache_key(lf, opts)
@@ -209,6 +240,9 @@ def load_or_parse(
         samples=pl.scan_parquet(cdir / "samples.parquet"),
         quarantine=pl.scan_parquet(cdir / "quarantine.parquet"),
         origin=meta.get("origin"),
+        columns_ignored=meta.get("columns_ignored", []),
+        fields=meta.get("fields", []),
+        rejected_whole=meta.get("rejected_whole", False),
     )
 
 

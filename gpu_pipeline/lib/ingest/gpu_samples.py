@@ -15,6 +15,7 @@ import polars as pl
 
 from gpu_pipeline.lib.fields import FIELD_COLUMNS
 from gpu_pipeline.lib.ingest.cache import ParsedFile
+from gpu_pipeline.lib.ingest.formats import WIDE_FORMATS
 from gpu_pipeline.lib.ingest.ingest_log import ingest_log as day_ingest_log
 from gpu_pipeline.lib.ingest.landing import DEFAULT_CLUSTER
 from gpu_pipeline.lib.ingest.quarantine import quarantine as day_quarantine
@@ -41,11 +42,13 @@ def _in_day(day: date) -> pl.Expr:
 
 
 def _day_rows(pf: ParsedFile, order: int, day: date) -> pl.LazyFrame:
-    """A file's samples of `day`, with the file they came from and its cluster."""
+    """A file's samples of `day`, with the file they came from, its cluster, and whether its
+    records hold several values (`_wide`)."""
     return pf.samples.filter(_in_day(day)).with_columns(
         pl.lit(pf.file.source_file).alias("source_file"),
         pl.lit(order).alias("file_order"),
         pl.col("cluster").fill_null(pf.file.dir_cluster or DEFAULT_CLUSTER),
+        pl.lit(pf.format in WIDE_FORMATS).alias("_wide"),
     )
 
 
@@ -133,6 +136,7 @@ class DayAssembly:
             long = long.sort("file_order", "line").with_columns(dup)
         # the same sample again with another value: two exporters disagree. The first file in
         # path order wins; the other value is quarantined with both, not counted as a duplicate
+        conflict = pl.lit(False)
         if has_dup:
             first = pl.struct(*SAMPLE_KEY)
             long = long.with_columns(
@@ -143,7 +147,30 @@ class DayAssembly:
                     "_conflict"
                 )
             )
-            conflicting = long.filter(pl.col("_conflict")).select(
+            conflict = pl.col("_conflict")
+        wide = bool(long.get_column("_wide").any())
+        # a record of a wide format (a CSV row) is accepted when one of its values is new, a
+        # duplicate when none is and one repeats, quarantined when every value conflicts
+        records = (
+            long.filter(pl.col("_wide"))
+            .group_by("source_file", "line")
+            .agg(
+                (~pl.col("dup")).any().alias("_new"),
+                (pl.col("dup") & ~conflict).any().alias("_dup"),
+            )
+            if wide
+            else None
+        )
+        if has_dup:
+            conflicting = long.filter(pl.col("_conflict"))
+            if records is not None and conflicting.height:
+                lost = records.filter(~pl.col("_new") & ~pl.col("_dup")).select(
+                    "source_file", "line", pl.lit(True).alias("_lost")
+                )
+                conflicting = conflicting.join(lost, on=["source_file", "line"], how="left")
+            else:
+                conflicting = conflicting.with_columns(pl.lit(None, pl.Boolean).alias("_lost"))
+            conflicting = conflicting.select(
                 "source_file",
                 "line",
                 "timestamp",
@@ -158,20 +185,41 @@ class DayAssembly:
                 pl.format(
                     "{}={}", "column", pl.col("value").cast(pl.String).fill_null("null")
                 ).alias("raw"),
+                pl.col("column").alias("field"),
+                (pl.col("_wide") & pl.col("_lost").is_null()).alias("record_kept"),
             )
             if conflicting.height:
                 self._conflicts.append(conflicting)
             long = long.filter(~pl.col("_conflict")).drop(
                 "_first_value", "_first_file", "_conflict"
             )
-        self._counts.append(
-            long.group_by("source_file").agg(
+        narrow = long.filter(~pl.col("_wide")) if wide else long
+        counts = [
+            narrow.group_by("source_file").agg(
                 (~pl.col("dup")).sum().alias("rows_accepted"),
                 pl.col("dup").sum().alias("rows_duplicate"),
                 pl.col("timestamp").min().alias("first_sample"),
                 pl.col("timestamp").max().alias("last_sample"),
             )
-        )
+        ]
+        if records is not None:
+            span = (
+                long.filter(pl.col("_wide"))
+                .group_by("source_file")
+                .agg(
+                    pl.col("timestamp").min().alias("first_sample"),
+                    pl.col("timestamp").max().alias("last_sample"),
+                )
+            )
+            counts.append(
+                records.group_by("source_file")
+                .agg(
+                    pl.col("_new").sum().alias("rows_accepted"),
+                    (~pl.col("_new") & pl.col("_dup")).sum().alias("rows_duplicate"),
+                )
+                .join(span, on="source_file", how="left")
+            )
+        self._counts.append(pl.concat(counts, how="diagonal_relaxed"))
         accepted = long.filter(~pl.col("dup")) if has_dup else long
         del long
         # one row per GPU, instance and time: its identity (the first value given) and each

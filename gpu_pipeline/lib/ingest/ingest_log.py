@@ -1,6 +1,7 @@
-"""A day's `ingest_log`: one row per landing file with anything on the day, its rows read,
+"""A day's `ingest_log`: one row per landing file with anything on the day, its records read,
 accepted, duplicated and quarantined (`rows_read` counted by the parser, the rest by the
-assembly: `row_conservation` compares the two)."""
+assembly: `row_conservation` compares the two). A record is a line of a text format, a row of a
+CSV, a point of JSON, a GPU of an XML snapshot."""
 
 from __future__ import annotations
 
@@ -33,6 +34,9 @@ def ingest_log(
             # counted by the parser from what it read, before anything was decided
             "rows_read": pf.records_on(day),
             "origin": pf.origin,
+            "columns_ignored": pf.columns_ignored,
+            "fields": pf.fields,
+            "note": pf.note,
         }
         for order, pf in enumerate(files)
     ]
@@ -54,7 +58,13 @@ def ingest_log(
         if chunk_counts
         else pl.DataFrame(schema=counts_schema)
     )
-    qcounts = quarantine.group_by("source_file").agg(pl.len().alias("rows_quarantined"))
+    # a record quarantined whole may have a row per rejected value (a CSV row): records are
+    # its distinct lines; a value rejected from a kept record is not a quarantined record
+    qcounts = (
+        quarantine.filter(~pl.col("record_kept").fill_null(False))
+        .group_by("source_file")
+        .agg(pl.col("line").n_unique().alias("rows_quarantined"))
+    )
     log = (
         pl.DataFrame(metas, schema=META_SCHEMA)
         .join(counts, on="source_file", how="left")
@@ -73,3 +83,17 @@ def ingest_log(
         .sort("file_order")
     )
     return conform(log, INGEST_LOG_SCHEMA)
+
+
+def rejected_elsewhere(files: list[ParsedFile], days: list[date]) -> list[tuple[str, str]]:
+    """(file, the days it is filed on) of the files rejected whole that none of `days` holds."""
+    run = set(days)
+    out = []
+    for pf in files:
+        if not pf.rejected_whole:
+            continue
+        filed = pf.record_days()
+        if not run & set(filed):
+            where = ", ".join(str(d) for d in filed[:5]) + (" …" if len(filed) > 5 else "")
+            out.append((pf.file.source_file, where))
+    return out

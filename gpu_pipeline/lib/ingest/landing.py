@@ -68,6 +68,8 @@ class LandingFile:
     size: int
     mtime: float
     problem: str | None = None  # why the file is not read (a link out of the zone, an OS error)
+    skipped: str | None = None  # why it is listed but not read (hidden): no record, not rejected
+    header: str | None = None  # the header line of a `header.csv` in the same folder
 
     @property
     def dir_cluster(self) -> str | None:
@@ -100,22 +102,46 @@ def display_name(rel: str | os.PathLike) -> str:
     return os.fsencode(os.fspath(rel)).decode("utf-8", "backslashreplace")
 
 
-def _entries(root: Path, rel: Path = Path()) -> list[tuple[Path, Path]]:
-    """(path, path relative to root) of every non-hidden entry below `root` that is not a real
-    folder, in path order; folders are walked, links to folders are entries (not followed)."""
+def _entries(root: Path, rel: Path = Path()) -> list[tuple[Path, Path, bool]]:
+    """(path, path relative to root, hidden) of every entry below `root` that is not a real
+    folder, in path order; folders are walked, links to folders are entries (not followed). A
+    hidden file or folder (its name starts with a dot: editors' swap files, partial uploads, a
+    sync tool's state) is one entry, not walked."""
     out = []
     try:
         items = sorted(os.scandir(root / rel), key=lambda e: os.fsencode(e.name))
     except OSError:
         return out
     for e in items:
-        if e.name.startswith("."):  # hidden: editors' swap files, partial uploads
-            continue
-        if e.is_dir(follow_symlinks=False):
+        if e.name.startswith("."):
+            out.append((Path(e.path), rel / e.name, True))
+        elif e.is_dir(follow_symlinks=False):
             out += _entries(root, rel / e.name)
         else:
-            out.append((Path(e.path), rel / e.name))
+            out.append((Path(e.path), rel / e.name, False))
     return out
+
+
+HIDDEN = (
+    "hidden {} (its name starts with a dot: an editor's swap file, a partial upload, a tool's "
+    "state): not read; rename it without the dot to ingest it"
+)
+# a headerless CSV (nvidia-smi --format=csv,noheader) takes its header from this file beside it
+HEADER_FILE = "header.csv"
+
+
+def _sidecar_header(path: Path, real_root: Path) -> str | None:
+    """The first non-blank line of a `header.csv` (at most 64 KiB read), None when it can't be
+    read the way landing files are (a link out of the zone, not a regular file)."""
+    why, _ = _refusal(path, real_root)
+    if why:
+        return None
+    try:
+        with open(path, "rb") as f:
+            head = f.read(65536).decode("utf-8", "replace").lstrip("\ufeff")
+    except OSError:
+        return None
+    return next((ln.strip() for ln in head.splitlines() if ln.strip()), None)
 
 
 def _refusal(path: Path, real_root: Path) -> tuple[str | None, os.stat_result | None]:
@@ -166,8 +192,21 @@ def list_landing(
     seen: dict[str, str] = {}
     out = []
     entries = []
-    for path, rel in _entries(root):
+    headers: dict[Path, str | None] = {}
+    walk = _entries(root)
+    order = {e[0]: i for i, e in enumerate(walk)}
+    for path, rel, hidden in walk:
         name = display_name(rel.as_posix())
+        if hidden:
+            try:
+                lst = os.lstat(path)
+                kind, mtime = ("folder" if stat.S_ISDIR(lst.st_mode) else "file"), lst.st_mtime
+            except OSError:
+                kind, mtime = "file", datetime.now(UTC).timestamp()
+            out.append(LandingFile(path, name, "", 0, mtime, skipped=HIDDEN.format(kind)))
+            continue
+        if path.name == HEADER_FILE:
+            headers[path.parent] = _sidecar_header(path, real_root)
         why, st = _refusal(path, real_root)
         key = None if why else f"{name}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}"
         entries.append((path, name, why, st, key))
@@ -182,13 +221,15 @@ def list_landing(
                 why = f"cannot be read: {sha.strerror or sha}"
             else:
                 seen[key] = sha
-                out.append(LandingFile(path, name, sha, st.st_size, st.st_mtime))
+                header = headers.get(path.parent) if path.name != HEADER_FILE else None
+                out.append(LandingFile(path, name, sha, st.st_size, st.st_mtime, header=header))
                 continue
         try:
             mtime = os.lstat(path).st_mtime
         except OSError:
             mtime = datetime.now(UTC).timestamp()
         out.append(LandingFile(path, name, "", 0, mtime, problem=why))
+    out.sort(key=lambda f: order[f.path])  # the walk's path order
     if memo_path and seen != known:
         memo_path.parent.mkdir(parents=True, exist_ok=True)
         tmp = memo_path.with_name(f".{memo_path.name}.{uuid.uuid4().hex}")
@@ -364,14 +405,10 @@ def _decode(data: bytes) -> tuple[str | None, str | None]:
 # Exports people have that carry no usable time series: named, so the reason is precise.
 UNSUPPORTED = (
     (
-        re.compile(r"^\s*<\?xml|<nvidia_smi_log"),
-        "nvidia-smi -q -x XML is a point-in-time report, not a time series; "
-        "export with nvidia-smi --query-gpu=timestamp,uuid,... --format=csv instead",
-    ),
-    (
         re.compile(r"^\s*=+NVSMI LOG=+", re.M),
-        "nvidia-smi -q text report is not a time series; "
-        "export with nvidia-smi --query-gpu=timestamp,uuid,... --format=csv instead",
+        "nvidia-smi -q text report: not read (its XML form, nvidia-smi -q -x, is a sample at its "
+        "timestamp; a loop of nvidia-smi --query-gpu=timestamp,uuid,... --format=csv a time "
+        "series)",
     ),
     (
         re.compile(r"^\s*#\s*(gpu|Entity)\s+\S+", re.M),
@@ -381,24 +418,82 @@ UNSUPPORTED = (
 )
 
 
-# formats read line by line: a bad line is quarantined alone; JSON is one document
+# formats read line by line: a bad line is quarantined alone; JSON and XML are one document
 LINE_FORMATS = {"dcgm_exposition", "nvidia_smi_csv", "nvml_samples", "seed_csv"}
 
 
-def detect_format(text: str, name: str) -> str | None:
-    """The parser for this text, judged by its content; None when no parser fits."""
-    head = text[:65536]
-    if not head.strip():
+def detect_format(data: bytes, name: str) -> str | None:
+    """The parser for this content, judged by the whole of it (each format looks at as much as
+    it needs); None when no parser fits."""
+    if re.search(rb"\S", data) is None:
         return "empty"
+    if Path(name).name == HEADER_FILE:
+        return "csv_header"
     for fmt, module in FORMATS.items():
-        if module.detect(head, name):
+        if module.detect(data, name):
             return fmt
     return None
 
 
-def _whole_file(reason: str, raw: str) -> ParsedLines:
+# times a file rejected whole may still name: ISO-8601 / nvidia-smi date-times, ctime (XML),
+# and epoch seconds or milliseconds where exports write them (a JSON [t, "v"] pair, the end of
+# an exposition line, the first cell of a CSV row)
+_NAMED_TIMES = re.compile(
+    r"(?P<iso>(?:19|20)\d\d[-/](?:0[1-9]|1[0-2])[-/](?:0[1-9]|[12]\d|3[01])[T _]\d\d:\d\d)"
+    r"|(?P<ctime>(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|"
+    r"Dec) +\d{1,2} \d\d:\d\d:\d\d \d{4})"
+    r"|\[\s*(?P<pair>1\d{9}(?:\.\d+)?)\s*,"
+    r"|[ \t](?P<tail>1\d{9}(?:\d{3})?)[ \t]*\r?$"
+    r"|^(?P<cell>1\d{9}(?:\.\d+)?|1\d{12})[ \t]*,",
+    re.M,
+)
+# how much of a rejected file is searched for the times it names: its start and its end
+NAMED_SCAN_CHARS = 4 * 2**20
+
+
+def named_days(text: str) -> list[date]:
+    """The plausible UTC days a text names (see _NAMED_TIMES), searched in its first and last
+    NAMED_SCAN_CHARS characters; at most 366, the earliest."""
+    lo, hi = Context("").time_window()
+    parts = (
+        [text]
+        if len(text) <= 2 * NAMED_SCAN_CHARS
+        else [text[:NAMED_SCAN_CHARS], text[-NAMED_SCAN_CHARS:]]
+    )
+    days: set[date] = set()
+    for part in parts:
+        for m in _NAMED_TIMES.finditer(part):
+            try:
+                if m["iso"]:
+                    t = datetime.strptime(m["iso"][:10].replace("/", "-"), "%Y-%m-%d")
+                    t = t.replace(tzinfo=UTC)
+                elif m["ctime"]:
+                    t = datetime.strptime(" ".join(m["ctime"].split()), "%a %b %d %H:%M:%S %Y")
+                    t = t.replace(tzinfo=UTC)
+                else:
+                    v = float(m["pair"] or m["tail"] or m["cell"])
+                    t = datetime.fromtimestamp(v / 1000 if v >= 1e11 else v, UTC)
+            except (ValueError, OverflowError, OSError):
+                continue
+            if lo <= t.timestamp() * 1000 <= hi:
+                days.add(t.date())
+    return sorted(days)[:366]
+
+
+def _whole_file(reason: str, raw: str, days: list[date] | None = None) -> ParsedLines:
+    """A file rejected as a whole: one record, quarantined on each of the `days` its content
+    names (so whoever looks at a day the file held sees it), else on the file's home day."""
+    days = days or []
+    n = max(1, len(days))
     q = pl.DataFrame(
-        {"line": [None], "timestamp": [None], "reason": [reason], "raw": [raw[:RAW_CHARS]]},
+        {
+            "line": [None] * n,
+            "timestamp": [datetime(d.year, d.month, d.day, tzinfo=UTC) for d in days] or [None],
+            "reason": [reason] * n,
+            "raw": [raw[:RAW_CHARS]] * n,
+            "field": [None] * n,
+            "record_kept": [False] * n,
+        },
         schema=QUARANTINE_LINE_SCHEMA,
     )
     return ParsedLines(
@@ -406,7 +501,8 @@ def _whole_file(reason: str, raw: str) -> ParsedLines:
         q,
         lines_total=1,
         lines_skipped=0,
-        records_by_day={None: 1},
+        records_by_day={d: 1 for d in days} if days else {None: 1},
+        rejected_whole=True,
     )
 
 
@@ -430,7 +526,12 @@ def _cap_raw(q: pl.DataFrame) -> pl.DataFrame:
 def parse_landing_file(
     lf: LandingFile, opts: ParseOptions = DEFAULT_PARSE
 ) -> tuple[str, ParsedLines]:
-    """Read, detect and parse one landing file; a file no parser fits is quarantined whole."""
+    """Read, detect and parse one landing file; a file no parser fits is quarantined whole, on
+    the days its content names (else its home day)."""
+    if lf.skipped:  # listed, not read: no record
+        return "skipped", ParsedLines(
+            pl.DataFrame(schema=LONG_SCHEMA), pl.DataFrame(schema=QUARANTINE_LINE_SCHEMA), 0, 0
+        )
     if lf.problem:  # never opened: its content (a link out of the zone) stays unread
         return "refused", _whole_file(lf.problem, "")
     data, why = _read_bytes(lf, opts.max_file_bytes)
@@ -439,13 +540,13 @@ def parse_landing_file(
             head_bytes = f.read(200)
         return "unreadable", _whole_file(why or "unreadable", repr(head_bytes))
     clean, bad = _bad_lines(data)
-    head = clean[:65536].decode("utf-8", errors="ignore")  # detection; the parsers validate all
-    fmt = detect_format(head, lf.source_file)
+    fmt = detect_format(clean, lf.source_file)
     if bad and (fmt not in LINE_FORMATS or len(bad) * 2 > clean.count(b"\n") + 1):
         text, why = _decode(data)
-        return "unreadable", _whole_file(why or bad[0][1], data[:200].decode("utf-8", "replace"))
+        readable = data.decode("utf-8", "replace")
+        return "unreadable", _whole_file(why or bad[0][1], readable[:200], named_days(readable))
     data = clean
-    if fmt == "empty":
+    if fmt in ("empty", "csv_header"):
         n = len(data.splitlines())
         return fmt, ParsedLines(
             pl.DataFrame(schema=LONG_SCHEMA), pl.DataFrame(schema=QUARANTINE_LINE_SCHEMA), n, n
@@ -453,12 +554,14 @@ def parse_landing_file(
     # the exposition parser reads the bytes; the others (and the quarantine) need the text
     text = "" if fmt == "dcgm_exposition" else data.decode("utf-8")
     if fmt is None:
+        head = text[:65536]
         reason = next((r for rx, r in UNSUPPORTED if rx.search(head)), None)
         return "unknown", _whole_file(
             reason
             or "unrecognized format: not dcgm-exporter exposition, Prometheus API JSON, nvidia-smi "
-            "--query-gpu CSV, NVML samples or the seed CSV; file quarantined whole",
+            "--query-gpu CSV or -q -x XML, NVML samples or the seed CSV; file quarantined whole",
             text,
+            named_days(text),
         )
     named = time_from_name(lf.source_file)
     ctx = Context(
@@ -468,11 +571,13 @@ def parse_landing_file(
         file_time=named or datetime.fromtimestamp(lf.mtime, UTC),
         file_time_basis="file_name" if named else "file_mtime",
         csv_timezone=opts.csv_timezone,
+        csv_header=lf.header,
     )
     try:
         out = FORMATS[fmt].parse(data if fmt == "dcgm_exposition" else text, ctx)
     except Exception as e:  # a parser that gives up on a file quarantines it whole, with why
-        return fmt, _whole_file(f"{fmt}: {e}", head)
+        text = text or data.decode("utf-8", "replace")
+        return fmt, _whole_file(f"{fmt}: {e}", text[:RAW_CHARS], named_days(text))
     quarantine = conform(out.quarantine, QUARANTINE_LINE_SCHEMA)
     records = dict(out.records_by_day)
     skipped = out.lines_skipped
@@ -486,6 +591,8 @@ def parse_landing_file(
                         "timestamp": [None] * len(bad),
                         "reason": [b[1] for b in bad],
                         "raw": [b[2] for b in bad],
+                        "field": [None] * len(bad),
+                        "record_kept": [False] * len(bad),
                     },
                     schema=QUARANTINE_LINE_SCHEMA,
                 ),
@@ -501,6 +608,9 @@ def parse_landing_file(
         out.time_basis,
         records,
         out.origin,
+        out.columns_ignored,
+        out.fields,
+        out.rejected_whole,
     )
 
 

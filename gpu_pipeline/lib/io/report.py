@@ -582,6 +582,36 @@ def _read(lake: Lake, table: str, day: date) -> pl.DataFrame:
     return lake.read(table, day) if lake.exists(table, day) else pl.DataFrame(schema=TABLES[table])
 
 
+def _no_minutes(lake: Lake, day: date) -> str:
+    """What a day without GPU-minutes had: nothing landed, or every record rejected (and why)."""
+    log = _read(lake, "ingest_log", day)
+    read = int(log.get_column("rows_read").sum()) if log.height else 0
+    if read == 0:
+        return "<p>No GPU-minutes for this day: no landing file holds a record of it.</p>"
+    rejected = int(log.get_column("rows_quarantined").sum())
+    dup = int(log.get_column("rows_duplicate").sum())
+    q = _read(lake, "quarantine", day)
+    reasons = (
+        q.group_by("reason").len().sort("len", descending=True).head(5)
+        if q.height
+        else pl.DataFrame(schema={"reason": pl.String, "len": pl.UInt32})
+    )
+    items = "".join(
+        f"<li>{html.escape(str(r['reason'])[:300])} ({r['len']:,} rows)</li>"
+        for r in reasons.iter_rows(named=True)
+    )
+    return (
+        f"<p class='warn'><b>No GPU-minutes for this day: {read:,} records were read from "
+        f"{log.height:,} file(s), and {rejected:,} of them were rejected"
+        + (f", {dup:,} were duplicates" if dup else "")
+        + ".</b> "
+        + ("Its validation check (gpu_samples validation_pass_rate) failed. " if rejected else "")
+        + "Rejected records and their reasons are in "
+        'the quarantine table (<code>gpu-pipeline sql "SELECT * FROM quarantine WHERE date = '
+        f"'{day}'\"</code>); the most common reasons:</p><ul>{items}</ul>"
+    )
+
+
 def build_report(
     lake: Lake,
     day: date,
@@ -616,8 +646,7 @@ def build_report(
         rep.html = (
             f"<!doctype html><html><head><meta charset='utf-8'><meta name='viewport' content='width=device-width,initial-scale=1'><title>GPU efficiency report {day}</title>"
             f"<style>{CSS}</style></head><body><h1>GPU efficiency report — {day}</h1>"
-            "<p>No GPU-minutes for this day: nothing landed, or every row was quarantined "
-            "(see the quarantine and ingest_log tables).</p></body></html>"
+            f"{_no_minutes(lake, day)}</body></html>"
         )
         return rep
     trend = fleet_trend(lake, day)

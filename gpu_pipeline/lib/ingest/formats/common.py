@@ -15,6 +15,7 @@ and `finalize` turns it into accepted samples and quarantined records with reaso
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
@@ -76,6 +77,8 @@ class Context:
     file_time: datetime | None = None  # from the file name, else its modification time
     file_time_basis: str = "file_name"
     csv_timezone: str = "UTC"
+    # the header line of a headerless CSV, from a `header.csv` beside it (None: there is none)
+    csv_header: str | None = None
     earliest_ms: int = EARLIEST_MS
     latest_ms: int | None = None  # None: now + FUTURE_TOLERANCE_MS
 
@@ -191,10 +194,42 @@ def out_of_range(value: pl.Expr, scaled: pl.Expr) -> pl.Expr:
     )
 
 
-def normalize_series(g: pl.DataFrame) -> pl.DataFrame:
-    """Attribute clean-up; run it on distinct series where a parser has them, else on every row.
-    `_attr_reason` says why a series' labels cannot be kept (null: they can)."""
-    return _exporter_self_labels(normalize_attributes(g)).with_columns(
+def _tag(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "backslashreplace")).hexdigest()[:8]
+
+
+def fill_identity(df: pl.DataFrame, source_file: str) -> pl.DataFrame:
+    """Samples without a GPU UUID take one made of their PCI bus id, else their index, within
+    their host (the hostname they carry) or, without one, their file:
+    `GPU-pci-<scope>-<bus id>`, `GPU-idx-<scope>-<index>`. Without any of the three the UUID
+    stays null and the sample is rejected: a GPU is never made up from nothing."""
+    uuid = df.get_column("gpu_uuid")
+    if uuid.null_count() == 0:
+        return df
+    hosts = df.get_column("hostname").drop_nulls().unique().to_list()
+    file_tag = _tag(f"file\0{source_file}")
+    scope = (
+        pl.col("hostname")
+        .replace_strict({h: _tag(f"host\0{h}") for h in hosts}, default=file_tag)
+        .fill_null(file_tag)
+        if hosts
+        else pl.lit(file_tag)
+    )
+    bus = pl.col("pci_bus_id").str.to_lowercase().str.replace_all(r"[^0-9a-z]+", "-")
+    made = (
+        pl.when(pl.col("pci_bus_id").is_not_null())
+        .then(pl.format("GPU-pci-{}-{}", scope, bus))
+        .when(pl.col("gpu_index").is_not_null())
+        .then(pl.format("GPU-idx-{}-{}", scope, pl.col("gpu_index")))
+    )
+    return df.with_columns(pl.coalesce(pl.col("gpu_uuid"), made).alias("gpu_uuid"))
+
+
+def normalize_series(g: pl.DataFrame, source_file: str = "") -> pl.DataFrame:
+    """Attribute clean-up and identity; run it on distinct series where a parser has them, else
+    on every row. `_attr_reason` says why a series' labels cannot be kept (null: they can)."""
+    g = fill_identity(normalize_attributes(g), source_file)
+    return _exporter_self_labels(g).with_columns(
         pl.coalesce(
             pl.col("_attr_reason") if "_attr_reason" in g.columns else pl.lit(None, pl.String),
             attribute_reason(),
@@ -223,9 +258,18 @@ def records_by_day(g: pl.DataFrame, lo: int, hi: int) -> dict:
 
 
 def finalize(
-    g: pl.DataFrame, normalized: bool = False, window: tuple[int, int] | None = None
+    g: pl.DataFrame,
+    normalized: bool = False,
+    window: tuple[int, int] | None = None,
+    source_file: str = "",
+    multi: bool = False,
 ) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
-    """Candidate rows -> (accepted long samples, quarantined records), every row in exactly one.
+    """Candidate rows -> (accepted long samples, quarantined values), every row in exactly one.
+
+    A record is a `line`: one candidate for exposition and JSON, one per field for the wide
+    formats (`multi`: a CSV row, a GPU of an XML snapshot). A rejected value of a record whose
+    other values are accepted is quarantined with `record_kept` (the record counts as accepted);
+    a record without an accepted value is quarantined whole (its rows `record_kept` false).
 
     Cheap boolean tests run on every row; reason strings are formatted for rejected rows only.
     `window`: the plausible sample times [earliest, latest] in epoch ms (default: 2000-01-01 to
@@ -234,9 +278,9 @@ def finalize(
     (`records_by_day`), counted before anything is decided.
     """
     lo, hi = window or Context("").time_window()
-    records = records_by_day(g, lo, hi)
+    records = records_by_day(g.unique("line", keep="first") if multi else g, lo, hi)
     if not normalized:
-        g = normalize_series(g)
+        g = normalize_series(g, source_file)
     if "_attr_reason" in g.columns:
         g = g.with_columns(pl.coalesce("pre_reason", "_attr_reason").alias("pre_reason"))
     if "_lo" not in g.columns:  # parsers with distinct series attach the bounds per series
@@ -301,7 +345,12 @@ def finalize(
             )
         )
         .when(pl.col("gpu_uuid").is_null())
-        .then(pl.lit("no GPU UUID label (UUID/uuid)"))
+        .then(
+            pl.lit(
+                "no GPU identity: no UUID, PCI bus id or GPU index (label UUID / pci_bus_id / gpu, "
+                "or column uuid / pci.bus_id / index)"
+            )
+        )
         .otherwise(
             pl.format(
                 "impossible value {} for {} (valid {}..{})",
@@ -312,7 +361,19 @@ def finalize(
             )
         )
     )
-    quarantine = bad.select("line", ts.alias("timestamp"), reason.alias("reason"), "raw")
+    kept = (
+        pl.col("line").is_in(ok.get_column("line").unique().implode())
+        if multi and any_rejected
+        else pl.lit(False)
+    )
+    quarantine = bad.select(
+        "line",
+        ts.alias("timestamp"),
+        reason.alias("reason"),
+        "raw",
+        pl.col("column").alias("field"),
+        kept.alias("record_kept"),
+    )
     return conform(samples, LONG_SCHEMA), conform(quarantine, QUARANTINE_LINE_SCHEMA), records
 
 
@@ -341,6 +402,8 @@ def parsed(
     time_basis: str = "sample",
     normalized: bool = False,
     window: tuple[int, int] | None = None,
+    source_file: str = "",
+    multi: bool = False,
 ) -> ParsedLines:
-    samples, quarantine, records = finalize(candidates(g), normalized, window)
+    samples, quarantine, records = finalize(candidates(g), normalized, window, source_file, multi)
     return ParsedLines(samples, quarantine, lines_total, lines_skipped, time_basis, records)

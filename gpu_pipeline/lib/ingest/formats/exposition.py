@@ -54,14 +54,22 @@ _LABELS_OPEN = r'\{(?:[^"}]|"(?:[^"\\]|\\.)*")*'
 _HEAD = re.compile(r"^(# (HELP|TYPE) )?[a-zA-Z_:][a-zA-Z0-9_:]*(\{|\s)")
 
 
-def detect(head: str, name: str) -> bool:
+# a DCGM series at the start of a line, anywhere in the file (a /federate answer or a
+# concatenation of exporters' dumps may carry hundreds of other series first)
+_DCGM_SERIES = re.compile(rb"(?im)^[ \t]*dcgm_[a-z0-9_:]*[{ \t]")
+
+
+def detect(data: bytes, name: str) -> bool:
+    """Exposition lines (judged on the first 50), and a DCGM series somewhere in the file."""
+    head = data[:65536].decode("utf-8", "ignore")
     lines = [ln.strip() for ln in head.splitlines() if ln.strip()][:50]
     hits = sum(1 for ln in lines if _HEAD.match(ln))
-    return (
-        bool(lines)
-        and hits >= max(1, len(lines) // 2)
-        and any("DCGM" in ln.upper() for ln in lines)
-    )
+    return bool(lines) and hits >= max(1, len(lines) // 2) and _DCGM_SERIES.search(data) is not None
+
+
+def _gpu_metric(metric: pl.Expr) -> pl.Expr:
+    """Series of GPU telemetry: DCGM's (dcgm_*, DCGM_FI_*); others (node_*, go_*) are skipped."""
+    return metric.str.to_lowercase().str.starts_with("dcgm")
 
 
 def _label_attrs(blocks: pl.Series) -> pl.DataFrame:
@@ -113,6 +121,7 @@ class TimeUnits:
 
     int_factor: int = 1
     float_factor: float = 1000.0
+    int_divisor: int = 1  # micro- or nanoseconds (Telegraf and friends write those)
 
     @staticmethod
     def timed(value_s: pl.Series, ts_s: pl.Series) -> bool:
@@ -131,11 +140,14 @@ class TimeUnits:
 
     @classmethod
     def from_medians(cls, int_median: float | None, float_median: float | None) -> TimeUnits:
-        """Seconds-sized integers (median below 1e11) are seconds; milliseconds-sized floats are
-        milliseconds."""
+        """Seconds-sized integers (median below 1e11) are seconds, microsecond- and
+        nanosecond-sized ones (from 1e14, 1e17) micro- and nanoseconds; milliseconds-sized
+        floats are milliseconds."""
+        big = int_median is not None and int_median >= 1e14
         return cls(
             int_factor=1000 if int_median is not None and int_median < 1e11 else 1,
             float_factor=1.0 if float_median is not None and float_median >= 1e11 else 1000.0,
+            int_divisor=(1_000_000 if int_median >= 1e17 else 1000) if big else 1,
         )
 
     @classmethod
@@ -166,6 +178,8 @@ class TimeUnits:
 
     def int_ms(self, as_int: pl.Expr) -> pl.Expr:
         """An integer timestamp as written -> epoch ms."""
+        if self.int_divisor != 1:
+            return as_int // self.int_divisor
         if self.int_factor == 1:
             return as_int
         # no overflow: anything this large is implausible in any unit
@@ -212,8 +226,9 @@ UNTIMED_IN_TIMED = (
 
 def _regex_candidates(
     lines: pl.DataFrame, ctx: Context, units: TimeUnits | None = None, timed: bool | None = None
-) -> pl.DataFrame:
-    """The slow path: one regex per line (for the lines the fast path could not vouch for).
+) -> tuple[pl.DataFrame, int]:
+    """The slow path: one regex per line (for the lines the fast path could not vouch for);
+    also the number of lines of other series than GPU telemetry (skipped, not candidates).
 
     `units`/`timed`: the file's timestamp units and whether its samples carry their own time
     (decided on the whole file by the caller; found here when the whole file goes this way)."""
@@ -225,6 +240,11 @@ def _regex_candidates(
     malformed = pl.col("metric").is_null() | (
         pl.col("value_s").is_null() & pl.col("labels").is_null()
     )
+    # a sample of another series than GPU telemetry: skipped, not a candidate
+    other = ~malformed & ~_gpu_metric(pl.col("metric"))
+    n_other = int(g.select(other.sum()).item())
+    if n_other:
+        g = g.filter(~other)
     if units is None or timed is None:
         ok = g.filter(~g.select(malformed).to_series())
         units = TimeUnits.of(ok.get_column("ts_s"))
@@ -247,8 +267,10 @@ def _regex_candidates(
         .then(pl.lit(UNTIMED_IN_TIMED))
         .alias("pre_reason")
     )
-    attrs = normalize_series(_label_attrs(g.get_column("labels").drop_nulls().unique()))
-    return candidates(g.join(attrs, on="labels", how="left"))
+    attrs = normalize_series(
+        _label_attrs(g.get_column("labels").drop_nulls().unique()), ctx.source_file
+    )
+    return candidates(g.join(attrs, on="labels", how="left")), n_other
 
 
 # more values or timestamps than this (plus a tenth of the lines) that the native tokenizer
@@ -374,7 +396,7 @@ def _scan(source: bytes | Path, text: bool = False) -> tuple[pl.DataFrame, pl.Se
     return d, distinct
 
 
-def _series_table(keys: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+def _series_table(keys: pl.DataFrame, source_file: str = "") -> tuple[pl.DataFrame, list[str]]:
     """Distinct series -> metric, column, unit scale, valid range and attributes, parsed once each
     (`keys`: the series `s` in code order; the table keeps that order, one row per code)."""
     # split at the first `{` (a metric name has none), then validate each distinct metric name
@@ -393,7 +415,7 @@ def _series_table(keys: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
         .alias("metric"),
         (pl.col("labels") + "}").alias("labels"),
     )
-    attrs = normalize_series(_label_attrs(blocks.get_column("labels") + "}"))
+    attrs = normalize_series(_label_attrs(blocks.get_column("labels") + "}"), source_file)
     series = (
         series.join(attrs, on="labels", how="left", maintain_order="left")
         .with_columns(
@@ -474,13 +496,15 @@ def parse(text: str | bytes | Path, ctx: Context) -> ParsedLines:
         return parsed
     lines = _read_lines(data())
     body = lines.filter(~pl.col("raw").str.contains(r"^[ \t]*(#|$)"))
-    g = _regex_candidates(body, ctx)
+    g, other = _regex_candidates(body, ctx)
     untimed = g.filter(pl.col("pre_reason").is_null() & pl.col("ts_s").is_null()).height
     basis = ctx.file_time_basis if ctx.file_time is not None and untimed else "sample"
     samples, quarantine, records = finalize(g, normalized=True, window=ctx.time_window())
-    return ParsedLines(
-        samples, quarantine, lines.height, lines.height - body.height, basis, records
+    out = ParsedLines(
+        samples, quarantine, lines.height, lines.height - body.height + other, basis, records
     )
+    out.fields = sorted(set(g.get_column("column").drop_nulls().unique().to_list()))
+    return out
 
 
 def _parse_fast(source: bytes | Path, ctx: Context, data, text: bool) -> ParsedLines | None | bool:
@@ -490,11 +514,15 @@ def _parse_fast(source: bytes | Path, ctx: Context, data, text: bool) -> ParsedL
     if scanned is None:
         return False
     d, distinct = scanned
-    series, attr_cols = _series_table(pl.DataFrame({"s": distinct}))
-    # comments and blank lines (indented comments are rare: the slow path tells them apart)
-    comments = pl.Series(
-        [i for i, c in enumerate(distinct.str.starts_with("#").to_list()) if c], dtype=pl.UInt32
+    series, attr_cols = _series_table(pl.DataFrame({"s": distinct}), ctx.source_file)
+    # comments and blank lines (indented comments are rare: the slow path tells them apart), and
+    # series of other things than GPU telemetry (node_*, go_*: a /federate answer): skipped
+    other = distinct.str.starts_with("#") | (
+        series.get_column("metric").is_not_null()
+        & ~series.select(_gpu_metric(pl.col("metric"))).to_series().fill_null(False)
     )
+    comments = pl.Series([i for i, c in enumerate(other.to_list()) if c], dtype=pl.UInt32)
+    fields = sorted(set(series.filter(~other).get_column("column").drop_nulls().unique().to_list()))
     # a series the series pattern rejects (odd label syntax) goes the slow way, line by line
     odd = series.with_row_index("_code").filter(pl.col("metric").is_null()).get_column("_code")
     code = pl.col("_code")
@@ -549,6 +577,7 @@ def _parse_fast(source: bytes | Path, ctx: Context, data, text: bool) -> ParsedL
                 skipped,
                 ctx.file_time_basis if untimed else "sample",
                 records_by_day(fast, *window),
+                fields=fields,
             )
     per_line = series.select(
         pl.col(*extra, "column", "_lo", "_hi", *attr_cols).gather(fast.get_column("_code"))
@@ -575,15 +604,18 @@ def _parse_fast(source: bytes | Path, ctx: Context, data, text: bool) -> ParsedL
         )
     frames = [candidates(fast)]
 
-    def slow(lines: pl.DataFrame) -> pl.DataFrame:
-        return _regex_candidates(lines, ctx, units, timed).with_columns(value_bounds())
+    def slow(lines: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+        g, n_other = _regex_candidates(lines, ctx, units, timed)
+        return g.with_columns(value_bounds()), n_other
 
     if bool((path == 2).any()):
         slow_lines = d.filter(pl.col("_path") == 2).get_column("line")
         raw = _read_lines(data()).filter(pl.col("line").is_in(slow_lines.implode()))
         blank_or_comment = pl.col("raw").str.contains(r"^[ \t]*(#|$)")
         skipped += int(raw.select(blank_or_comment.sum()).item())
-        frames.append(slow(raw.filter(~blank_or_comment)))
+        g_slow, n_other = slow(raw.filter(~blank_or_comment))
+        skipped += n_other
+        frames.append(g_slow)
     g = frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
     samples, quarantine, records = finalize(g, normalized=True, window=window)
     rejected_fast = quarantine.filter(pl.col("raw").is_null())
@@ -591,7 +623,7 @@ def _parse_fast(source: bytes | Path, ctx: Context, data, text: bool) -> ParsedL
         raw = _read_lines(data()).filter(
             pl.col("line").is_in(rejected_fast.get_column("line").implode())
         )
-        _, again, _ = finalize(slow(raw), normalized=True, window=window)
+        _, again, _ = finalize(slow(raw)[0], normalized=True, window=window)
         if again.get_column("line").sort().equals(rejected_fast.get_column("line").sort()):
             kept = quarantine.filter(pl.col("raw").is_not_null())
             quarantine = pl.concat([kept, again]).sort("line")
@@ -613,4 +645,4 @@ def _parse_fast(source: bytes | Path, ctx: Context, data, text: bool) -> ParsedL
         )
     )
     basis = ctx.file_time_basis if untimed else "sample"
-    return ParsedLines(samples, quarantine, d.height, skipped, basis, records)
+    return ParsedLines(samples, quarantine, d.height, skipped, basis, records, fields=fields)

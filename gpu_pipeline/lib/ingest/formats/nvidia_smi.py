@@ -1,122 +1,341 @@
-"""`nvidia-smi --query-gpu=… --format=csv[,nounits]` output, any column order or subset.
+"""`nvidia-smi --query-gpu=… --format=csv[,nounits]` output, any column order or subset, and the
+CSV logs people write by hand around it (`time, gpu_utilization[%], temperature[°C]`).
 
-Headers may carry units (`power.draw [W]`), values too (`433.78 W`); `[N/A]`-style values mean
-"no value". Timestamps have no zone: UTC unless configured (GPU_PIPELINE_CSV_TIMEZONE). Loop logs
-without a uuid or index column (one row per GPU per loop) get their GPU from the row's position
-within its loop; the identity is then synthetic (`GPU-anon-<file hash>-<position>`).
+Headers are matched by name (`HEADER_ALIASES`: nvidia-smi's query names and common hand-written
+ones) after their unit (`[W]`, `(W)`) is cut off; a unit in the header that differs from the
+field's (`[mW]`, `[GiB]`) scales the values. Header names that map to nothing are listed
+(`columns_ignored`). Values may carry units (`433.78 W`); `[N/A]`-style values mean "no value".
+Times are nvidia-smi's `YYYY/MM/DD HH:MM:SS.fff`, ISO-8601, or epoch seconds / milliseconds;
+zone-less times are UTC unless configured (GPU_PIPELINE_CSV_TIMEZONE).
+
+A file without a header line (`--format=csv,noheader`) takes the header of a `header.csv` beside
+it (`Context.csv_header`), else it is rejected with a reason that says so.
+
+Identity, in order: the uuid column; the pci.bus_id (within the file); the index; without any of
+them the rows one loop iteration printed together (`loop_positions`).
 """
 
 from __future__ import annotations
 
-import hashlib
+import re
 
+import numpy as np
 import polars as pl
 
 from gpu_pipeline.lib.ingest.formats.common import Context, parsed
 from gpu_pipeline.lib.ingest.formats.wide_csv import (
     cell,
-    header_name,
     parse_local_time,
     split_rows,
     to_long,
 )
 from gpu_pipeline.lib.samples import ParsedLines
 
-# query name -> canonical column; several names for one column are tried in order per row
-FIELD_NAMES: dict[str, list[str]] = {
-    "gpu_util_pct": ["utilization.gpu"],
-    "mem_copy_util_pct": ["utilization.memory"],
-    "enc_util_pct": ["utilization.encoder"],
-    "dec_util_pct": ["utilization.decoder"],
-    "power_w": ["power.draw", "power.draw.average", "power.draw.instant"],
-    "power_limit_w": ["enforced.power.limit", "power.limit", "power.management.limit"],
-    "fb_used_mib": ["memory.used"],
-    "fb_free_mib": ["memory.free"],
-    "fb_reserved_mib": ["memory.reserved"],
-    "gpu_temp_c": ["temperature.gpu"],
-    "mem_temp_c": ["temperature.memory"],
-    "sm_clock_mhz": ["clocks.sm", "clocks.current.sm"],
-    "mem_clock_mhz": ["clocks.mem", "clocks.current.memory"],
+
+def header_key(h: str) -> tuple[str, str]:
+    """(name, unit) of a header cell: `power.draw [W]` -> (`power_draw`, `w`); dots, spaces and
+    dashes are one separator, case does not matter, a trailing `[unit]` or `(unit)` is the unit."""
+    h = h.strip().strip('"').strip().lower()
+    unit = ""
+    if m := re.search(r"\s*[\[(]([^\[\]()]*)[\])]\s*$", h):
+        unit, h = m.group(1).strip(), h[: m.start()]
+    return re.sub(r"[\s._\-/]+", "_", h.strip()).strip("_"), unit
+
+
+def _keys(*names: str) -> list[str]:
+    return [header_key(n)[0] for n in names]
+
+
+# canonical field -> header names, most specific first (several names for one field: the first
+# non-empty value of a row wins, e.g. power.draw, then power.draw.average / .instant)
+HEADER_ALIASES: dict[str, list[str]] = {
+    "gpu_util_pct": _keys(
+        "utilization.gpu",
+        "gpu_utilization",
+        "gpu_util",
+        "gpu_util_pct",
+        "utilization",
+        "util",
+        "gpu_usage",
+        "gpu_busy",
+    ),
+    "mem_copy_util_pct": _keys(
+        "utilization.memory", "memory_utilization", "mem_util", "memory_util"
+    ),
+    "enc_util_pct": _keys("utilization.encoder", "encoder_utilization", "enc_util"),
+    "dec_util_pct": _keys("utilization.decoder", "decoder_utilization", "dec_util"),
+    "power_w": _keys(
+        "power.draw",
+        "power.draw.average",
+        "power.draw.instant",
+        "power_draw",
+        "power",
+        "power_usage",
+        "gpu_power",
+        "power_w",
+        "power_watts",
+    ),
+    "power_limit_w": _keys(
+        "enforced.power.limit", "power.limit", "power.management.limit", "power_cap"
+    ),
+    "fb_used_mib": _keys(
+        "memory.used", "mem_used", "used_memory", "gpu_memory_used", "vram_used", "fb_used"
+    ),
+    "fb_free_mib": _keys("memory.free", "mem_free", "free_memory"),
+    "fb_reserved_mib": _keys("memory.reserved"),
+    "gpu_temp_c": _keys("temperature.gpu", "gpu_temperature", "gpu_temp", "temperature", "temp"),
+    "mem_temp_c": _keys("temperature.memory", "memory_temperature", "mem_temp"),
+    "sm_clock_mhz": _keys("clocks.sm", "clocks.current.sm", "sm_clock"),
+    "mem_clock_mhz": _keys("clocks.mem", "clocks.current.memory", "mem_clock", "memory_clock"),
 }
-ID_NAMES = {
-    "gpu_uuid": "uuid",
-    "gpu_index": "index",
-    "gpu_model": "name",
-    "driver_version": "driver_version",
-    "gpu_instance_id": "mig.gpu_instance_id",
+ID_ALIASES: dict[str, list[str]] = {
+    "timestamp": _keys(
+        "timestamp", "time", "datetime", "date_time", "ts", "epoch", "unix_time", "time_stamp"
+    ),
+    "gpu_uuid": _keys("uuid", "gpu_uuid"),
+    "pci_bus_id": _keys("pci.bus_id", "pci_bus_id", "bus_id", "busid"),
+    "gpu_index": _keys("index", "gpu_index", "gpu_id"),
+    "gpu_model": _keys("name", "gpu_name", "gpu_model", "model", "product_name"),
+    "hostname": _keys("hostname", "host", "node"),
+    "driver_version": _keys("driver_version"),
+    "gpu_instance_id": _keys("mig.gpu_instance_id"),
+}
+# header units that are not the field's: the factor to the field's unit
+UNIT_FACTORS = {
+    "mw": 1e-3,
+    "kw": 1e3,
+    "gib": 1024.0,
+    "gb": 1024.0,
+    "kib": 1 / 1024,
+    "kb": 1 / 1024,
+    "b": 1 / 2**20,
+    "bytes": 1 / 2**20,
+    "ghz": 1e3,
+    "khz": 1e-3,
+}
+UNIT_FIELDS = {
+    "power_w": "w",
+    "power_limit_w": "w",
+    "fb_used_mib": "mib",
+    "fb_free_mib": "mib",
+    "fb_reserved_mib": "mib",
+    "sm_clock_mhz": "mhz",
+    "mem_clock_mhz": "mhz",
 }
 TIME_FORMATS = [
     "%Y/%m/%d %H:%M:%S%.f",
     "%Y/%m/%d %H:%M:%S",
     "%Y-%m-%d %H:%M:%S%.f",
     "%Y-%m-%dT%H:%M:%S%.f",
+    "%Y-%m-%dT%H:%M:%S%.fZ",
 ]
-KNOWN = (
-    {n for names in FIELD_NAMES.values() for n in names} | set(ID_NAMES.values()) | {"timestamp"}
+KNOWN = {n for names in (*HEADER_ALIASES.values(), *ID_ALIASES.values()) for n in names}
+FIELD_KEYS = {n for names in HEADER_ALIASES.values() for n in names}
+
+# a time as the first cell of a headerless row: nvidia-smi's, ISO-8601, or epoch s / ms
+_TIME_CELL = re.compile(
+    r"^\s*(\d{4}[/-]\d{2}[/-]\d{2}[ T]\d{2}:\d{2}(:\d{2}(\.\d+)?)?Z?|1\d{9}(\.\d+)?|1\d{12}(\.\d+)?)\s*$"
+)
+HEADER_FILE = "header.csv"
+NO_HEADER = (
+    "CSV without a header line (nvidia-smi --format=csv,noheader?): its columns cannot be told "
+    f"apart. Put the header line (the --query-gpu fields, e.g. `timestamp, uuid, "
+    f"utilization.gpu [%], power.draw [W]`) in a file named {HEADER_FILE} in the same folder: it "
+    "applies to every headerless CSV there. File quarantined whole"
 )
 
 
-def detect(head: str, name: str) -> bool:
-    first = next((ln for ln in head.splitlines() if ln.strip()), "")
-    names = {header_name(h) for h in first.split(",")}
+def _first_line(text: str) -> str:
+    return next((ln for ln in text[:65536].splitlines() if ln.strip()), "")
+
+
+def _is_header(first: str) -> bool:
+    names = {header_key(h)[0] for h in first.split(",")}
+    return "," in first and len(names & KNOWN) >= 2 and bool(names & FIELD_KEYS)
+
+
+def _is_headerless(text: str) -> bool:
+    """Rows that start with a time and have the same number of cells, no header above them."""
+    lines = [ln for ln in text[:65536].splitlines() if ln.strip()][:5]
+    widths = {ln.count(",") for ln in lines}
     return (
-        "," in first
-        and len(names & KNOWN) >= 2
-        and bool(names & {n for v in FIELD_NAMES.values() for n in v})
+        bool(lines)
+        and len(widths) == 1
+        and min(widths) >= 1
+        and all(_TIME_CELL.match(ln.split(",", 1)[0]) for ln in lines)
     )
 
 
-def _loop_position(ts: pl.Expr) -> pl.Expr:
-    """Position of a row within its loop, for logs that list the GPUs in turn with no identity.
+def detect(data: bytes, name: str) -> bool:
+    text = data[:65536].decode("utf-8", "ignore")
+    first = _first_line(text)
+    return _is_header(first) or _is_headerless(text)
 
-    Gaps inside a loop are milliseconds, between loops ~100 ms or more; the usual loop size is
-    taken from the gap-separated groups, and positions count rows modulo that size from where
-    loops usually start (robust to a stall in the middle of one loop).
-    """
-    dt = ts.diff()
-    starts = dt.is_null() | (dt > pl.max_horizontal(pl.lit(10.0), 0.5 * dt.quantile(0.99)))
-    size = pl.len().over(starts.cum_sum()).mode().first()
-    row = pl.int_range(pl.len())
-    offset = (row % size).filter(starts).mode().first()
-    return (row - offset) % size
+
+# gaps between rows of one loop iteration are milliseconds; between iterations the loop interval
+MAX_ITERATION_GAP_MS = 50.0
+# the typical gap between iterations is at least this many times the typical one inside
+MIN_SEPARATION = 3.0
+MAX_GPUS_PER_LOG = 256
+
+
+def _iteration_split(gaps: np.ndarray) -> float | None:
+    """The gap above which a new loop iteration starts, or None when every row is its own
+    iteration (one GPU). Judged from the typical gaps, not the longest: the gaps are split in
+    two classes (Otsu's method on their logarithms); the lower class must be milliseconds
+    (median at most MAX_ITERATION_GAP_MS), at least a third of all gaps (N-1 of N rows of an
+    N-GPU loop) and its median MIN_SEPARATION times below the upper class's. Stalls only
+    lengthen gaps of the upper class; the split is half its median."""
+    g = np.log10(np.sort(np.clip(np.abs(gaps), 1.0, None)))  # 0 ms (whole-second times) as 1
+    n = len(g)
+    if n < 2 or g[0] == g[-1]:
+        return None
+    k = np.arange(1, n)  # k gaps below the split
+    csum = np.cumsum(g)[:-1]
+    mu0, mu1 = csum / k, (g.sum() - csum) / (n - k)
+    between = (k / n) * (1 - k / n) * (mu0 - mu1) ** 2
+    between[g[:-1] == g[1:]] = -1.0  # split only between distinct values
+    cut = int(np.argmax(between)) + 1
+    low, high = 10 ** np.median(g[:cut]), 10 ** np.median(g[cut:])
+    if cut * 3 < n or low > MAX_ITERATION_GAP_MS or high < MIN_SEPARATION * low:
+        return None
+    return float(high / 2)
+
+
+def _merge_split_iterations(sizes: np.ndarray, size: int) -> np.ndarray:
+    """Iteration ids after joining neighbours cut apart by a slow row (two iterations shorter
+    than `size` whose rows add up to it): old id -> new id."""
+    new = np.empty(len(sizes), dtype=np.int64)
+    j, i = 0, 0
+    while i < len(sizes):
+        new[i] = j
+        if sizes[i] < size and i + 1 < len(sizes) and sizes[i] + sizes[i + 1] == size:
+            new[i + 1] = j
+            i += 1
+        j += 1
+        i += 1
+    return new
+
+
+def loop_positions(ts_ms: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """For a loop log without identity columns (nvidia-smi lists the GPUs in index order each
+    iteration): (each row's position in its iteration, rows whose GPU cannot be told, GPUs per
+    iteration). `ts_ms`: the rows' times in file order (NaN: unreadable, those rows are left
+    out). A middle iteration with another number of rows than the log's usual one is not
+    guessed at: its rows are returned as unknown; a first or last iteration cut short by the
+    file's start or end takes the positions of the iteration's end or start."""
+    n = len(ts_ms)
+    pos = np.zeros(n, dtype=np.int64)
+    unknown = np.zeros(n, dtype=bool)
+    ok = ~np.isnan(ts_ms)
+    t = ts_ms[ok]
+    if len(t) < 3:
+        return pos, unknown, 1
+    gaps = np.diff(t)
+    split = _iteration_split(gaps)
+    if split is None:
+        return pos, unknown, 1
+    it = np.cumsum(np.concatenate([[True], np.abs(gaps) > split])) - 1
+    sizes = np.bincount(it)
+    values, counts = np.unique(sizes, return_counts=True)
+    size = int(values[np.argmax(counts * values)])  # the size most rows are in
+    it = _merge_split_iterations(sizes, size)[it]
+    sizes = np.bincount(it)
+    if size <= 1 or size > MAX_GPUS_PER_LOG or (sizes == size).sum() * size * 2 < len(t):
+        return pos, unknown, 1  # no regular iterations: one GPU
+    first_row = np.searchsorted(it, np.arange(len(sizes)))
+    within = np.arange(len(t)) - first_row[it]
+    row_size = sizes[it]
+    last = it.max()
+    within = np.where((it == 0) & (row_size < size), within + size - row_size, within)
+    bad = (row_size != size) & ~(((it == 0) | (it == last)) & (row_size < size))
+    pos[ok] = within
+    unknown[ok] = bad
+    return pos, unknown, size
 
 
 def parse(text: str, ctx: Context) -> ParsedLines:
     header_at = next(i for i, ln in enumerate(text.split("\n")) if ln.strip())
+    first = text.split("\n", header_at + 1)[header_at]
+    if not _is_header(first) and _is_headerless(text):
+        if not ctx.csv_header:
+            raise ValueError(NO_HEADER)
+        text = ctx.csv_header.strip("\r\n") + "\n" + text
+        header_at = 0
     header, body, total, skipped = split_rows(text, header_at)
-    names = [header_name(h) for h in header]
-    idx = {n: i for i, n in reversed(list(enumerate(names)))}
-    if "timestamp" in idx:
-        ts_ms = parse_local_time(cell(idx["timestamp"]), TIME_FORMATS, ctx.csv_timezone)
+    if header_at == 0 and ctx.csv_header and not _is_header(first):
+        total, skipped = total - 1, skipped - 1  # the header line is the sidecar's
+        body = body.with_columns(pl.col("line") - 1)
+    keys = [header_key(h) for h in header]
+    idx: dict[str, int] = {}
+    for i, (k, _) in reversed(list(enumerate(keys))):
+        idx[k] = i
+    used: set[int] = set()
+
+    def find(aliases: list[str]) -> list[int]:
+        return [idx[a] for a in aliases if a in idx]
+
+    ids = {a: find(names) for a, names in ID_ALIASES.items()}
+    ids = {a: i[0] for a, i in ids.items() if i}
+    used.update(ids.values())
+    if "timestamp" in ids:
+        t = ids["timestamp"]
+        ts_ms = parse_local_time(cell(t), TIME_FORMATS, ctx.csv_timezone)
         row_reason = pl.when(ts_ms.is_null()).then(
-            pl.format("timestamp not understood: '{}'", cell(idx["timestamp"]))
+            pl.format("timestamp not understood: '{}'", cell(t))
         )
     else:
         ts_ms = pl.lit(
             None if ctx.file_time is None else int(ctx.file_time.timestamp() * 1000), pl.Int64
         )
         row_reason = None
-    attrs = {a: cell(idx[n]) for a, n in ID_NAMES.items() if n in idx}
-    if "uuid" not in idx:
-        tag = hashlib.sha256(ctx.source_file.encode()).hexdigest()[:8]
-        if "index" in idx:
-            attrs["gpu_uuid"] = pl.format(f"GPU-anon-{tag}-{{}}", cell(idx["index"]))
-        else:
-            body = body.with_columns(ts_ms.alias("_t")).with_columns(
-                _loop_position(pl.col("_t")).alias("_pos")
+    attrs = {a: cell(i) for a, i in ids.items() if a != "timestamp"}
+    if not {"gpu_uuid", "pci_bus_id", "gpu_index"} & attrs.keys():
+        body = body.with_columns(ts_ms.alias("_t"))
+        t = body.get_column("_t").cast(pl.Float64).fill_null(float("nan")).to_numpy()
+        pos, unknown, size = loop_positions(t)
+        body = body.with_columns(
+            pl.Series("_pos", pos, dtype=pl.Int32), pl.Series("_unknown", unknown)
+        )
+        attrs["gpu_index"] = pl.col("_pos").cast(pl.String)
+        lost = pl.when(pl.col("_unknown")).then(
+            pl.format(
+                "loop iteration with another number of rows than the log's {} GPUs: which GPU "
+                "each of its rows is cannot be told (the log has no uuid, pci.bus_id or index "
+                "column)",
+                pl.lit(size),
             )
-            attrs["gpu_uuid"] = pl.format(f"GPU-anon-{tag}-{{}}", pl.col("_pos"))
-            attrs["gpu_index"] = pl.col("_pos").cast(pl.String)
-    fields = {}
-    metric_names = {}
-    for column, candidates in FIELD_NAMES.items():
-        present = [idx[n] for n in candidates if n in idx]
-        if present:
-            fields[column] = (present, 1.0)
-            metric_names[column] = next(n for n in candidates if n in idx)
+        )
+        row_reason = (
+            lost
+            if row_reason is None
+            else row_reason.when(pl.col("_unknown")).then(lost.otherwise(None))
+        )
+    fields: dict[str, tuple[list[int], float]] = {}
+    metric_names: dict[str, str] = {}
+    for column, aliases in HEADER_ALIASES.items():
+        present = find(aliases)
+        if not present:
+            continue
+        unit = keys[present[0]][1].replace("°", "").strip()
+        scale = 1.0
+        if column in UNIT_FIELDS and unit and unit != UNIT_FIELDS[column]:
+            scale = UNIT_FACTORS.get(unit, 1.0)
+        fields[column] = (present, scale)
+        metric_names[column] = header[present[0]].strip()
+        used.update(present)
     g = to_long(body, len(header), fields, ts_ms, attrs, row_reason, metric_names)
-    g = g.drop([c for c in ("_t", "_pos") if c in g.columns])
-    basis = "sample" if "timestamp" in idx else ctx.file_time_basis
-    return parsed(
-        g, lines_total=total, lines_skipped=skipped, time_basis=basis, window=ctx.time_window()
+    g = g.drop([c for c in ("_t", "_pos", "_unknown") if c in g.columns])
+    basis = "sample" if "timestamp" in ids else ctx.file_time_basis
+    out = parsed(
+        g,
+        lines_total=total,
+        lines_skipped=skipped,
+        time_basis=basis,
+        window=ctx.time_window(),
+        source_file=ctx.source_file,
+        multi=True,
     )
+    out.columns_ignored = [h.strip() for i, h in enumerate(header) if i not in used and h.strip()]
+    out.fields = list(fields)
+    return out

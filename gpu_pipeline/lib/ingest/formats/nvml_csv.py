@@ -46,8 +46,8 @@ MEASURES = (
 COLUMNS = ("timestamp_ms", *IDS, *MEASURES)
 
 
-def detect(head: str, name: str) -> bool:
-    return head.lstrip().startswith(MAGIC)
+def detect(data: bytes, name: str) -> bool:
+    return data[:4096].lstrip().startswith(MAGIC.encode())
 
 
 def parse(text: str, ctx: Context) -> ParsedLines:
@@ -64,4 +64,13 @@ def parse(text: str, ctx: Context) -> ParsedLines:
     fields = {c: (idx[n], k) for c, (n, k) in FIELDS.items() if n in idx}
     attrs = {a: cell(idx[a]) for a in IDS if a in idx}
     g = to_long(body, len(names), fields, ts, attrs, reason, {c: n for c, (n, _) in FIELDS.items()})
-    return parsed(g, lines_total=total, lines_skipped=skipped, window=ctx.time_window())
+    out = parsed(
+        g,
+        lines_total=total,
+        lines_skipped=skipped,
+        window=ctx.time_window(),
+        source_file=ctx.source_file,
+        multi=True,
+    )
+    out.fields = list(fields)
+    return out

@@ -7,6 +7,7 @@ order (series by series, point by point); that number stands in for a line.
 from __future__ import annotations
 
 import json
+import re
 
 import polars as pl
 
@@ -24,9 +25,12 @@ class WholeFile(ValueError):
     """The file as a whole cannot be used; the message is the quarantine reason."""
 
 
-def detect(head: str, name: str) -> bool:
-    h = head.lstrip()
-    return h.startswith("{") and ('"resultType"' in head or '"status"' in head)
+_OBJECT = re.compile(rb"\s*\{")
+
+
+def detect(data: bytes, name: str) -> bool:
+    """Any JSON object: the parse says what a document that is not an API response lacks."""
+    return _OBJECT.match(data) is not None
 
 
 def _points(r: dict, rtype: str) -> list:
@@ -158,7 +162,19 @@ def parse(text: str, ctx: Context) -> ParsedLines:
         )
         .with_columns(pl.col("metric").fill_null("?"))
     )
-    out = parsed(g, lines_total=g.height, lines_skipped=0, window=ctx.time_window())
+    # series that are not GPU telemetry (node_*, up, an exporter's own): skipped, not rejected
+    other = ~pl.col("metric").str.to_lowercase().str.starts_with("dcgm") & (pl.col("metric") != "?")
+    skipped = int(g.select(other.sum()).item())
+    if skipped:
+        g = g.filter(~other)
+    out = parsed(
+        g,
+        lines_total=g.height + skipped,
+        lines_skipped=skipped,
+        window=ctx.time_window(),
+        source_file=ctx.source_file,
+    )
+    out.fields = sorted(set(g.get_column("column").unique().drop_nulls().to_list()))
     prov = doc.get("gpu_pipeline")  # written by `gpu-pipeline pull`: the server and the query
     if isinstance(prov, dict) and prov.get("server"):
         out.origin = f"{prov.get('server')} {prov.get('query', '')}".strip()[:500]

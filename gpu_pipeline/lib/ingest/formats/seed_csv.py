@@ -33,7 +33,8 @@ IDS = {
 TIME_FORMATS = ["%m/%d/%y %H:%M", "%m/%d/%Y %H:%M", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M"]
 
 
-def detect(head: str, name: str) -> bool:
+def detect(data: bytes, name: str) -> bool:
+    head = data[:65536].decode("utf-8", "ignore")
     first = next((ln for ln in head.splitlines() if ln.strip()), "")
     cols = {c.strip().upper() for c in first.split(",")}
     return {"SCRAPETIME", "UUID"} <= cols and any(c.startswith("DCGM_FI_") for c in cols)
@@ -61,4 +62,16 @@ def parse(text: str, ctx: Context) -> ParsedLines:
         metric_names[column] = n
     attrs = {a: cell(idx[n]) for a, n in IDS.items() if n in idx}
     g = to_long(body, len(names), fields, ts, attrs, reason, metric_names)
-    return parsed(g, lines_total=total, lines_skipped=skipped, window=ctx.time_window())
+    out = parsed(
+        g,
+        lines_total=total,
+        lines_skipped=skipped,
+        window=ctx.time_window(),
+        source_file=ctx.source_file,
+        multi=True,
+    )
+    used = {*(idx[n] for n in IDS.values() if n in idx), idx["SCRAPETIME"]}
+    used |= {i for i, _ in fields.values()}
+    out.columns_ignored = [h.strip() for i, h in enumerate(header) if i not in used and h.strip()]
+    out.fields = list(fields)
+    return out

@@ -8,7 +8,6 @@ and which columns carry identity.
 from __future__ import annotations
 
 import csv
-import re
 
 import polars as pl
 
@@ -16,11 +15,6 @@ from gpu_pipeline.lib.ingest.formats.common import NA_VALUES
 
 # a number, optionally followed by a unit ("433.78 W", "0 %", "132 MiB", "1410 MHz")
 NUMBER_RX = r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(?:[A-Za-z%/]+)?\s*$"
-
-
-def header_name(h: str) -> str:
-    """`power.draw [W]` -> `power.draw`; case and spaces normalized."""
-    return re.sub(r"\s*\[.*?\]\s*$", "", h.strip()).strip().lower()
 
 
 def split_rows(text: str, header_index: int) -> tuple[list[str], pl.DataFrame, int, int]:
@@ -139,7 +133,28 @@ def to_long(
     return pl.concat(frames, how="diagonal_relaxed").sort("line", maintain_order=True)
 
 
+def epoch_ms(col: pl.Expr) -> pl.Expr:
+    """An epoch number as text -> epoch ms, its unit told by its size (as `date +%s` or a
+    logger writes it): seconds (below 1e11), milliseconds, microseconds (from 1e14), nanoseconds
+    (from 1e17), with or without decimals; null when the text is not a number."""
+    num = col.str.strip_chars().cast(pl.Float64, strict=False)
+    scaled = (
+        pl.when(num < 1e11)
+        .then(num * 1000.0)
+        .when(num < 1e14)
+        .then(num)
+        .when(num < 1e17)
+        .then(num / 1e3)
+        .otherwise(num / 1e6)
+    )
+    return pl.when(num.is_finite()).then(scaled.round(0)).cast(pl.Int64, strict=False)
+
+
 def parse_local_time(col: pl.Expr, formats: list[str], tz: str) -> pl.Expr:
-    """Zone-less timestamp text in `tz` -> epoch ms (null when no format fits)."""
+    """Timestamp text -> epoch ms (null when no format fits): an epoch number, else a zone-less
+    time in `tz` in one of `formats`."""
     parsed = pl.coalesce([col.str.to_datetime(f, strict=False, time_unit="ms") for f in formats])
-    return parsed.dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null").dt.epoch("ms")
+    local = parsed.dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null").dt.epoch(
+        "ms"
+    )
+    return pl.coalesce(epoch_ms(col), local)

@@ -1,0 +1,495 @@
+"""No sample lost, none invented, each on its own day: detection over the whole file, GPU
+identity without a UUID, the times and headers real loggers write, rejections filed on the days
+they concern, and the ledger counted in records."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import random
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+import polars as pl
+import pytest
+from helpers import cli, cli_env, expo_lines, write_file
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpu_pipeline.lib.ingest.cache import load_or_parse
+from gpu_pipeline.lib.ingest.gpu_samples import assemble_day
+from gpu_pipeline.lib.ingest.landing import LandingFile, list_landing, parse_landing_file
+from gpu_pipeline.lib.io.lake import Lake
+
+D = date(2024, 1, 1)
+T = datetime(2024, 1, 1, 10, tzinfo=UTC).timestamp()
+SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "samples"
+
+
+def parse(tmp_path: Path, name: str, text: str | bytes):
+    p = tmp_path / name
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_bytes(text if isinstance(text, bytes) else text.encode())
+    return parse_landing_file(LandingFile(p, name, "0" * 64, p.stat().st_size, T))
+
+
+def day(raw: Path, cache: Path, d: date = D):
+    return assemble_day([load_or_parse(f, cache) for f in list_landing(raw)], d)
+
+
+def gpus(out) -> int:
+    return out.samples.get_column("gpu_uuid").n_unique()
+
+
+# --- detection never depends on a prefix ---------------------------------------------------------
+
+
+def test_a_federate_answer_keeps_its_gpu_series(tmp_path):
+    """60 node_* lines before the DCGM lines: the GPU samples are kept, the others skipped."""
+    node = [f'node_cpu_seconds_total{{cpu="{i}",mode="idle"}} {1000 + i}.5' for i in range(60)]
+    dcgm = expo_lines("GPU-aa", "NVIDIA A10G", "h1", "ns", D, range(60), 50, 150)
+    fmt, out = parse(tmp_path, "federate.prom", "\n".join(node + dcgm) + "\n")
+    assert fmt == "dcgm_exposition"
+    assert out.samples.height == 120 and out.quarantine.height == 0
+    assert out.lines_skipped == 60  # counted, not rejected
+    assert sum(out.records_by_day.values()) == 120
+
+
+def test_the_pulls_own_json_past_64_kib_with_sorted_keys_is_recognized(tmp_path):
+    values = [[T + 10 * i, str(i % 100)] for i in range(4000)]
+    doc = {
+        "data": {
+            "result": [
+                {"metric": {"__name__": "DCGM_FI_DEV_GPU_UTIL", "UUID": "GPU-bb"}, "values": values}
+            ],
+            "resultType": "matrix",
+        },
+        "status": "success",
+    }
+    text = json.dumps(doc, sort_keys=True)
+    assert len(text) > 65536 and text.index('"resultType"') > 65536
+    fmt, out = parse(tmp_path, "pulled.json", text)
+    assert fmt == "prometheus_json"
+    assert out.samples.height == 4000 and out.quarantine.height == 0
+
+
+def test_any_json_object_is_read_as_json_and_told_what_is_wrong(tmp_path):
+    fmt, out = parse(tmp_path, "other.json", json.dumps({"hello": [1] * 30000}))
+    assert fmt == "prometheus_json"
+    assert out.quarantine.height == 1
+    assert "data" in out.quarantine["reason"][0]
+
+
+def test_hidden_files_and_folders_are_listed_with_why(tmp_path):
+    raw, cache = tmp_path / "raw", tmp_path / "cache"
+    write_file(raw / ".partial.prom", expo_lines("GPU-aa", "NVIDIA A10G", "h", None, D, [0], 1, 2))
+    write_file(raw / ".snapshots" / "a.prom", ["x 1"])
+    write_file(raw / "ok.prom", expo_lines("GPU-aa", "NVIDIA A10G", "h", None, D, [1], 1, 2))
+    os.utime(raw / ".partial.prom", (T, T))
+    os.utime(raw / ".snapshots", (T, T))
+    files = list_landing(raw)
+    names = sorted(f.source_file for f in files)
+    assert names == [".partial.prom", ".snapshots", "ok.prom"]
+    out = day(raw, cache)
+    log = out.ingest_log.sort("source_file")
+    assert log["source_file"].to_list() == names
+    hidden = log.filter(pl.col("source_file").str.starts_with("."))
+    assert hidden["format"].to_list() == ["skipped", "skipped"]
+    assert all("hidden" in n for n in hidden["note"].to_list())
+    assert hidden["rows_read"].to_list() == [0, 0]
+    assert out.gpu_samples.height == 1  # the hidden copy's sample is not read
+
+
+# --- a GPU is never invented, nor merged --------------------------------------------------------
+
+
+def _stamp(t: float) -> str:
+    dt = datetime.fromtimestamp(t, UTC)
+    return dt.strftime("%Y/%m/%d %H:%M:%S.") + f"{dt.microsecond // 1000:03d}"
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    n=st.integers(40, 400),
+    interval=st.sampled_from([0.1, 1.0, 5.0]),
+    seed=st.integers(0, 10_000),
+)
+def test_a_single_gpu_log_with_stalls_stays_one_gpu(tmp_path, n, interval, seed):
+    rnd = random.Random(seed)
+    rows, t = ["timestamp, power.draw [W], utilization.gpu [%]"], T
+    for i in range(n):
+        rows.append(f"{_stamp(t)}, {100 + i % 7}.5 W, {i % 100} %")
+        t += interval + rnd.uniform(0, 0.004)
+        if rnd.random() < 1 / 32:  # the logger stalls at a checkpoint
+            t += rnd.uniform(2, 4)
+    _, out = parse(tmp_path, "one.csv", "\n".join(rows) + "\n")
+    assert out.quarantine.height == 0
+    assert gpus(out) == 1
+    assert out.samples.filter(pl.col("column") == "power_w").height == n
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    k=st.integers(2, 8),
+    loops=st.integers(20, 120),
+    interval=st.sampled_from([0.1, 1.0, 2.0]),
+    bus=st.booleans(),
+    seed=st.integers(0, 10_000),
+)
+def test_an_n_gpu_log_stays_n_gpus_each_series_its_own(tmp_path, k, loops, interval, bus, seed):
+    """Rows of one iteration ms apart; with a bus id, each iteration lists the GPUs in another
+    order. Each GPU's power encodes its number: no row may land on another GPU."""
+    rnd = random.Random(seed)
+    head = "timestamp, pci.bus_id, power.draw [W]" if bus else "timestamp, power.draw [W]"
+    rows, t = [head], T
+    for _ in range(loops):
+        order = list(range(k))
+        if bus:
+            rnd.shuffle(order)
+        offset = 0.0
+        for g in order:
+            stamp = _stamp(t + offset)
+            offset += rnd.uniform(0.0, 0.002)  # nvidia-smi writes an iteration's rows ms apart
+            cells = [stamp, f"00000000:{0x10 + g:02X}:00.0"] if bus else [stamp]
+            rows.append(", ".join([*cells, f"{100 + g}.25 W"]))
+        t += interval + rnd.uniform(0, 0.01)
+        if rnd.random() < 0.05:
+            t += rnd.uniform(2, 4)
+    _, out = parse(tmp_path, "n.csv", "\n".join(rows) + "\n")
+    assert out.quarantine.height == 0
+    power = out.samples.filter(pl.col("column") == "power_w")
+    per_gpu = power.group_by("gpu_uuid").agg(pl.col("value").unique(), pl.len())
+    assert per_gpu.height == k
+    assert sorted(v[0] for v in per_gpu["value"].to_list()) == [100.25 + g for g in range(k)]
+    assert all(len(v) == 1 for v in per_gpu["value"].to_list())
+    assert per_gpu["len"].to_list() == [loops] * k
+    if bus:
+        assert power["pci_bus_id"].n_unique() == k
+        assert power["pci_bus_id"].str.contains(r"^00000000:[0-9A-F]{2}:00\.0$").all()
+
+
+def test_the_eight_gpu_trace_is_eight_gpus_in_order(tmp_path):
+    rows = ["timestamp, power.draw [W], utilization.gpu [%], memory.used [MiB]"]
+    for i in range(50):
+        for g in range(8):
+            ms = 25 + (1 if g else 0)
+            rows.append(f"{_stamp(T + i * 0.1 + ms / 1000)}, {60 + g}.00 W, 0 %, 132 MiB")
+    _, out = parse(tmp_path, "trace.csv", "\n".join(rows) + "\n")
+    power = out.samples.filter(pl.col("column") == "power_w")
+    assert power.group_by("gpu_index").agg(pl.col("value").unique()).sort("gpu_index")[
+        "value"
+    ].to_list() == [[60.0 + g] for g in range(8)]
+
+
+def test_a_partial_iteration_in_the_middle_is_quarantined_not_guessed(tmp_path):
+    rows = ["timestamp, power.draw [W]"]
+    for i in range(20):
+        for g in range(4):
+            if i == 10 and g == 2:
+                continue  # one row missing: which GPU each of the other three is can't be told
+            rows.append(f"{_stamp(T + i + g * 0.002)}, {100 + g} W")
+    _, out = parse(tmp_path, "gap.csv", "\n".join(rows) + "\n")
+    assert gpus(out) == 4
+    assert out.quarantine.height == 3
+    assert out.quarantine["reason"].str.contains("iteration").all()
+
+
+def test_identity_by_bus_id_uses_the_host_when_known_else_the_file(tmp_path):
+    text = "timestamp, pci.bus_id, utilization.gpu [%]\n" + "".join(
+        f"{_stamp(T + i)}, 0000:3b:00.0, 5 %\n" for i in range(3)
+    )
+    _, a = parse(tmp_path, "a/log.csv", text)
+    _, b = parse(tmp_path, "b/log.csv", text)
+    assert a.samples["pci_bus_id"].unique().to_list() == ["00000000:3B:00.0"]
+    assert a.samples["gpu_uuid"].n_unique() == 1
+    assert a.samples["gpu_uuid"][0] != b.samples["gpu_uuid"][0]  # two files, two machines
+
+
+def test_an_exposition_series_without_uuid_takes_its_bus_id_then_index(tmp_path):
+    t = int(T * 1000)
+    text = (
+        f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",pci_bus_id="00000000:3B:00.0",Hostname="h1"}} 5 {t}\n'
+        f'DCGM_FI_DEV_GPU_UTIL{{gpu="1",pci_bus_id="00000000:86:00.0",Hostname="h1"}} 6 {t}\n'
+        f'DCGM_FI_DEV_GPU_UTIL{{gpu="2",Hostname="h1"}} 7 {t}\n'
+    )
+    _, out = parse(tmp_path, "nouuid.prom", text)
+    assert out.quarantine.height == 0
+    assert out.samples["gpu_uuid"].n_unique() == 3
+    assert out.samples.sort("value")["pci_bus_id"].to_list() == [
+        "00000000:3B:00.0",
+        "00000000:86:00.0",
+        None,
+    ]
+
+
+# --- times and headers real loggers write ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "stamp",
+    [str(int(T)), f"{T:.3f}", str(int(T * 1000)), f"{T * 1000:.1f}"],
+    ids=["epoch_s", "epoch_s_decimals", "epoch_ms", "epoch_ms_decimals"],
+)
+def test_epoch_timestamps_in_csv_time_columns(tmp_path, stamp):
+    text = f"timestamp, uuid, utilization.gpu [%]\n{stamp}, GPU-cc, 42 %\n"
+    _, out = parse(tmp_path, "epoch.csv", text)
+    assert out.quarantine.height == 0
+    assert out.samples["timestamp"].to_list() == [datetime.fromtimestamp(T, UTC)]
+
+
+HEADERLESS = "".join(f"{_stamp(T + i)}, GPU-dd, NVIDIA A10G, {i} %, 100.{i} W\n" for i in range(10))
+
+
+def test_a_headerless_csv_says_the_header_is_missing_and_how_to_give_one(tmp_path):
+    fmt, out = parse(tmp_path, "noheader.csv", HEADERLESS)
+    assert out.samples.height == 0 and out.quarantine.height == 1
+    reason = out.quarantine["reason"][0]
+    assert "header" in reason and "header.csv" in reason
+
+
+def test_a_header_file_beside_a_headerless_csv_gives_its_header(tmp_path):
+    raw, cache = tmp_path / "raw", tmp_path / "cache"
+    (raw / "node1").mkdir(parents=True)
+    (raw / "node1" / "noheader.csv").write_text(HEADERLESS)
+    (raw / "node1" / "header.csv").write_text(
+        "timestamp, uuid, name, utilization.gpu [%], power.draw [W]\n"
+    )
+    out = day(raw, cache)
+    assert out.gpu_samples.height == 10
+    assert out.gpu_samples.sort("timestamp")["gpu_util_pct"].to_list() == [
+        float(i) for i in range(10)
+    ]
+    log = out.ingest_log
+    assert log["format"].to_list() == ["nvidia_smi_csv"] and log["rows_read"].to_list() == [10]
+    assert log["lines_skipped"].to_list() == [0]  # the header line is not the file's
+    # the header is part of the parse: a new header, a new parse
+    (raw / "node1" / "header.csv").write_text(
+        "timestamp, uuid, name, power.draw [W], utilization.gpu [%]\n"
+    )
+    again = day(raw, cache)
+    assert again.gpu_samples.sort("timestamp")["power_w"].to_list() == [float(i) for i in range(10)]
+
+
+def test_hand_written_headers_map_to_their_fields_and_the_rest_is_listed(tmp_path):
+    raw, cache = tmp_path / "raw", tmp_path / "cache"
+    raw.mkdir()
+    (raw / "mine.csv").write_text(
+        "time, gpu_uuid, gpu_utilization[%], temperature[°C], power(W), fan_speed[%], job\n"
+        + "".join(
+            f"{_stamp(T + 60 * i)}, GPU-ee, {10 + i}, 60, 200.5, 30, train\n" for i in range(5)
+        )
+    )
+    out = day(raw, cache)
+    s = out.gpu_samples.sort("timestamp")
+    assert s["gpu_util_pct"].to_list() == [10.0, 11.0, 12.0, 13.0, 14.0]
+    assert s["gpu_temp_c"].to_list() == [60.0] * 5 and s["power_w"].to_list() == [200.5] * 5
+    assert out.ingest_log["columns_ignored"].to_list() == [["fan_speed[%]", "job"]]
+
+
+def _xml(ts: str, gpus: list[tuple[str, str, str, str]]) -> str:
+    body = "".join(
+        f"""
+    <gpu id="{bus}">
+        <product_name>NVIDIA RTX A5000</product_name>
+        <uuid>{uuid}</uuid>
+        <fb_memory_usage><total>24564 MiB</total><used>{mem} MiB</used></fb_memory_usage>
+        <utilization><gpu_util>{util} %</gpu_util><memory_util>1 %</memory_util></utilization>
+        <temperature><gpu_temp>40 C</gpu_temp></temperature>
+        <gpu_power_readings><average_power_draw>61.50 W</average_power_draw>
+            <instant_power_draw>62.00 W</instant_power_draw>
+            <current_power_limit>230.00 W</current_power_limit></gpu_power_readings>
+    </gpu>"""
+        for bus, uuid, util, mem in gpus
+    )
+    return (
+        '<?xml version="1.0" ?>\n<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v13.dtd">\n'
+        f"<nvidia_smi_log>\n    <timestamp>{ts}</timestamp>\n    <driver_version>590.44.01"
+        f"</driver_version>\n    <attached_gpus>{len(gpus)}</attached_gpus>{body}\n</nvidia_smi_log>\n"
+    )
+
+
+def test_an_xml_snapshot_is_a_sample_at_its_timestamp(tmp_path):
+    xml = _xml(
+        "Mon Jan  1 10:00:00 2024",
+        [("00000000:01:00.0", "GPU-x1", "7", "100"), ("00000000:02:00.0", "GPU-x2", "9", "200")],
+    )
+    fmt, out = parse(tmp_path, "snap.xml", xml)
+    assert fmt == "nvidia_smi_xml"
+    assert out.quarantine.height == 0
+    s = out.samples.pivot(on="column", index=["gpu_uuid", "timestamp"], values="value").sort(
+        "gpu_uuid"
+    )
+    assert s["gpu_uuid"].to_list() == ["GPU-x1", "GPU-x2"]
+    assert s["timestamp"].to_list() == [datetime(2024, 1, 1, 10, tzinfo=UTC)] * 2
+    assert s["gpu_util_pct"].to_list() == [7.0, 9.0]
+    assert s["power_w"].to_list() == [61.5, 61.5]
+    assert s["power_limit_w"].to_list() == [230.0, 230.0]
+    assert sum(out.records_by_day.values()) == 2  # a record is one GPU of one snapshot
+
+
+@pytest.mark.skipif(not SAMPLES.is_dir(), reason="needs ../shared/samples beside the repo")
+def test_the_real_xml_snapshots_are_samples(tmp_path):
+    for name, n in (
+        ("nvidia-smi_q-x_2x-rtx-a5000_v13dtd.xml", 2),
+        ("nvidia-smi_q-x_a100-sxm4-80gb_mig_v12dtd.xml", 1),
+    ):
+        fmt, out = parse(tmp_path, name, (SAMPLES / name).read_bytes())
+        assert fmt == "nvidia_smi_xml", name
+        assert out.quarantine.height == 0, out.quarantine
+        assert out.samples["gpu_uuid"].n_unique() == n
+        assert out.samples.filter(pl.col("column") == "power_w")["value"].is_not_null().all()
+
+
+# --- every rejection on a day someone will look at ---------------------------------------------
+
+
+def test_a_file_rejected_whole_is_filed_on_the_days_it_names(tmp_path):
+    raw, cache = tmp_path / "raw", tmp_path / "cache"
+    raw.mkdir()
+    broken = raw / "cut.json"
+    broken.write_text(
+        '{"status":"success","data":{"resultType":"matrix","result":[{"metric":{}, '
+        f'"values":[[{T:.3f},"1"],[{T + 86400:.3f},"2"]'
+    )  # truncated
+    now = datetime(2024, 3, 1, tzinfo=UTC).timestamp()
+    os.utime(broken, (now, now))
+    for d in (D, D + timedelta(days=1)):
+        out = day(raw, cache, d)
+        assert out.quarantine.height == 1, d
+        assert out.ingest_log["rows_quarantined"].to_list() == [1]
+    assert day(raw, cache, date(2024, 3, 1)).quarantine.height == 0
+
+
+def test_a_day_whose_rows_are_all_rejected_completes_and_says_so(tmp_path):
+    raw, lake = tmp_path / "raw", tmp_path / "lake"
+    lines = expo_lines("GPU-ff", "NVIDIA A10G", "h", "ns", D, range(30), 500, 150)  # util 500 %
+    write_file(raw / "bad.prom", [ln for ln in lines if "GPU_UTIL" in ln])
+    env = cli_env(tmp_path)
+    p = cli(
+        "materialize",
+        "--start",
+        str(D),
+        "--raw",
+        str(raw),
+        "--lake",
+        str(lake),
+        env=env,
+        check=False,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    lk = Lake(str(lake))
+    assert lk.scan_days("quarantine", [D]).collect().height == 30
+    log = lk.scan_days("ingest_log", [D]).collect()
+    assert log["rows_read"].to_list() == [30] and log["rows_quarantined"].to_list() == [30]
+    assert lk.scan_days("gpu_minutes", [D]).collect().height == 0
+    assert "validation" in p.stdout and "30" in p.stdout
+    report = (lake.parent / "lake" / "_reports").glob("*.html")
+    html = next(iter(sorted(lake.rglob(f"gpu_report_{D}.html")))).read_text()
+    assert "rejected" in html and "30" in html
+    del report
+
+
+def test_materialize_names_files_rejected_whole_that_other_days_hold(tmp_path):
+    raw, lake = tmp_path / "raw", tmp_path / "lake"
+    write_file(
+        raw / "good.prom", expo_lines("GPU-aa", "NVIDIA A10G", "h", "ns", D, range(5), 50, 150)
+    )
+    (raw / "cut.json").write_text(
+        f'{{"status":"success","data":{{"resultType":"matrix","result":[[{T + 5 * 86400:.3f},"1"'
+    )
+    env = cli_env(tmp_path)
+    p = cli("materialize", "--start", str(D), "--raw", str(raw), "--lake", str(lake), env=env)
+    assert "cut.json" in p.stdout and str(D + timedelta(days=5)) in p.stdout
+
+
+# --- one unit: records -------------------------------------------------------------------------
+
+
+def test_rows_count_records_a_csv_row_is_one(tmp_path):
+    raw, cache = tmp_path / "raw", tmp_path / "cache"
+    raw.mkdir()
+    rows = ["timestamp, uuid, utilization.gpu [%], power.draw [W]"]
+    rows += [f"{_stamp(T + 60 * i)}, GPU-gg, {i} %, 100 W" for i in range(75)]
+    rows.append(
+        f"{_stamp(T + 4500)}, GPU-gg, 150 %, 100 W"
+    )  # util impossible: kept row, one value out
+    rows.append(f"{_stamp(T + 4560)}, GPU-gg, 150 %, -5 W")  # both impossible: the row is rejected
+    rows.append("garbage")  # wrong number of cells: rejected whole
+    (raw / "log.csv").write_text("\n".join(rows) + "\n")
+    out = day(raw, cache)
+    log = out.ingest_log.row(0, named=True)
+    assert log["rows_read"] == 78
+    assert (log["rows_accepted"], log["rows_quarantined"], log["rows_duplicate"]) == (76, 2, 0)
+    q = out.quarantine
+    assert q.filter(~pl.col("record_kept")).get_column("line").unique().sort().to_list() == [78, 79]
+    kept = q.filter(pl.col("record_kept"))
+    assert kept["line"].to_list() == [77] and kept["field"].to_list() == ["gpu_util_pct"]
+    # the same file again is 78 duplicate records
+    (raw / "log_copy.csv").write_text("\n".join(rows) + "\n")
+    again = (
+        day(raw, cache)
+        .ingest_log.filter(pl.col("source_file") == "log_copy.csv")
+        .row(0, named=True)
+    )
+    assert (again["rows_accepted"], again["rows_duplicate"], again["rows_quarantined"]) == (
+        0,
+        76,
+        2,
+    )
+
+
+def test_gzip_of_a_large_pull_is_recognized(tmp_path):
+    values = [[T + 10 * i, "5"] for i in range(8000)]
+    doc = {
+        "data": {
+            "result": [
+                {
+                    "metric": {"__name__": "DCGM_FI_DEV_POWER_USAGE", "UUID": "GPU-hh"},
+                    "values": values,
+                }
+            ],
+            "resultType": "matrix",
+        },
+        "status": "success",
+    }
+    fmt, out = parse(tmp_path, "p.json.gz", gzip.compress(json.dumps(doc, sort_keys=True).encode()))
+    assert fmt == "prometheus_json" and out.samples.height == 8000
+
+
+def test_a_file_without_utilization_warns_through_a_check(tmp_path):
+    import dagster as dg
+
+    from gpu_pipeline.defs.raw import build_ingest
+    from gpu_pipeline.defs.resources import LakeResource, LandingResource
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "power_only.csv").write_text(
+        "timestamp, uuid, power.draw [W]\n"
+        + "".join(f"{_stamp(T + 60 * i)}, GPU-ii, 100 W\n" for i in range(5))
+    )
+    write_file(
+        raw / "full.prom", expo_lines("GPU-jj", "NVIDIA A10G", "h", "ns", D, range(5), 50, 150)
+    )
+    res = dg.materialize(
+        [build_ingest()],
+        partition_key=str(D),
+        resources={
+            "lake": LakeResource(root=str(tmp_path / "lake")),
+            "landing": LandingResource(root=str(raw)),
+        },
+        instance=dg.DagsterInstance.ephemeral(),
+    )
+    assert res.success
+    ev = {e.check_name: e for e in res.get_asset_check_evaluations()}["utilization_present"]
+    assert not ev.passed and ev.severity == dg.AssetCheckSeverity.WARN
+    assert ev.metadata["files_without_utilization"].value == 1
+    assert (
+        "power_only.csv" in ev.metadata["files"].value
+        and "full.prom" not in ev.metadata["files"].value
+    )
