@@ -2,7 +2,8 @@
 
 Model names in the data (`modelName`, nvidia-smi `name`) are matched through `model_key`, which
 ignores vendor prefixes, case and `-`/`_`/space differences ("NVIDIA A100-SXM4-40GB" ==
-"A100-SXM4-40GB" == "a100 sxm4 40gb").
+"A100-SXM4-40GB" == "a100 sxm4 40gb"). A name matches a row only when its key is equal: vGPU
+profiles ("GRID A100-40C", "NVIDIA A100-20C") never fall onto their board's row (docs/metrics.md).
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ PRICES_SCHEMA = {
     "gpu_model": pl.String,
     "on_demand_usd_per_hour": pl.Float64,
     "spot_usd_per_hour": pl.Float64,
+    # where the price comes from (list price or estimate); SPEC's price book has the three
+    # columns above, so a user's book may leave it out (it is then null)
+    "source": pl.String,
 }
 
 
@@ -60,7 +64,11 @@ def _read(path: Path, schema: dict[str, pl.DataType], what: str) -> pl.DataFrame
     df = pl.read_csv(path, schema_overrides=schema, comment_prefix="#")
     missing = [c for c in schema if c not in df.columns and c not in OPTIONAL]
     if missing:
-        raise ReferenceError(f"{what} {path} lacks column(s) {missing}; expected {list(schema)}")
+        required = [c for c in schema if c not in OPTIONAL]
+        optional = [c for c in schema if c in OPTIONAL]
+        raise ReferenceError(
+            f"{what} {path} lacks column(s) {missing}; expected {required} (optional: {optional})"
+        )
     df = df.with_columns(
         pl.col("gpu_model").str.strip_chars(),
         *[
