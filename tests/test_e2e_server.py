@@ -45,6 +45,7 @@ SKIPPED = (
     "trace_nvidia-smi-loop_2x-titanx",
     "prometheus-api_query",
     "nvidia-smi_query-gpu_all-fields_rtx",
+    "nvidia-smi_q-x",  # snapshots of days of their own (2023-08-04, 2025-12-30)
 )
 SAMPLE_DAYS = ["2025-07-26", "2025-08-01", "2026-07-14"]
 PARTITIONED = [

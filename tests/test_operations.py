@@ -112,6 +112,7 @@ def test_every_check_passes_on_a_real_run(tmp_path):
     assert evals == {
         "row_conservation": True,
         "validation_pass_rate": True,
+        "utilization_present": True,
         "one_row_per_gpu_minute": True,
         "phase_shares_sum_to_100": True,
         "cost_split_sums_to_cost": True,

@@ -95,7 +95,7 @@ def test_exposition_never_crashes_or_loses_a_line(text):
     '50 %, 100 W\r"\n2024/01/01 10:01:00.000, GPU-1, [N/A], 90.5 W\r\r\n'
 )
 def test_nvidia_smi_never_crashes_or_loses_a_line(text):
-    if not nvidia_smi.detect(text, "x.csv"):
+    if not nvidia_smi.detect(text.encode(), "x.csv"):
         return
     accounted(nvidia_smi.parse(text, CTX))
 

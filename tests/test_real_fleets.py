@@ -495,8 +495,83 @@ SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "samples"
 
 
 @pytest.mark.skipif(not SAMPLES.is_dir(), reason="../shared/samples is not present")
+def _stamp(t: datetime) -> str:
+    return f"{t:%Y/%m/%d %H:%M:%S}.{t.microsecond // 1000:03d}"
+
+
+def land_real_world_logs(raw: Path) -> dict[str, date]:
+    """What real loggers write besides the samples, each on a day of its own data: a single-GPU
+    1 s loop that stalls 2-4 s every ~32 samples, a loop keyed only by pci.bus_id (GPUs in
+    another order each iteration), a `date +%s` loop, a headerless log with a header.csv beside
+    it and one without, a /federate answer with 60 node_* series first. Returns file -> day."""
+    import random
+
+    rnd = random.Random(29)
+    out = {}
+    day = date(2025, 11, 21)
+    t = datetime(2025, 11, 21, 10, tzinfo=UTC)
+    rows = ["timestamp, power.draw [W], utilization.gpu [%], memory.used [MiB]"]
+    for i in range(2880):  # 48 minutes of one GPU
+        rows.append(f"{_stamp(t)}, {250 + i % 50}.50 W, {60 + i % 30} %, 4000 MiB")
+        t += timedelta(seconds=1, milliseconds=rnd.uniform(0, 3))
+        if i % 32 == 31:
+            t += timedelta(seconds=rnd.uniform(2, 4))  # the logger stalls at a checkpoint
+    (raw / "logs").mkdir(parents=True)
+    (raw / "logs" / "single_gpu_stalls.csv").write_text("\n".join(rows) + "\n")
+    out["logs/single_gpu_stalls.csv"] = day
+    rows, t = (
+        ["timestamp, pci.bus_id, power.draw [W], utilization.gpu [%]"],
+        datetime(2025, 11, 21, 12, tzinfo=UTC),
+    )
+    for _ in range(600):
+        order = [0, 1, 2, 3]
+        rnd.shuffle(order)
+        for j, g in enumerate(order):
+            rows.append(
+                f"{_stamp(t + timedelta(milliseconds=j))}, 00000000:{0x18 + g:02X}:00.0, "
+                f"{100 + 50 * g}.0 W, {20 * g} %"
+            )
+        t += timedelta(seconds=1)
+    (raw / "logs" / "busid.csv").write_text("\n".join(rows) + "\n")
+    out["logs/busid.csv"] = day
+    t0 = int(datetime(2026, 3, 10, 8, tzinfo=UTC).timestamp())
+    (raw / "logs" / "epoch.csv").write_text(
+        "timestamp,uuid,name,utilization.gpu,power.draw\n"
+        + "".join(
+            f"{t0 + 5 * i},GPU-epoch0,NVIDIA L4,{i % 100},{40 + i % 30}.5\n" for i in range(720)
+        )
+    )
+    out["logs/epoch.csv"] = date(2026, 3, 10)
+    body = "".join(
+        f"{_stamp(datetime(2026, 6, 24, 9, tzinfo=UTC) + timedelta(seconds=10 * i))}, "
+        f"GPU-nohdr{k}, NVIDIA L40S, {30 + k} %, {200 + k}.0 W\n"
+        for i in range(360)
+        for k in range(2)
+    )
+    for folder in ("noheader", "noheader_bare"):
+        (raw / folder).mkdir()
+        (raw / folder / "gpu.csv").write_text(body)
+        out[f"{folder}/gpu.csv"] = date(2026, 6, 24)
+    (raw / "noheader" / "header.csv").write_text(
+        "timestamp, uuid, name, utilization.gpu [%], power.draw [W]\n"
+    )
+    node = [f'node_cpu_seconds_total{{cpu="{i}",mode="idle"}} {1000 + i}.5' for i in range(60)]
+    lines = expo_lines(
+        "GPU-fed0", MODELS["H100"], "fed1", "team", date(2026, 7, 14), range(60), 80, 500
+    )
+    write_file(raw / "federate.prom", node + lines)
+    out["federate.prom"] = date(2026, 7, 14)
+    return out
+
+
 def test_every_day_of_the_real_samples_materializes_and_reports(tmp_path):
+    """The whole of ../shared/samples, what tools do to files on the way, and the logs real
+    loggers write, landed together: every day they touch completes, each record accounted on its
+    own day, no GPU the files do not hold."""
     import gzip
+
+    from gpu_pipeline.lib.ingest.cache import load_or_parse
+    from gpu_pipeline.lib.ingest.landing import list_landing
 
     raw = tmp_path / "raw"
     raw.mkdir()
@@ -512,10 +587,22 @@ def test_every_day_of_the_real_samples_materializes_and_reports(tmp_path):
     (raw / "mut_bom.csv").write_bytes(b"\xef\xbb\xbf" + (SAMPLES / trace).read_bytes())
     (raw / "again").mkdir()
     (raw / "again" / "copy.prom").write_bytes(expo)
+    logs = land_real_world_logs(raw)
     landed = sorted(p.relative_to(raw).as_posix() for p in raw.rglob("*") if p.is_file())
     for p in raw.rglob("*"):
         os.utime(p, (OLD, OLD))  # files without a time of their own are filed on this day
-    days = ["2025-07-26", "2025-08-01", "2025-11-21", "2026-03-10", "2026-06-24", "2026-07-14"]
+    parsed = [load_or_parse(f, tmp_path / "scratch") for f in list_landing(raw)]
+    days = sorted({str(d) for pf in parsed for d in pf.touched_days()})
+    assert days == [
+        "2023-08-04",  # the A100 MIG nvidia-smi -q -x snapshot
+        "2025-07-26",
+        "2025-08-01",
+        "2025-11-21",
+        "2025-12-30",  # the 2x RTX A5000 snapshot
+        "2026-03-10",
+        "2026-06-24",
+        "2026-07-14",
+    ]
     env, lake = cli_env(tmp_path), tmp_path / "lake"
     for d in days:
         p = cli("materialize", "--start", d, "--raw", str(raw), "--lake", str(lake), env=env)
@@ -540,12 +627,37 @@ def test_every_day_of_the_real_samples_materializes_and_reports(tmp_path):
     assert n > 20 and same["rows_duplicate"].sum() == 2 * n
     # the BOM copy of the trace (identity-less rows: GPUs of its own) is filed on the trace's day
     bom = log.filter(pl.col("source_file") == "mut_bom.csv")
-    assert bom["date"].to_list() == [D] and bom["rows_accepted"].to_list() == [9600]
-    # the MIG sample's GPU counts once on the mtime day; the vGPU and unknown models are kept
-    minutes = lk.read("gpu_minutes", date(2025, 8, 1))
-    phys = minutes.filter(pl.col("gpu_instance_id").is_null())
-    assert phys.height == phys["gpu_uuid"].n_unique()
-    assert "GRID A100-40C" in set(minutes["gpu_model"])
+    assert bom["date"].to_list() == [D] and bom["rows_accepted"].to_list() == [3200]  # rows
+    # the loggers' files: each on its own day, every GPU the file holds and no other
+    for name, d in logs.items():
+        assert log.filter(pl.col("source_file") == name)["date"].to_list() == [d], name
+    samples = pl.concat([lk.read("gpu_samples", date.fromisoformat(d)) for d in days])
+
+    def gpus(name: str) -> int:
+        return samples.filter(pl.col("source_file") == name)["gpu_uuid"].n_unique()
+
+    assert gpus("logs/single_gpu_stalls.csv") == 1
+    single = lk.read("gpu_daily", date(2025, 11, 21)).filter(
+        pl.col("gpu_uuid").is_in(
+            samples.filter(pl.col("source_file") == "logs/single_gpu_stalls.csv")["gpu_uuid"]
+            .unique()
+            .implode()
+        )
+    )
+    # one GPU, one row a minute it was seen (48 min of samples and ~4 min of stalls): not 32
+    stalls = samples.filter(pl.col("source_file") == "logs/single_gpu_stalls.csv")
+    seen = stalls.select(pl.col("timestamp").dt.truncate("1m").n_unique()).item()
+    assert single["minutes"].to_list() == [seen] and 48 < seen < 60
+    bus = samples.filter(pl.col("source_file") == "logs/busid.csv")
+    per = bus.group_by("pci_bus_id").agg(pl.col("power_w").unique()).sort("pci_bus_id")
+    assert per["power_w"].to_list() == [[100.0], [150.0], [200.0], [250.0]]
+    assert gpus("logs/epoch.csv") == 1 and gpus("noheader/gpu.csv") == 2
+    assert gpus("federate.prom") == 1
+    fed = log.filter(pl.col("source_file") == "federate.prom").row(0, named=True)
+    assert (fed["rows_read"], fed["rows_accepted"], fed["lines_skipped"]) == (120, 120, 62)
+    bare = q.filter(pl.col("source_file") == "noheader_bare/gpu.csv")
+    assert bare["date"].to_list() == [date(2026, 6, 24)]
+    assert "header.csv" in bare["reason"][0]
 
 
 def test_the_fleet_time_series_legend_covers_no_reading(monkeypatch):
