@@ -37,16 +37,20 @@ demo: $(STAMP) $(NATIVE)
 	$(BIN)/gpu-pipeline generate --start $(START) --days $(DAYS)
 	$(BIN)/gpu-pipeline materialize --start $(START) --end $(END) --summary
 
-# Real servers the tests start on loopback, and the browser that renders the report (Debian
-# packages); a test that needs one fails with
-# the reason when it is still missing, it never skips.
-SERVER_PACKAGES := victoria-metrics chromium
+# Real servers the tests start on loopback (VictoriaMetrics, Prometheus 2.x with promtool), and
+# the browser that renders the report (Debian packages); a test that needs one fails with
+# the reason when it is still missing, it never skips. The tests run their own server on a free
+# port with their own data; the system service Debian's prometheus package starts (0.0.0.0:9090)
+# is stopped and disabled when this installs it.
+SERVER_PACKAGES := victoria-metrics prometheus chromium
 servers:
 	@missing=""; for b in $(SERVER_PACKAGES); do command -v $$b >/dev/null || missing="$$missing $$b"; done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing$$missing (Debian packages) for the tests"; \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null) \
 			|| echo "warning: could not install$$missing; the tests that need it will fail"; \
+		case " $$missing " in *" prometheus "*) \
+			systemctl disable --now prometheus >/dev/null 2>&1 || true;; esac; \
 	fi
 
 test: $(DEV_STAMP) $(NATIVE) servers

@@ -1,8 +1,8 @@
 """Fetch a UTC day of DCGM series from a Prometheus-compatible server into the landing zone.
 
 Prometheus, Thanos, Mimir and VictoriaMetrics answer the same HTTP API. For day D the puller
-lists the metric names the server holds that day (`/api/v1/label/__name__/values`), keeps those
-`lib/fields.py` understands (DCGM 3.x and 4.x names), and fetches each one window at a time:
+lists the metric names the server holds that day (`GET /api/v1/label/__name__/values`), keeps
+those `lib/fields.py` understands (DCGM 3.x and 4.x names), and fetches each one window at a time:
 
 - `raw` (default): an instant query with a range selector, `name{selector}[W]` at the window's
   end, which answers the scraped samples themselves, with their own timestamps, as a `matrix`.
@@ -11,16 +11,29 @@ lists the metric names the server holds that day (`/api/v1/label/__name__/values
   values on the step grid (the latest sample within the lookback), not the scrapes: a scrape at
   :35 reappears at the next :00, so minute means can shift by a sample.
 
-Windows are half-open, (start, end], so every sample is fetched once. A window the server refuses
-as too large (samples per query, points per series) is halved, down to MIN_WINDOW_S, then split
-per host label. Timeouts, connection errors, 429 and 5xx are retried with backoff; any other 4xx
-or a `status: "error"` body stops the pull with the server's message (PullError). `warnings` and
-Thanos partial responses are kept in the report.
+Windows are [start, end), as the day is: a sample at 00:00:00.000 belongs to its day, one at the
+next midnight to the next day. Servers differ at the edges of a range selector: VictoriaMetrics
+(and Prometheus 3) answer (t - W, t], Prometheus 2.x [t - W, t]. So the query is evaluated at
+end - 1 ms, which both answer with at least [start, end) (all of them store milliseconds), and
+the points outside [start, end) are dropped before the file is written: every sample is fetched
+once, on its own day. `range` mode asks for the grid points in [start, end) and is filtered the
+same way. A window the server refuses as too large (samples per query, points per series) is
+halved, down to MIN_WINDOW_S, then split per host label.
+
+Methods: the label-values listings (`/api/v1/label/<name>/values`) are GET, the one method
+Prometheus serves there (405 on POST); queries are POST (a form body, no URL length limit),
+which Prometheus, Thanos, Mimir and VictoriaMetrics all serve on /api/v1/query and
+/api/v1/query_range. Timeouts, connection errors, 429 and 5xx are retried with backoff; any
+other 4xx or a `status: "error"` body stops the pull with the server's message (PullError).
+`warnings` and Thanos partial responses are kept in the report.
 
 What is fetched lands as the query_range JSON the pipeline parses, gzipped, one file per metric
-and window under `<raw>/<cluster>/_pulled/<server>/<day>/`. Series are sorted and the gzip
-carries no time, so a re-pull of the same data writes the same bytes and nothing is re-ingested.
-Each file names the server and query it came from (never credentials): `ingest_log.origin`.
+and window under `<raw>/<cluster>/_pulled/<server>/<day>/`. The document starts as an API answer
+does, `{"status":"success","data":{"resultType":"matrix","result":[...]},"gpu_pipeline":{...}}`,
+so format detection, which reads a file's head, recognizes it whatever its size. Series are sorted
+and the gzip carries no time, so a re-pull of the same data writes the same bytes and nothing is
+re-ingested. Each file names the server, the query, its parameters and the [start, end) window
+it holds (never credentials): `ingest_log.origin`.
 """
 
 from __future__ import annotations
@@ -151,6 +164,14 @@ class Client:
         return s
 
     def get(self, path: str, params: dict) -> dict:
+        """GET, parameters in the query string: what every server serves on label values."""
+        return self.call("GET", path, params)
+
+    def post(self, path: str, params: dict) -> dict:
+        """POST, parameters as a form body: for /api/v1/query and /api/v1/query_range."""
+        return self.call("POST", path, params)
+
+    def call(self, method: str, path: str, params: dict) -> dict:
         # the URL without its credentials: they travel in the session's auth, once
         p = urlsplit(self.server.url)
         netloc = p.hostname + (f":{p.port}" if p.port else "")
@@ -160,7 +181,10 @@ class Client:
             if attempt:
                 time.sleep(min(self.server.backoff_s * 2 ** (attempt - 1), 30.0))
             try:
-                r = self._session().post(url, data=params, timeout=self.server.timeout_s)
+                if method == "GET":
+                    r = self._session().get(url, params=params, timeout=self.server.timeout_s)
+                else:
+                    r = self._session().post(url, data=params, timeout=self.server.timeout_s)
             except (requests.Timeout, requests.ConnectionError) as e:
                 last = f"{type(e).__name__}: {e}"
                 continue
@@ -195,7 +219,39 @@ def _json(r: requests.Response) -> dict | None:
 
 
 def _iso(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """RFC 3339 in UTC, to the millisecond when the time has one (servers store milliseconds)."""
+    ms = round(t * 1000)
+    text = datetime.fromtimestamp(ms // 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{text}.{ms % 1000:03d}Z" if ms % 1000 else f"{text}Z"
+
+
+def _in_window(series: list[dict], start: float, end: float) -> list[dict]:
+    """The series' points with start <= t < end (to the millisecond), as `values` lists; series
+    left without a point are dropped. A point whose time is not a number is kept: the ingest
+    quarantines it with its reason, it is never dropped here."""
+    lo, hi = round(start * 1000), round(end * 1000)
+    out = []
+    for s in series:
+        if not isinstance(s, dict):
+            out.append(s)
+            continue
+        points = s.get("values") if "values" in s else [s.get("value")]
+        if not isinstance(points, list):
+            points = [points]
+        kept = [
+            p
+            for p in points
+            if not (
+                isinstance(p, list)
+                and p
+                and isinstance(p[0], int | float)
+                and not isinstance(p[0], bool)
+            )
+            or lo <= round(p[0] * 1000) < hi
+        ]
+        if kept:
+            out.append({"metric": s.get("metric") or {}, "values": kept})
+    return out
 
 
 def wanted(names: list[str]) -> list[str]:
@@ -208,35 +264,39 @@ def _selector(name: str, matchers: str) -> str:
 
 
 def _fetch(
-    client: Client, server: PromServer, name: str, matchers: str, start: float, end: float
-) -> tuple[list[dict], list[str], str]:
-    """(series, warnings, query) of `name` over (start, end]; TooLarge when over the limits."""
+    client: Client, server: PromServer, name: str, matchers: str, start: int, end: int
+) -> tuple[list[dict], list[str], str, dict]:
+    """(series, warnings, query, parameters) of `name` over [start, end) (whole seconds);
+    TooLarge when over the limits."""
     sel = _selector(name, matchers)
     if server.mode == "raw":
-        query = f"{sel}[{int(end - start)}s]"
-        body = client.get("/api/v1/query", {"query": query, "time": _iso(end)})
+        # at end - 1 ms a range selector of the window's width answers (start - 1 ms, end - 1 ms]
+        # (VictoriaMetrics, Prometheus 3) or [start - 1 ms, end - 1 ms] (Prometheus 2.x): both
+        # hold [start, end), and _in_window drops the rest
+        query = f"{sel}[{end - start}s]"
+        params = {"time": _iso(end - 0.001)}
+        body = client.post("/api/v1/query", {"query": query, **params})
     else:
         query = sel
-        first = start + server.step_s  # (start, end]: the grid points after start
-        if (end - first) / server.step_s + 1 > server.max_points:
+        # the grid points in [start, end): start, start + step, ..., the last one before end
+        last = start + (end - start - 1) // server.step_s * server.step_s
+        if (last - start) // server.step_s + 1 > server.max_points:
             raise TooLarge(f"more than {server.max_points} points per series")
-        body = client.get(
-            "/api/v1/query_range",
-            {"query": query, "start": _iso(first), "end": _iso(end), "step": f"{server.step_s}s"},
-        )
+        params = {"start": _iso(start), "end": _iso(last), "step": f"{server.step_s}s"}
+        body = client.post("/api/v1/query_range", {"query": query, **params})
     data = body.get("data") or {}
-    result = data.get("result") or []
+    result = _in_window(data.get("result") or [], start, end)
     warnings = [str(w) for w in body.get("warnings") or []]
     if body.get("isPartial") or data.get("isPartial"):  # Thanos partial_response
         warnings.append(f"{query}: partial response (some stores did not answer)")
-    return result, warnings, query
+    return result, warnings, query, params
 
 
-def _host_values(client: Client, name: str, matchers: str, start: float, end: float):
+def _host_values(client: Client, name: str, matchers: str, start: int, end: int):
     for label in HOST_LABELS:
         body = client.get(
             f"/api/v1/label/{label}/values",
-            {"match[]": _selector(name, matchers), "start": _iso(start), "end": _iso(end)},
+            {"match[]": _selector(name, matchers), "start": _iso(start), "end": _iso(end - 0.001)},
         )
         values = body.get("data") or []
         if values:
@@ -247,19 +307,20 @@ def _host_values(client: Client, name: str, matchers: str, start: float, end: fl
 @dataclass
 class Piece:
     name: str
-    start: float
-    end: float
+    start: int  # the window [start, end), epoch seconds
+    end: int
     part: str  # "" or the host it was split to
     series: list[dict]
     query: str
+    params: dict  # the query's parameters besides the query (time, or start/end/step)
 
 
-def _pieces(client: Client, server: PromServer, name: str, start: float, end: float, warnings):
-    """The series of `name` over (start, end], in as many pieces as the server's limits ask."""
+def _pieces(client: Client, server: PromServer, name: str, start: int, end: int, warnings):
+    """The series of `name` over [start, end), in as many pieces as the server's limits ask."""
     try:
-        result, w, query = _fetch(client, server, name, server.matchers, start, end)
+        result, w, query, params = _fetch(client, server, name, server.matchers, start, end)
         warnings += w
-        return [Piece(name, start, end, "", result, query)]
+        return [Piece(name, start, end, "", result, query, params)]
     except TooLarge as too_large:
         if end - start > MIN_WINDOW_S:
             mid = start + (end - start) // 2
@@ -273,13 +334,13 @@ def _pieces(client: Client, server: PromServer, name: str, start: float, end: fl
         for h in hosts:
             m = ", ".join(x for x in (server.matchers, f'{label}="{_escape(h)}"') if x)
             try:
-                result, w, query = _fetch(client, server, name, m, start, end)
+                result, w, query, params = _fetch(client, server, name, m, start, end)
             except TooLarge as e:
                 raise PullError(
                     f"{name}{{{label}={h!r}}}: {e} even for {int(end - start)} s"
                 ) from None
             warnings += w
-            out.append(Piece(name, start, end, h, result, query))
+            out.append(Piece(name, start, end, h, result, query, params))
         return out
 
 
@@ -288,29 +349,34 @@ def _escape(v: str) -> str:
 
 
 def _document(server: PromServer, piece: Piece) -> bytes:
-    """The query_range JSON of one piece, series sorted, gzipped without a time: same data,
-    same bytes."""
+    """The query_range JSON of one piece, gzipped without a time: same data, same bytes.
+
+    Keys in the order an API answer has them, `status` and `data.resultType` before the
+    `result` array (so a reader of the head knows the format), never sorted; series sorted by
+    their labels, labels sorted by name, the points as the server sent them."""
     series = sorted(
         (
-            {
-                "metric": dict(sorted((s.get("metric") or {}).items())),
-                "values": s.get("values") if "values" in s else [s.get("value")],
-            }
+            {"metric": dict(sorted((s.get("metric") or {}).items())), "values": s["values"]}
             for s in piece.series
+            if isinstance(s, dict)
         ),
         key=lambda s: json.dumps(s["metric"], sort_keys=True),
     )
+    # what is not a series object is kept as the server sent it: the ingest quarantines it
+    series += sorted((s for s in piece.series if not isinstance(s, dict)), key=json.dumps)
     doc = {
         "status": "success",
         "data": {"resultType": "matrix", "result": series},
         "gpu_pipeline": {
             "server": server.public_url,
             "query": piece.query,
+            "params": dict(sorted(piece.params.items())),
             "mode": server.mode,
-            "window": [_iso(piece.start), _iso(piece.end)],
+            # the points the file holds: start <= t < end
+            "window": {"start": _iso(piece.start), "end": _iso(piece.end), "closed": "left"},
         },
     }
-    text = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+    text = json.dumps(doc, separators=(",", ":")).encode()
     buf = io.BytesIO()
     with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, compresslevel=6) as g:
         g.write(text)
@@ -332,22 +398,20 @@ def pull_day(
     """Fetch day `day` (UTC) into the landing zone; the report says what came and what was said."""
     t0 = time.perf_counter()
     client = Client(server)
-    start = datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp()
-    end = start + DAY_S
+    start = int(datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp())
+    end = start + DAY_S  # the day is [start, end)
     report = PullReport(day)
     body = client.get(
         "/api/v1/label/__name__/values",
         {
             **({"match[]": "{" + server.matchers + "}"} if server.matchers else {}),
             "start": _iso(start),
-            "end": _iso(end),
+            "end": _iso(end - 0.001),
         },
     )
     report.metrics = wanted([str(n) for n in body.get("data") or []])
     folder = Path(raw_root) / server.cluster / "_pulled" / server.folder / day.isoformat()
-    windows = [
-        (s, min(s + server.window_s, end)) for s in range(int(start), int(end), server.window_s)
-    ]
+    windows = [(s, min(s + server.window_s, end)) for s in range(start, end, server.window_s)]
     jobs = [(name, s, e) for name in report.metrics for s, e in windows]
     lock = threading.Lock()
 
@@ -376,9 +440,7 @@ def pull_day(
                 report.written += changed
                 report.bytes += size
                 report.series += len(piece.series)
-                report.samples += sum(
-                    len(s.get("values") or []) if "values" in s else 1 for s in piece.series
-                )
+                report.samples += sum(len(s["values"]) for s in piece.series if isinstance(s, dict))
         return name
 
     done = 0
