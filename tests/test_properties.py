@@ -285,6 +285,9 @@ def test_days_with_missing_fields_complete_and_count_each_gpu_once(tmp_path_fact
     if minutes is not None:
         ns = collect_stable(namespace_efficiency(minutes.lazy()))
         assert ns["gpu_hours"].sum() == pytest.approx(got / 60)
+        # energy is allocated like GPU-hours: the namespaces' adds up to the physical GPUs'
+        gpus = tables.gpu_daily().filter(pl.col("gpu_instance_id").is_null())
+        assert ns["energy_kwh"].sum() == pytest.approx(gpus["energy_kwh"].sum(), abs=1e-12)
         lake.write("gpu_minutes", day, minutes)
         lake.write("gpu_daily", day, tables.gpu_daily())
         lake.write("hourly_fleet_metrics", day, hourly)
