@@ -146,6 +146,26 @@ def test_every_table_written_for_every_day(planted):
         assert lake.days(t) == [START + timedelta(days=i) for i in range(4)], t
 
 
+def test_fleet_daily_is_a_table_with_the_days_coverage(planted):
+    _, lake = planted
+    f = lake.read("fleet_daily", START).row(0, named=True)
+    # GPU-S 85 % at 100 W (bottlenecked), GPU-N 80 % at 100 W (bottlenecked on day 0), GPU-E
+    # 95 % at 320 W (efficient), GPU-I 3 % (idle): 120 minutes each
+    assert (f["gpus"], f["gpu_hours"], f["observed_gpu_minutes"]) == (4, 8.0, 480)
+    assert f["expected_gpu_minutes"] == 4 * 1440
+    assert f["coverage_pct"] == pytest.approx(100 * 480 / 5760)
+    assert f["avg_gpu_util_pct"] == pytest.approx((85 + 80 + 95 + 3) / 4)
+    assert f["avg_pif"] == pytest.approx((100 + 100 + 320 + 60) / 400 / 4)
+    assert (f["pct_idle"], f["pct_productive"], f["pct_compute_bound"]) == (25.0, 50.0, 25.0)
+    assert f["pct_active_bottlenecked"] == pytest.approx(100 * 240 / 360)
+    # on day 1 GPU-N is efficient and GPU-I gone: three GPUs, one bottlenecked
+    f = lake.read("fleet_daily", START + timedelta(days=1)).row(0, named=True)
+    assert (f["gpus"], f["expected_gpu_minutes"]) == (3, 3 * 1440)
+    assert f["pct_active_bottlenecked"] == pytest.approx(100 / 3)
+    daily = lake.read("gpu_daily", START)
+    assert daily["coverage_pct"].to_list() == pytest.approx([100 * 120 / 1440] * 4)
+
+
 def test_gpu_minutes_counts_and_pif(planted):
     _, lake = planted
     m = lake.read("gpu_minutes", START)
