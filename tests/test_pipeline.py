@@ -35,6 +35,7 @@ def test_definitions_load():
         "phase_shares_sum_to_100",
         "cost_split_sums_to_cost",
         "savings_within_measured_waste",
+        "fleet_coverage",
     } <= checks
     assert any("freshness" in c for c in checks)
     # freshness is the sensor's to judge: a run (the demo, a backfill of past days) stays green

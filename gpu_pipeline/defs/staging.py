@@ -73,6 +73,12 @@ TABLES = {
             "cost_split_sums_to_cost",
             "productive + idle + stall + headroom = cost, to the cent",
         ),
+        checks.spec(
+            "fleet_daily",
+            "fleet_coverage",
+            "observed GPU-minutes >= coverage.warn_below (90 %) of GPUs seen x 1,440; warns",
+            blocking=False,
+        ),
     ],
 )
 def staging(context: dg.AssetExecutionContext, lake: LakeResource, reference: ReferenceResource):
@@ -86,7 +92,7 @@ def staging(context: dg.AssetExecutionContext, lake: LakeResource, reference: Re
     )
     writers = {t: DayWriter(the_lake, t) for t in TABLES}
     chunking = lake.chunking()
-    results: dict[str, list] = {"minutes": [], "hourly": [], "waste": []}
+    results: dict[str, list] = {"minutes": [], "hourly": [], "waste": [], "coverage": []}
     for day in partition_days(context):
         samples = the_lake.scan_days("gpu_samples", [day])
         tables, unique = DayTables(t=rules.t), []
@@ -97,19 +103,20 @@ def staging(context: dg.AssetExecutionContext, lake: LakeResource, reference: Re
             if unique
             else checks.one_row_per_gpu_minute(pl.DataFrame(schema=GPU_MINUTES_SCHEMA))
         )
-        writers["gpu_daily"].write(day, tables.gpu_daily())
+        daily = writers["gpu_daily"].write(day, tables.gpu_daily())
         hourly = writers["hourly_fleet_metrics"].write(day, tables.hourly_fleet_metrics())
         waste = writers["priced_waste"].write(day, tables.priced_waste())
-        writers["fleet_daily"].write(day, validate("fleet_daily", tables.fleet_daily()))
+        fleet = writers["fleet_daily"].write(day, validate("fleet_daily", tables.fleet_daily()))
         results["hourly"].append(checks.phase_shares_sum_to_100(hourly))
         results["waste"].append(checks.cost_split_sums_to_cost(waste))
+        results["coverage"].append(checks.fleet_coverage(fleet, daily, rules.t.coverage_warn_below))
         context.log.info(
             f"{day}: {tables.minutes_rows} GPU-minutes in {tables.chunks} chunk(s) of at most "
             f"{chunking} (split by {chunking.split})"
         )
     for w in writers.values():
         yield w.result(context, rules)
-    for name in ("minutes", "hourly", "waste"):
+    for name in ("minutes", "hourly", "waste", "coverage"):
         yield checks.merge(results[name], labels=partition_days(context))
 
 
