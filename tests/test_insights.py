@@ -556,6 +556,60 @@ def test_energy_per_gpu_day_and_namespace_by_hand(tmp_path):
         load_energy(rates)
 
 
+def test_report_says_when_a_days_data_is_partial(tmp_path):
+    """Near the top, before the figures: coverage, observed vs expected GPU-minutes and the GPU
+    with the largest gap; nothing on a complete day; a warning below coverage.warn_below."""
+    from gpu_pipeline.lib.io.lake import Lake
+    from gpu_pipeline.lib.io.report import build_report
+    from gpu_pipeline.lib.marts.fleet_daily import fleet_daily
+    from gpu_pipeline.lib.rules import Thresholds
+    from gpu_pipeline.lib.staging.gpu_daily import gpu_daily
+
+    def day(lake: Lake, minutes_of: dict[str, int], with_fleet: bool = True) -> None:
+        rows = [
+            {"minute": T0 + timedelta(minutes=i), "gpu_uuid": g, "gpu_util_pct": 50.0}
+            | {"pif": 0.5, "rfu_pct": 50.0, "phase": "underutilized", "gpu_share": 1.0}
+            for g, n in minutes_of.items()
+            for i in range(n)
+        ]
+        m = minutes_frame(rows)
+        lake.write("gpu_minutes", D, m)
+        lake.write("gpu_daily", D, collect_stable(gpu_daily(minute_runs(m.lazy()))))
+        if with_fleet:
+            lake.write("fleet_daily", D, collect_stable(fleet_daily(minute_runs(m.lazy()))))
+
+    def banner(html: str) -> str:
+        start = html.index("<p class='partial")
+        assert start < html.index("class='kpis'")  # above the figures
+        return html[start : html.index("</p>", start)]
+
+    complete = Lake(tmp_path / "complete")
+    day(complete, {"GPU-a": 1440, "GPU-b": 1440})
+    html = build_report(complete, D).html
+    assert "Partial data" not in html and "<div class='kpi'>coverage<b>100.0 %</b>" in html
+
+    # GPU-b lost 140 minutes: 2,740 of 2,880 GPU-minutes, 95.1 % (above the 90 % warning)
+    partial = Lake(tmp_path / "partial")
+    day(partial, {"GPU-a": 1440, "GPU-b": 1300})
+    b = banner(build_report(partial, D).html)
+    assert "this day's telemetry covers 95.1 % of its GPU-minutes" in b
+    assert "2,740 observed of 2,880 expected (2 GPUs seen × 1,440 minutes)" in b
+    assert "1 of 2 GPUs have gaps; the least covered is GPU-b (90.2 %, 1,300 minutes)" in b
+    assert "class='partial'" in b and "below the" not in b
+    # the same day under a stricter rule: a warning
+    b = banner(build_report(partial, D, t=Thresholds(coverage_warn_below=99.0)).html)
+    assert "class='partial warn'" in b and "below the 99 % at which the fleet_coverage" in b
+    # a lake written before fleet_daily existed: the same numbers, from the minutes
+    old = Lake(tmp_path / "old")
+    day(old, {"GPU-a": 1440, "GPU-b": 1300}, with_fleet=False)
+    assert "2,740 observed of 2,880 expected" in banner(build_report(old, D).html)
+    # an hour of one GPU: 4.1 % (rounded down, as every coverage the report prints)
+    hour = Lake(tmp_path / "hour")
+    day(hour, {"GPU-a": 60})
+    b = banner(build_report(hour, D).html)
+    assert "covers 4.1 %" in b and "class='partial warn'" in b and "below the 90 %" in b
+
+
 def _mig_tenants_day() -> pl.DataFrame:
     """An A100 split into a 3g (namespace a: idle 30 minutes, then busy) and a 2g (b) instance,
     the GPU at 280 W on its physical row (instances carry no power), and a whole A100 of

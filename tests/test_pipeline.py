@@ -129,6 +129,12 @@ def test_recommendations_and_report_for_planted_namespaces(planted):
         "http-equiv", ""
     )
     assert "Bottlenecked today" in html and "<b>starved</b>" in html
+    # four GPUs for two hours of the day: it says so before any figure
+    partial = html.index("Partial data")
+    assert partial < html.index("class='kpis'") < html.index("What to do first")
+    banner = html[partial : html.index("</p>", partial)]
+    assert "covers 8.3 % of its GPU-minutes" in banner
+    assert "480 observed of 5,760 expected (4 GPUs seen × 1,440 minutes)" in banner
     # the report opens with what to do first: the top actions by dollars a month
     first = html[html.index("What to do first") : html.index("</ol>")]
     assert first.count("<li>") == 3 and "a month" in first
