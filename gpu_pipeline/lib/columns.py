@@ -70,7 +70,7 @@ COLUMNS: dict[str, str] = {
     "note": "why a value is null or estimated (unknown model, no power limit, ...)",
     # daily and rollups
     "minutes": "GPU-minutes with samples",
-    "active_minutes": "minutes with util >= the active threshold (10 %)",
+    "active_minutes": "minutes with util >= the active threshold (phases.idle_below, 10 %)",
     "bottlenecked_minutes": "active minutes classed bottlenecked",
     "idle_minutes": "minutes in the idle phase",
     "underutilized_minutes": "minutes in the underutilized phase",
