@@ -600,8 +600,9 @@ def day_coverage(lake: Lake, day: date, physical_minutes: pl.DataFrame) -> dict:
 
 
 def _pct_down(v: float) -> str:
-    """A coverage, rounded down: 99.97 % of a day is not 100.0 %."""
-    return f"{math.floor(v * 10) / 10:.1f} %"
+    """A coverage, rounded down: 99.97 % of a day is not 100.0 % (and 95.1 stored as
+    95.09999… is still 95.1)."""
+    return f"{math.floor(v * 10 + 1e-9) / 10:.1f} %"
 
 
 def partial_banner(cov: dict, daily: pl.DataFrame, t: Thresholds = DEFAULT) -> str:
