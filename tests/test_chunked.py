@@ -14,9 +14,11 @@ from gpu_pipeline.lib.ingest.cache import load_or_parse
 from gpu_pipeline.lib.ingest.gpu_samples import assemble_day
 from gpu_pipeline.lib.ingest.landing import list_landing
 from gpu_pipeline.lib.io.lake import Lake
+from gpu_pipeline.lib.marts.fleet_daily import fleet_daily
 from gpu_pipeline.lib.marts.hourly_fleet_metrics import hourly_fleet_metrics
 from gpu_pipeline.lib.marts.priced_waste import priced_waste
 from gpu_pipeline.lib.reference import load_catalog, load_prices
+from gpu_pipeline.lib.rules import Thresholds
 from gpu_pipeline.lib.samples import SAMPLE_ORDER, collect_stable, conform
 from gpu_pipeline.lib.schemas import GPU_MINUTES_SCHEMA, GPU_SAMPLES_SCHEMA
 from gpu_pipeline.lib.staging import chunked
@@ -66,6 +68,7 @@ def _one_pass(samples: pl.DataFrame) -> dict[str, pl.DataFrame]:
         "daily": collect_stable(gpu_daily(minute_runs(m.lazy()))),
         "hourly": collect_stable(hourly_fleet_metrics(minute_runs(m.lazy()))),
         "waste": collect_stable(priced_waste(minute_runs(m.lazy()))),
+        "fleet": collect_stable(fleet_daily(minute_runs(m.lazy()))),
     }
 
 
@@ -79,6 +82,7 @@ def _chunked(samples: pl.DataFrame, **kw) -> dict[str, pl.DataFrame]:
         "daily": tables.gpu_daily(),
         "hourly": tables.hourly_fleet_metrics(),
         "waste": tables.priced_waste(),
+        "fleet": tables.fleet_daily(),
     }
     return out | {"chunks": tables.chunks}
 
@@ -103,6 +107,9 @@ def test_chunks_give_the_tables_of_one_pass(samples, max_gpus, split, chunks):
     # sums of partial sums: the same numbers up to float rounding
     assert_frame_equal(got["hourly"], one["hourly"], check_exact=False, rel_tol=1e-12)
     assert_frame_equal(got["waste"], one["waste"], check_exact=False, rel_tol=1e-12)
+    # fleet_daily sums each GPU's runs, then the GPUs in UUID order: the same bits in any chunking
+    assert_frame_equal(got["fleet"], one["fleet"], check_exact=True)
+    assert got["fleet"].height == 1
     # a MIG GPU and its instances stay in one chunk: the physical row's utilization is theirs
     mig = minutes.filter(pl.col("gpu_uuid") == "GPU-mig0", pl.col("gpu_instance_id").is_null())
     assert mig["util_source"].unique().to_list() == ["mig_instances"]
@@ -170,7 +177,7 @@ def test_chunks_follow_the_memory_budget_by_default(samples):
     assert got["chunks"] == len(chunks) > 1
     want = _one_pass(samples)
     for k in want:
-        assert_frame_equal(got[k], want[k])
+        assert_frame_equal(got[k], want[k], check_exact=k == "fleet")
     with pytest.raises(ValueError, match="at least 16"):
         chunked.Chunking(mb=1)
 
@@ -194,6 +201,7 @@ def test_an_empty_day_gives_empty_typed_tables():
     empty = pl.LazyFrame(schema=GPU_SAMPLES_SCHEMA)
     assert list(chunked.minutes_by_chunk(empty, CAT, PRICES)) == []
     assert tables.gpu_daily().height == 0 and tables.hourly_fleet_metrics().height == 0
+    assert tables.fleet_daily().height == 0 and tables.fleet_daily().columns[:2] == ["date", "gpus"]
     assert tables.priced_waste().columns[:4] == ["date", "cluster", "namespace", "gpu_model"]
 
 
@@ -218,3 +226,90 @@ def test_streamed_write_is_one_file_and_an_error_keeps_the_previous_version(tmp_
     lake.write_frames("gpu_minutes", D, iter(frames))
     assert path.read_bytes() == before
     assert pl.read_parquet(path).schema == pl.Schema(GPU_MINUTES_SCHEMA)
+
+
+# the view analysts had before fleet_daily was a table (sql/views.sql up to 0.17.1), with the
+# idle bound it hard-coded as a parameter
+OLD_FLEET_DAILY_VIEW = """
+SELECT
+    date,
+    count(DISTINCT gpu_uuid)                                   AS gpus,
+    count(*) / 60.0                                            AS gpu_hours,
+    avg(gpu_util_pct)                                          AS avg_gpu_util_pct,
+    avg(rfu_pct)                                               AS avg_rfu_pct,
+    avg(efficiency_gap_pct)                                    AS avg_efficiency_gap_pct,
+    avg(pif)                                                   AS avg_pif,
+    100.0 * count(*) FILTER (phase = 'idle') / count(*)          AS pct_idle,
+    100.0 * count(*) FILTER (phase = 'underutilized') / count(*) AS pct_underutilized,
+    100.0 * count(*) FILTER (phase = 'productive') / count(*)    AS pct_productive,
+    100.0 * count(*) FILTER (phase = 'compute_bound') / count(*) AS pct_compute_bound,
+    100.0 * count(*) FILTER (phase = 'unknown') / count(*)       AS pct_unknown,
+    100.0 * count(*) FILTER (efficiency_class = 'bottlenecked')
+          / nullif(count(*) FILTER (gpu_util_pct >= {idle_below}), 0)    AS pct_active_bottlenecked
+FROM minutes
+WHERE gpu_instance_id IS NULL
+GROUP BY date
+"""
+
+
+@pytest.mark.parametrize(
+    "t",
+    [Thresholds(), Thresholds(idle_below=25.0, productive_from=60.0, compute_bound_from=95.0)],
+    ids=["default_rules", "other_rules"],
+)
+def test_fleet_daily_gives_the_old_views_numbers_and_follows_the_rules(samples, t):
+    """The table the staging pass writes equals what the hand-written view computed in DuckDB
+    over gpu_minutes (on the default rules; on others, the view with the rules' idle bound),
+    plus the day's coverage: twelve GPUs the whole day and a MIG GPU for 30 minutes."""
+    import duckdb
+
+    tables = chunked.DayTables(t=t)
+    minutes = pl.concat(
+        [tables.add(c) for c in chunked.minutes_by_chunk(samples.lazy(), CAT, PRICES, t, 5)]
+    )
+    got = tables.fleet_daily()
+    con = duckdb.connect()
+    con.register("minutes", minutes.to_arrow())
+    want = pl.from_arrow(con.sql(OLD_FLEET_DAILY_VIEW.format(idle_below=t.idle_below)).arrow())
+    assert want.height == got.height == 1
+    for c in want.columns:
+        w, g = want[c].item(), got[c].item()
+        assert g == (pytest.approx(w, rel=1e-12) if isinstance(w, float) else w), c
+    # the rules moved minutes between phases: not the default rules' numbers
+    assert got["pct_idle"].item() > 0
+    row = got.row(0, named=True)
+    # a MIG GPU counts once: 13 physical GPUs, 12 x 1,440 + 30 of 13 x 1,440 GPU-minutes
+    assert row["gpus"] == 13
+    assert (
+        row["observed_gpu_minutes"]
+        == 12 * 1440 + 30
+        == minutes.filter(pl.col("gpu_instance_id").is_null()).height
+    )
+    assert row["expected_gpu_minutes"] == 13 * 1440
+    assert row["coverage_pct"] == pytest.approx(100 * (12 * 1440 + 30) / (13 * 1440))
+    assert row["gpu_hours"] == pytest.approx((12 * 1440 + 30) / 60)
+    phases = ["idle", "underutilized", "productive", "compute_bound", "unknown"]
+    assert sum(row[f"pct_{p}"] for p in phases) == pytest.approx(100.0)
+    daily = tables.gpu_daily()
+    mig = daily.filter(pl.col("gpu_uuid") == "GPU-mig0")
+    assert mig["coverage_pct"].to_list() == pytest.approx([100 * 30 / 1440] * 3)
+    assert daily.filter(pl.col("gpu_uuid") != "GPU-mig0")["coverage_pct"].unique().to_list() == [
+        100.0
+    ]
+
+
+def test_fleet_daily_idle_bound_is_the_rules_not_10(samples):
+    """pct_active_bottlenecked counts active minutes by the rules' idle bound (the view
+    hard-coded 10): with idle below 25 %, minutes at 10-25 % are no longer active."""
+    t = Thresholds(idle_below=25.0)
+    tables = chunked.DayTables(t=t)
+    minutes = pl.concat(
+        [tables.add(c) for c in chunked.minutes_by_chunk(samples.lazy(), CAT, PRICES, t)]
+    ).filter(pl.col("gpu_instance_id").is_null())
+    active = minutes.filter(pl.col("gpu_util_pct") >= 25.0).height
+    between = minutes.filter(pl.col("gpu_util_pct").is_between(10.0, 25.0, closed="left")).height
+    bottlenecked = minutes.filter(pl.col("efficiency_class") == "bottlenecked").height
+    assert between > 0 and bottlenecked > 0
+    got = tables.fleet_daily()["pct_active_bottlenecked"].item()
+    assert got == pytest.approx(100 * bottlenecked / active)
+    assert got != pytest.approx(100 * bottlenecked / (active + between))

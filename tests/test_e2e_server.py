@@ -57,6 +57,7 @@ PARTITIONED = [
     "hourly_fleet_metrics",
     "persistent_bottlenecks",
     "priced_waste",
+    "fleet_daily",
     "recommendations",
     "gpu_health",
     "stragglers",

@@ -556,6 +556,121 @@ def test_energy_per_gpu_day_and_namespace_by_hand(tmp_path):
         load_energy(rates)
 
 
+def test_report_says_when_a_days_data_is_partial(tmp_path):
+    """Near the top, before the figures: coverage, observed vs expected GPU-minutes and the GPU
+    with the largest gap; nothing on a complete day; a warning below coverage.warn_below."""
+    from gpu_pipeline.lib.io.lake import Lake
+    from gpu_pipeline.lib.io.report import build_report
+    from gpu_pipeline.lib.marts.fleet_daily import fleet_daily
+    from gpu_pipeline.lib.rules import Thresholds
+    from gpu_pipeline.lib.staging.gpu_daily import gpu_daily
+
+    def day(lake: Lake, minutes_of: dict[str, int], with_fleet: bool = True) -> None:
+        rows = [
+            {"minute": T0 + timedelta(minutes=i), "gpu_uuid": g, "gpu_util_pct": 50.0}
+            | {"pif": 0.5, "rfu_pct": 50.0, "phase": "underutilized", "gpu_share": 1.0}
+            for g, n in minutes_of.items()
+            for i in range(n)
+        ]
+        m = minutes_frame(rows)
+        lake.write("gpu_minutes", D, m)
+        lake.write("gpu_daily", D, collect_stable(gpu_daily(minute_runs(m.lazy()))))
+        if with_fleet:
+            lake.write("fleet_daily", D, collect_stable(fleet_daily(minute_runs(m.lazy()))))
+
+    def banner(html: str) -> str:
+        start = html.index("<p class='partial")
+        assert start < html.index("class='kpis'")  # above the figures
+        return html[start : html.index("</p>", start)]
+
+    complete = Lake(tmp_path / "complete")
+    day(complete, {"GPU-a": 1440, "GPU-b": 1440})
+    html = build_report(complete, D).html
+    assert "Partial data" not in html and "<div class='kpi'>coverage<b>100.0 %</b>" in html
+
+    # GPU-b lost 140 minutes: 2,740 of 2,880 GPU-minutes, 95.1 % (above the 90 % warning)
+    partial = Lake(tmp_path / "partial")
+    day(partial, {"GPU-a": 1440, "GPU-b": 1300})
+    b = banner(build_report(partial, D).html)
+    assert "this day's telemetry covers 95.1 % of its GPU-minutes" in b
+    assert "2,740 observed of 2,880 expected (2 GPUs seen × 1,440 minutes)" in b
+    assert "1 of 2 GPUs have gaps; the least covered is GPU-b (90.2 %, 1,300 minutes)" in b
+    assert "class='partial'" in b and "below the" not in b
+    # the same day under a stricter rule: a warning
+    b = banner(build_report(partial, D, t=Thresholds(coverage_warn_below=99.0)).html)
+    assert "class='partial warn'" in b and "below the 99 % at which the fleet_coverage" in b
+    # a lake written before fleet_daily existed: the same numbers, from the minutes
+    old = Lake(tmp_path / "old")
+    day(old, {"GPU-a": 1440, "GPU-b": 1300}, with_fleet=False)
+    assert "2,740 observed of 2,880 expected" in banner(build_report(old, D).html)
+    # an hour of one GPU: 4.1 % (rounded down, as every coverage the report prints)
+    hour = Lake(tmp_path / "hour")
+    day(hour, {"GPU-a": 60})
+    b = banner(build_report(hour, D).html)
+    assert "covers 4.1 %" in b and "class='partial warn'" in b and "below the 90 %" in b
+
+
+def _mig_tenants_day() -> pl.DataFrame:
+    """An A100 split into a 3g (namespace a: idle 30 minutes, then busy) and a 2g (b) instance,
+    the GPU at 280 W on its physical row (instances carry no power), and a whole A100 of
+    namespace w at 300 W; 60 minutes."""
+    rows = []
+    for i in range(60):
+        ts = T0 + timedelta(minutes=i)
+        base = {"date": D, "timestamp": ts, "cluster": "c1", "gpu_model": MODELS["A100"]}
+        base |= {"source_file": "f"}
+        mig = base | {"gpu_uuid": "GPU-mig", "hostname": "h1"}
+        rows.append(mig | {"power_w": 280.0})
+        rows.append(
+            mig
+            | {"gpu_instance_id": 1, "gpu_instance_profile": "3g.20gb", "namespace": "a"}
+            | {"prof_gr_engine_active": 0.05 if i < 30 else 0.9}
+        )
+        rows.append(
+            mig
+            | {"gpu_instance_id": 2, "gpu_instance_profile": "2g.10gb", "namespace": "b"}
+            | {"prof_gr_engine_active": 0.5}
+        )
+        rows.append(
+            base
+            | {"gpu_uuid": "GPU-w", "hostname": "h2", "namespace": "w"}
+            | {"gpu_util_pct": 80.0, "power_w": 300.0}
+        )
+    return conform(pl.DataFrame(rows, infer_schema_length=None), GPU_SAMPLES_SCHEMA)
+
+
+def test_mig_tenants_get_the_gpus_energy_by_slice_share():
+    """A MIG instance's namespace gets the physical GPU's energy x its slice share, the free
+    slices the rest (idle, on the GPU's own namespace): namespace energy adds up to the fleet's."""
+    from gpu_pipeline.lib.staging.gpu_daily import gpu_daily
+    from gpu_pipeline.lib.staging.gpu_minutes import gpu_minutes
+
+    m = collect_stable(gpu_minutes(_mig_tenants_day().lazy(), load_catalog(), load_prices()))
+    daily = collect_stable(gpu_daily(minute_runs(m.lazy())))
+    physical = daily.filter(pl.col("gpu_instance_id").is_null())
+    # 280 W x 60 min = 0.28 kWh on the MIG GPU, 300 W x 60 min = 0.30 kWh on the whole one
+    assert dict(physical.select("gpu_uuid", "energy_kwh").iter_rows()) == pytest.approx(
+        {"GPU-mig": 0.28, "GPU-w": 0.30}
+    )
+    ns = {
+        r["namespace"]: r
+        for r in collect_stable(namespace_efficiency(m.lazy())).iter_rows(named=True)
+    }
+    # a: 3/7 of 0.28 = 0.12 kWh, idle its first 30 minutes: 0.06; b: 2/7 of 0.28 = 0.08, never
+    # idle; the 2 free slices: 0.08 kWh, all idle, on the physical GPU's namespace (none)
+    assert (ns["a"]["energy_kwh"], ns["a"]["idle_energy_kwh"]) == pytest.approx((0.12, 0.06))
+    assert (ns["b"]["energy_kwh"], ns["b"]["idle_energy_kwh"]) == pytest.approx((0.08, 0.0))
+    assert (ns[None]["energy_kwh"], ns[None]["idle_energy_kwh"]) == pytest.approx((0.08, 0.08))
+    assert ns["w"]["energy_kwh"] == pytest.approx(0.30)
+    # priced at the default rates ($0.12 / kWh, 400 g / kWh)
+    assert (ns["a"]["energy_usd"], ns["a"]["co2_kg"]) == pytest.approx((0.0144, 0.048))
+    assert (ns["b"]["energy_usd"], ns["b"]["co2_kg"]) == pytest.approx((0.0096, 0.032))
+    # nothing lost, nothing counted twice: the namespaces' energy is the physical GPUs'
+    total = sum(r["energy_kwh"] for r in ns.values())
+    assert total == pytest.approx(physical["energy_kwh"].sum(), rel=1e-12)
+    assert total == pytest.approx(0.58, rel=1e-12)
+
+
 def test_what_to_do_first_ranks_actions_by_dollars_a_month():
     from gpu_pipeline.lib.io.report import top_actions
     from gpu_pipeline.lib.schemas import TABLES

@@ -63,6 +63,50 @@ def test_hourly_phase_shares_and_averages():
     assert shares.to_list() == pytest.approx([100.0, 100.0])
 
 
+def test_fleet_daily_counts_a_mig_gpu_once_and_its_coverage_by_hand():
+    from gpu_pipeline.lib.marts.fleet_daily import fleet_daily
+    from gpu_pipeline.lib.rules import Thresholds
+
+    def row(i, g, u, p, ph, cls=None, inst=None):
+        return {
+            "minute": T0 + timedelta(minutes=i),
+            "gpu_uuid": g,
+            "gpu_instance_id": inst,
+            "gpu_util_pct": u,
+            "pif": p,
+            "rfu_pct": None if p is None else 100 * p,
+            "efficiency_gap_pct": None if p is None else u - 100 * p,
+            "phase": ph,
+            "efficiency_class": cls,
+        }
+
+    rows = [
+        row(0, "GPU-a", 5.0, 0.1, "idle", "idle"),
+        row(1, "GPU-a", 15.0, 0.3, "underutilized", "inefficient"),
+        row(2, "GPU-a", None, None, "unknown"),
+        # a MIG GPU: its physical rows count, its instances' (utilization 90 %) never
+        row(0, "GPU-m", 80.0, 0.2, "productive", "bottlenecked"),
+        row(1, "GPU-m", 95.0, 0.9, "compute_bound", "efficient"),
+        row(0, "GPU-m", 90.0, None, "compute_bound", inst=1),
+        row(1, "GPU-m", 90.0, None, "compute_bound", inst=1),
+    ]
+    runs = minute_runs(minutes_frame(rows).lazy())
+    f = fleet_daily(runs).collect().row(0, named=True)
+    assert (f["gpus"], f["observed_gpu_minutes"], f["expected_gpu_minutes"]) == (2, 5, 2880)
+    assert f["gpu_hours"] == pytest.approx(5 / 60)
+    assert f["coverage_pct"] == pytest.approx(100 * 5 / 2880)
+    assert f["avg_gpu_util_pct"] == pytest.approx((5 + 15 + 80 + 95) / 4)
+    assert f["avg_pif"] == pytest.approx((0.1 + 0.3 + 0.2 + 0.9) / 4)
+    assert f["avg_efficiency_gap_pct"] == pytest.approx((-5 - 15 + 60 + 5) / 4)
+    shares = [f[f"pct_{p}"] for p in ("idle", "underutilized", "productive", "compute_bound")]
+    assert shares == [20.0] * 4 and f["pct_unknown"] == 20.0
+    # bottlenecked over active (>= 10 %) minutes: 1 of 3
+    assert f["pct_active_bottlenecked"] == pytest.approx(100 / 3)
+    # active by the rules' bound: at 20 %, the 15 % minute is not active (1 of 2)
+    runs20 = minute_runs(minutes_frame(rows).lazy(), Thresholds(idle_below=20.0))
+    assert fleet_daily(runs20).collect()["pct_active_bottlenecked"].item() == pytest.approx(50.0)
+
+
 def _daily(days_flags: dict[str, list[tuple[date, bool]]]) -> pl.LazyFrame:
     rows = [
         {

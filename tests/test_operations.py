@@ -101,7 +101,8 @@ def plant_day(raw: Path, d: date, name: str | None = None, minutes=range(600, 70
 
 
 def test_every_check_passes_on_a_real_run(tmp_path):
-    plant_day(tmp_path / "raw", D)
+    # the whole day, so the coverage check passes too (a partial day warns: test_rules)
+    plant_day(tmp_path / "raw", D, minutes=range(1440))
     result = dg.materialize(
         ASSETS,
         partition_key=D.isoformat(),
@@ -117,6 +118,7 @@ def test_every_check_passes_on_a_real_run(tmp_path):
         "phase_shares_sum_to_100": True,
         "cost_split_sums_to_cost": True,
         "savings_within_measured_waste": True,
+        "fleet_coverage": True,
     }
 
 

@@ -35,6 +35,7 @@ def test_definitions_load():
         "phase_shares_sum_to_100",
         "cost_split_sums_to_cost",
         "savings_within_measured_waste",
+        "fleet_coverage",
     } <= checks
     assert any("freshness" in c for c in checks)
     # freshness is the sensor's to judge: a run (the demo, a backfill of past days) stays green
@@ -128,6 +129,12 @@ def test_recommendations_and_report_for_planted_namespaces(planted):
         "http-equiv", ""
     )
     assert "Bottlenecked today" in html and "<b>starved</b>" in html
+    # four GPUs for two hours of the day: it says so before any figure
+    partial = html.index("Partial data")
+    assert partial < html.index("class='kpis'") < html.index("What to do first")
+    banner = html[partial : html.index("</p>", partial)]
+    assert "covers 8.3 % of its GPU-minutes" in banner
+    assert "480 observed of 5,760 expected (4 GPUs seen × 1,440 minutes)" in banner
     # the report opens with what to do first: the top actions by dollars a month
     first = html[html.index("What to do first") : html.index("</ol>")]
     assert first.count("<li>") == 3 and "a month" in first
@@ -144,6 +151,26 @@ def test_every_table_written_for_every_day(planted):
     _, lake = planted
     for t in TABLES:
         assert lake.days(t) == [START + timedelta(days=i) for i in range(4)], t
+
+
+def test_fleet_daily_is_a_table_with_the_days_coverage(planted):
+    _, lake = planted
+    f = lake.read("fleet_daily", START).row(0, named=True)
+    # GPU-S 85 % at 100 W (bottlenecked), GPU-N 80 % at 100 W (bottlenecked on day 0), GPU-E
+    # 95 % at 320 W (efficient), GPU-I 3 % (idle): 120 minutes each
+    assert (f["gpus"], f["gpu_hours"], f["observed_gpu_minutes"]) == (4, 8.0, 480)
+    assert f["expected_gpu_minutes"] == 4 * 1440
+    assert f["coverage_pct"] == pytest.approx(100 * 480 / 5760)
+    assert f["avg_gpu_util_pct"] == pytest.approx((85 + 80 + 95 + 3) / 4)
+    assert f["avg_pif"] == pytest.approx((100 + 100 + 320 + 60) / 400 / 4)
+    assert (f["pct_idle"], f["pct_productive"], f["pct_compute_bound"]) == (25.0, 50.0, 25.0)
+    assert f["pct_active_bottlenecked"] == pytest.approx(100 * 240 / 360)
+    # on day 1 GPU-N is efficient and GPU-I gone: three GPUs, one bottlenecked
+    f = lake.read("fleet_daily", START + timedelta(days=1)).row(0, named=True)
+    assert (f["gpus"], f["expected_gpu_minutes"]) == (3, 3 * 1440)
+    assert f["pct_active_bottlenecked"] == pytest.approx(100 / 3)
+    daily = lake.read("gpu_daily", START)
+    assert daily["coverage_pct"].to_list() == pytest.approx([100 * 120 / 1440] * 4)
 
 
 def test_gpu_minutes_counts_and_pif(planted):

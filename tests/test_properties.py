@@ -282,13 +282,24 @@ def test_days_with_missing_fields_complete_and_count_each_gpu_once(tmp_path_fact
     )
     assert hourly["gpu_minutes"].sum() == got <= gpu_minutes
     assert waste["gpu_hours"].sum() == pytest.approx(got / 60)
+    # fleet_daily counts each physical GPU once, its coverage against GPUs seen x 1,440
+    fleet = validate("fleet_daily", tables.fleet_daily())
+    assert fleet["observed_gpu_minutes"].sum() == got
+    if got:
+        seen = samples["gpu_uuid"].n_unique()
+        assert fleet.row(0, named=True)["expected_gpu_minutes"] == seen * 1440
+        assert fleet["coverage_pct"].item() == pytest.approx(100 * got / (seen * 1440))
     if minutes is not None:
         ns = collect_stable(namespace_efficiency(minutes.lazy()))
         assert ns["gpu_hours"].sum() == pytest.approx(got / 60)
+        # energy is allocated like GPU-hours: the namespaces' adds up to the physical GPUs'
+        gpus = tables.gpu_daily().filter(pl.col("gpu_instance_id").is_null())
+        assert ns["energy_kwh"].sum() == pytest.approx(gpus["energy_kwh"].sum(), abs=1e-12)
         lake.write("gpu_minutes", day, minutes)
         lake.write("gpu_daily", day, tables.gpu_daily())
         lake.write("hourly_fleet_metrics", day, hourly)
         lake.write("priced_waste", day, waste)
+        lake.write("fleet_daily", day, fleet)
         lake.write(
             "recommendations",
             day,

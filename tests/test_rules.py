@@ -130,6 +130,13 @@ def test_the_rules_in_force_shape_the_marts_and_are_in_their_metadata(tmp_path):
     )
     roi = Lake(tmp_path / "lake").read("efficiency_roi", D)
     assert set(roi["target_rfu_pct"]) == {80.0}
+    # fleet_daily follows the rules too (the view it replaced hard-coded 10 %): GPU-a idle
+    fleet = Lake(tmp_path / "lake").read("fleet_daily", D).row(0, named=True)
+    assert (fleet["pct_idle"], fleet["pct_underutilized"], fleet["pct_compute_bound"]) == (
+        50.0,
+        0.0,
+        50.0,
+    )
     meta = {
         m.asset_key.path[-1]: m.metadata
         for m in r.asset_materializations_for_node("staging")
@@ -151,6 +158,39 @@ def test_the_rules_in_force_shape_the_marts_and_are_in_their_metadata(tmp_path):
         if m.asset_key.path[-1] == "gpu_minutes"
     ]
     assert m.metadata["rules"].value["phases.idle_below"] == 10.0
+
+
+def _coverage_check(result) -> dg.AssetCheckEvaluation:
+    (ev,) = [e for e in result.get_asset_check_evaluations() if e.check_name == "fleet_coverage"]
+    return ev
+
+
+def test_a_partial_day_warns_below_the_coverage_rule(tmp_path):
+    """Two GPUs for one hour: 120 of 2 x 1,440 GPU-minutes, 4.2 % of the day. The coverage check
+    warns (a WARN, the run succeeds) below coverage.warn_below: 90 % by default, here 4 %."""
+    _land(tmp_path / "raw")
+    r = _materialize(tmp_path, ReferenceResource())
+    assert r.success
+    fleet = Lake(tmp_path / "lake").read("fleet_daily", D).row(0, named=True)
+    assert (fleet["gpus"], fleet["observed_gpu_minutes"], fleet["expected_gpu_minutes"]) == (
+        2,
+        120,
+        2880,
+    )
+    assert fleet["coverage_pct"] == pytest.approx(100 * 120 / 2880)
+    daily = Lake(tmp_path / "lake").read("gpu_daily", D)
+    assert daily["coverage_pct"].to_list() == pytest.approx([100 * 60 / 1440] * 2)
+    ev = _coverage_check(r)
+    assert not ev.passed and ev.severity == dg.AssetCheckSeverity.WARN
+    assert ev.metadata["coverage_pct"].value == pytest.approx(100 * 120 / 2880)
+    assert ev.metadata["warn_below_pct"].value == 90.0
+    assert ev.metadata["gpu_days_below"].value == 2
+    rules_file = tmp_path / "rules.toml"
+    rules_file.write_text("[coverage]\nwarn_below = 4\n")
+    r = _materialize(tmp_path, ReferenceResource(rules=str(rules_file)))
+    ev = _coverage_check(r)
+    assert ev.passed and ev.metadata["warn_below_pct"].value == 4.0
+    assert load_rules(str(rules_file)).flat()["coverage.warn_below"] == 4.0
 
 
 def test_the_example_rules_file_lists_every_rule_with_its_default():

@@ -14,6 +14,7 @@ from gpu_pipeline.lib.io.warehouse import (
     connect_readonly,
     run_query,
 )
+from gpu_pipeline.lib.marts.fleet_daily import fleet_daily
 from gpu_pipeline.lib.marts.priced_waste import priced_waste
 from gpu_pipeline.lib.samples import collect_stable
 from gpu_pipeline.lib.schemas import TABLES
@@ -49,6 +50,7 @@ def lake(tmp_path):
     m = minutes_frame(rows)
     lk.write("gpu_minutes", D, m)
     lk.write("priced_waste", D, collect_stable(priced_waste(minute_runs(m.lazy()))))
+    lk.write("fleet_daily", D, collect_stable(fleet_daily(minute_runs(m.lazy()))))
     return lk
 
 
@@ -61,6 +63,11 @@ def test_views_read_the_lake_and_curated_views_work(lake, tmp_path):
     ).fetchall()[0]
     assert fd[0] == 2 and fd[1] == pytest.approx(3 / 60) and fd[2] == pytest.approx(175 / 3)
     assert fd[3] == pytest.approx(100 / 3)
+    # a table of the lake now, with the day's coverage: 3 of 2 x 1,440 GPU-minutes
+    cov = run_query(
+        con, "SELECT observed_gpu_minutes, expected_gpu_minutes, coverage_pct FROM fleet_daily"
+    ).fetchall()[0]
+    assert cov[:2] == (3, 2880) and cov[2] == pytest.approx(100 * 3 / 2880)
     ns = dict(run_query(con, "SELECT namespace, total_waste_usd FROM namespace_waste").fetchall())
     per_min = 3.0 / 60
     assert ns["team-a"] == pytest.approx(

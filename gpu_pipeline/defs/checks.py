@@ -12,6 +12,8 @@ from gpu_pipeline.lib.rules import HOURS_PER_MONTH, PHASES
 
 MIN_PASS_RATE = 0.95
 CENT = 0.005
+# metadata values that are rates or percentages of one day: never summed over a run's days
+NOT_SUMMED = ("pass_rate", "coverage_pct", "warn_below_pct")
 
 
 def merge(
@@ -27,11 +29,16 @@ def merge(
     for r in results:
         for k, v in r.metadata.items():
             val = getattr(v, "value", v)
-            if isinstance(val, int | float) and not isinstance(val, bool) and k != "pass_rate":
+            if isinstance(val, int | float) and not isinstance(val, bool) and k not in NOT_SUMMED:
                 meta[k] = meta.get(k, 0) + val
             else:
                 meta[k] = v  # markdown and rates: the last day's
     if len(results) > 1:
+        # the coverage of the whole range, from its summed minutes
+        if exp := meta.get("expected_gpu_minutes"):
+            meta["coverage_pct"] = dg.MetadataValue.float(
+                100.0 * meta["observed_gpu_minutes"] / exp
+            )
         meta[parts] = len(results)
         meta[f"{parts}_failed"] = sum(not r.passed for r in results)
         if labels is not None:
@@ -114,6 +121,48 @@ def row_conservation(log: pl.DataFrame) -> dg.AssetCheckResult:
             "files": log.height,
             "files_off": off.height,
             "rows_read": int(log["rows_read"].sum()) if log.height else 0,
+        },
+    )
+
+
+def fleet_coverage(
+    fleet: pl.DataFrame, daily: pl.DataFrame, warn_below: float
+) -> dg.AssetCheckResult:
+    """The day's data covers at least `warn_below` % of its GPU-minutes (observed GPU-minutes /
+    (GPUs seen x 1,440)); below, a warning listing the least covered GPUs. A day without any
+    GPU-minute has nothing to cover (the ingest says the day is empty)."""
+    if fleet.height:
+        row = fleet.row(0, named=True)
+        observed, expected, gpus = (
+            row["observed_gpu_minutes"],
+            row["expected_gpu_minutes"],
+            row["gpus"],
+        )
+        coverage = row["coverage_pct"]
+    else:
+        observed = expected = gpus = 0
+        coverage = None
+    low = (
+        daily.filter(pl.col("gpu_instance_id").is_null(), pl.col("coverage_pct") < warn_below)
+        .sort("coverage_pct", "gpu_uuid")
+        .select("gpu_uuid", "hostname", "cluster", "minutes", "coverage_pct")
+    )
+    return dg.AssetCheckResult(
+        asset_key="fleet_daily",
+        check_name="fleet_coverage",
+        passed=coverage is None or coverage >= warn_below,
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={
+            **({} if coverage is None else {"coverage_pct": dg.MetadataValue.float(coverage)}),
+            "warn_below_pct": dg.MetadataValue.float(warn_below),
+            "observed_gpu_minutes": observed,
+            "expected_gpu_minutes": expected,
+            # a day's GPUs; summed over a range run's days, GPU-days
+            "gpu_days": gpus,
+            "gpu_days_below": low.height,
+            "least_covered_gpus": dg.MetadataValue.md(
+                markdown_preview(low, rows=10) if low.height else "none"
+            ),
         },
     )
 

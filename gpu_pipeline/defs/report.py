@@ -19,6 +19,7 @@ REPORT_INPUTS = [
     "gpu_health",
     "stragglers",
     "namespace_efficiency",
+    "fleet_daily",
 ]
 
 

@@ -1,7 +1,7 @@
 """Staging and the minute-level marts: one pass over each day's samples, in GPU chunks.
 
-gpu_minutes, gpu_daily, hourly_fleet_metrics and priced_waste come out of the same pass
-(gpu_pipeline.lib.staging.chunked): each chunk of GPUs is read, its minutes computed, streamed into the
+gpu_minutes, gpu_daily, hourly_fleet_metrics, priced_waste and fleet_daily come out of the same
+pass (gpu_pipeline.lib.staging.chunked): each chunk of GPUs is read, its minutes computed, streamed into the
 gpu_minutes partition and aggregated while in memory, so memory stays bounded by the chunk size
 (`LakeResource.chunking`: GPU_PIPELINE_CHUNK_MB, or GPU_PIPELINE_CHUNK_GPUS) however large the fleet, and the day's minutes are not read back.
 """
@@ -27,7 +27,8 @@ TABLES = {
     ),
     "gpu_daily": (
         "staging",
-        "GPU-day minute counts by phase and efficiency class, and whether the day was bottlenecked.",
+        "GPU-day minute counts by phase and efficiency class, coverage of the day, energy, and "
+        "whether the day was bottlenecked.",
     ),
     "hourly_fleet_metrics": (
         "marts",
@@ -38,6 +39,11 @@ TABLES = {
         "marts",
         "Day x cluster x namespace x GPU model: cost split into productive, idle, stall and "
         "headroom waste.",
+    ),
+    "fleet_daily": (
+        "marts",
+        "Day: the whole fleet (a MIG GPU once): GPUs, GPU-hours, average util/RFU/gap/PIF, phase "
+        "shares, bottlenecked share of active minutes, and the data's coverage of the day.",
     ),
 }
 
@@ -67,11 +73,17 @@ TABLES = {
             "cost_split_sums_to_cost",
             "productive + idle + stall + headroom = cost, to the cent",
         ),
+        checks.spec(
+            "fleet_daily",
+            "fleet_coverage",
+            "observed GPU-minutes >= coverage.warn_below (90 %) of GPUs seen x 1,440; warns",
+            blocking=False,
+        ),
     ],
 )
 def staging(context: dg.AssetExecutionContext, lake: LakeResource, reference: ReferenceResource):
-    """Each day's samples -> gpu_minutes (streamed) and gpu_daily, hourly_fleet_metrics and
-    priced_waste, one chunk of GPUs at a time."""
+    """Each day's samples -> gpu_minutes (streamed) and gpu_daily, hourly_fleet_metrics,
+    priced_waste and fleet_daily, one chunk of GPUs at a time."""
     the_lake = lake.lake()
     catalog, prices, rules = (
         reference.load_catalog(),
@@ -80,7 +92,7 @@ def staging(context: dg.AssetExecutionContext, lake: LakeResource, reference: Re
     )
     writers = {t: DayWriter(the_lake, t) for t in TABLES}
     chunking = lake.chunking()
-    results: dict[str, list] = {"minutes": [], "hourly": [], "waste": []}
+    results: dict[str, list] = {"minutes": [], "hourly": [], "waste": [], "coverage": []}
     for day in partition_days(context):
         samples = the_lake.scan_days("gpu_samples", [day])
         tables, unique = DayTables(t=rules.t), []
@@ -91,18 +103,20 @@ def staging(context: dg.AssetExecutionContext, lake: LakeResource, reference: Re
             if unique
             else checks.one_row_per_gpu_minute(pl.DataFrame(schema=GPU_MINUTES_SCHEMA))
         )
-        writers["gpu_daily"].write(day, tables.gpu_daily())
+        daily = writers["gpu_daily"].write(day, tables.gpu_daily())
         hourly = writers["hourly_fleet_metrics"].write(day, tables.hourly_fleet_metrics())
         waste = writers["priced_waste"].write(day, tables.priced_waste())
+        fleet = writers["fleet_daily"].write(day, validate("fleet_daily", tables.fleet_daily()))
         results["hourly"].append(checks.phase_shares_sum_to_100(hourly))
         results["waste"].append(checks.cost_split_sums_to_cost(waste))
+        results["coverage"].append(checks.fleet_coverage(fleet, daily, rules.t.coverage_warn_below))
         context.log.info(
             f"{day}: {tables.minutes_rows} GPU-minutes in {tables.chunks} chunk(s) of at most "
             f"{chunking} (split by {chunking.split})"
         )
     for w in writers.values():
         yield w.result(context, rules)
-    for name in ("minutes", "hourly", "waste"):
+    for name in ("minutes", "hourly", "waste", "coverage"):
         yield checks.merge(results[name], labels=partition_days(context))
 
 

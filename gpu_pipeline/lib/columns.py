@@ -78,7 +78,7 @@ COLUMNS: dict[str, str] = {
     "note": "why a value is null or estimated (unknown model, no power limit, ...)",
     # daily and rollups
     "minutes": "GPU-minutes with samples",
-    "active_minutes": "minutes with util >= the active threshold (10 %)",
+    "active_minutes": "minutes with util >= the active threshold (phases.idle_below, 10 %)",
     "bottlenecked_minutes": "active minutes classed bottlenecked",
     "idle_minutes": "minutes in the idle phase",
     "underutilized_minutes": "minutes in the underutilized phase",
@@ -105,6 +105,9 @@ COLUMNS: dict[str, str] = {
     "pct_productive": "% of GPU-minutes productive",
     "pct_compute_bound": "% of GPU-minutes compute_bound",
     "pct_unknown": "% of GPU-minutes without utilization",
+    "observed_gpu_minutes": "GPU-minutes with samples (a physical GPU counted once)",
+    "expected_gpu_minutes": "GPUs seen x 1,440: the GPU-minutes of a fully covered day",
+    "coverage_pct": "observed GPU-minutes / (GPUs seen x 1,440) x 100: how much of the day the data covers",
     # persistent bottlenecks
     "window_days": "days in the window D-6..D with data",
     "days_bottlenecked": "bottlenecked days in the window",
@@ -165,6 +168,11 @@ COLUMNS: dict[str, str] = {
 # where a name means something narrower in one table
 BY_TABLE: dict[tuple[str, str], str] = {
     ("hourly_fleet_metrics", "gpus"): "distinct physical GPUs with samples in the hour",
+    ("fleet_daily", "gpus"): "distinct physical GPUs seen on the day (a MIG GPU once)",
+    (
+        "gpu_daily",
+        "coverage_pct",
+    ): "minutes / 1,440 x 100: how much of the day the GPU's data covers",
     ("efficiency_roi", "gpus"): "physical GPUs in the scope",
     ("gpu_health", "minutes"): "minutes with samples",
     ("stragglers", "hour"): "UTC hour the GPU lagged its pod",

@@ -23,6 +23,8 @@ class Thresholds:
     # persistent: >= 3 bottlenecked days within D-6..D
     window_days: int = 7
     persistent_min_days: int = 3
+    # data coverage (observed GPU-minutes / (GPUs seen x 1,440) x 100) below which a day warns
+    coverage_warn_below: float = 90.0
 
 
 DEFAULT = Thresholds()
@@ -137,7 +139,9 @@ class Rules:
     def flat(self) -> dict[str, float]:
         """`section.key` -> value, as the rules file and run config name them."""
         return {
-            f"{sec}.{key}": getattr(getattr(self, part), key) if part else getattr(self, field)
+            f"{sec}.{key}": getattr(getattr(self, part), field or key)
+            if part
+            else getattr(self, field)
             for sec, key, part, field, _, _ in _KEYS
         }
 
@@ -157,6 +161,7 @@ _KEYS: tuple[tuple[str, str, str | None, str, type, tuple[float, float]], ...] =
     ("bottlenecks", "day_min_bottleneck_share", "t", "", float, _RATIO),
     ("bottlenecks", "window_days", "t", "", int, (1, 31)),
     ("bottlenecks", "persistent_min_days", "t", "", int, (1, 31)),
+    ("coverage", "warn_below", "t", "coverage_warn_below", float, _PCT),
     ("diagnosis", "sm_underfed_below", "d", "", float, _RATIO),
     ("diagnosis", "sm_busy_from", "d", "", float, _RATIO),
     ("diagnosis", "dram_bound_from", "d", "", float, _RATIO),
@@ -252,7 +257,7 @@ def _flatten(doc: dict, where: str) -> dict[str, object]:
 
 def load_rules(path: str | None = None, overrides: dict[str, object] | None = None) -> Rules:
     """Defaults, then the TOML rules file `path` ([phases], [classes], [bottlenecks],
-    [diagnosis], [health], [roi], [recommendations]), then `overrides` (`section.key` -> value, from run config)."""
+    [coverage], [diagnosis], [health], [roi], [recommendations]), then `overrides` (`section.key` -> value, from run config)."""
     import tomllib
 
     values: dict[str, object] = {}

@@ -16,6 +16,8 @@ INT_ATTRS = ("gpu_instance_id", "gpu_index")
 SAMPLE_ORDER = ("gpu_uuid", "gpu_instance_id", "timestamp")
 
 MINUTE_MS, HOUR_MS = 60_000, 3_600_000
+# minutes of a UTC day (no daylight saving in UTC): what full coverage of a GPU-day is
+MINUTES_PER_DAY = 1440
 
 
 def floor_ms(ts: pl.Expr, ms: int) -> pl.Expr:

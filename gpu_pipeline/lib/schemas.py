@@ -130,6 +130,8 @@ GPU_DAILY_SCHEMA: dict[str, pl.DataType] = {
     "namespace": pl.String,
     "gpu_model": pl.String,
     "minutes": pl.UInt32,
+    # minutes / 1,440 x 100: how much of the UTC day the GPU's data covers
+    "coverage_pct": pl.Float64,
     "active_minutes": pl.UInt32,
     "bottlenecked_minutes": pl.UInt32,
     **{f"{p}_minutes": pl.UInt32 for p in PHASES},
@@ -160,6 +162,23 @@ HOURLY_FLEET_METRICS_SCHEMA: dict[str, pl.DataType] = {
     "pct_productive": pl.Float64,
     "pct_compute_bound": pl.Float64,
     "pct_unknown": pl.Float64,
+}
+
+# one row per day, the whole fleet (physical GPUs: a MIG GPU counts once)
+FLEET_DAILY_SCHEMA: dict[str, pl.DataType] = {
+    "date": pl.Date,
+    "gpus": pl.UInt32,
+    "gpu_hours": pl.Float64,
+    "avg_gpu_util_pct": pl.Float64,
+    "avg_rfu_pct": pl.Float64,
+    "avg_efficiency_gap_pct": pl.Float64,
+    "avg_pif": pl.Float64,
+    **{f"pct_{p}": pl.Float64 for p in PHASES},
+    "pct_active_bottlenecked": pl.Float64,
+    # observed GPU-minutes / (GPUs seen x 1,440) x 100
+    "observed_gpu_minutes": pl.UInt32,
+    "expected_gpu_minutes": pl.UInt32,
+    "coverage_pct": pl.Float64,
 }
 
 PERSISTENT_BOTTLENECKS_SCHEMA: dict[str, pl.DataType] = {
@@ -294,6 +313,7 @@ TABLES: dict[str, dict[str, pl.DataType]] = {
     "gpu_minutes": GPU_MINUTES_SCHEMA,
     "gpu_daily": GPU_DAILY_SCHEMA,
     "hourly_fleet_metrics": HOURLY_FLEET_METRICS_SCHEMA,
+    "fleet_daily": FLEET_DAILY_SCHEMA,
     "persistent_bottlenecks": PERSISTENT_BOTTLENECKS_SCHEMA,
     "priced_waste": PRICED_WASTE_SCHEMA,
     "recommendations": RECOMMENDATIONS_SCHEMA,
@@ -359,6 +379,29 @@ GPU_MINUTES_MODEL = _model(
     ["gpu_uuid", "gpu_instance_id", "minute"],
 )
 
+FLEET_DAILY_MODEL = _model(
+    FLEET_DAILY_SCHEMA,
+    {
+        **{
+            c: [pa.Check.in_range(0, 100)]
+            for c in (
+                "avg_gpu_util_pct",
+                "avg_rfu_pct",
+                *[f"pct_{p}" for p in PHASES],
+                "pct_active_bottlenecked",
+                "coverage_pct",
+            )
+        },
+        "avg_efficiency_gap_pct": [pa.Check.in_range(-100, 100)],
+        "avg_pif": [pa.Check.in_range(0, 1)],
+        "gpus": [pa.Check.ge(1)],
+        "gpu_hours": [pa.Check.ge(0)],
+    },
+    {"date", "gpus", "gpu_hours", "observed_gpu_minutes", "expected_gpu_minutes", "coverage_pct"}
+    | {f"pct_{p}" for p in PHASES},
+    ["date"],
+)
+
 RECOMMENDATIONS_MODEL = _model(
     RECOMMENDATIONS_SCHEMA,
     {
@@ -379,6 +422,7 @@ MODELS: dict[str, pa.DataFrameSchema] = {
     "quarantine": QUARANTINE_MODEL,
     "ingest_log": INGEST_LOG_MODEL,
     "gpu_minutes": GPU_MINUTES_MODEL,
+    "fleet_daily": FLEET_DAILY_MODEL,
     "recommendations": RECOMMENDATIONS_MODEL,
 }
 

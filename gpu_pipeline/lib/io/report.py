@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import math
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 
@@ -22,6 +23,7 @@ from gpu_pipeline.lib.display import NO_NAMESPACE, NO_POWER, NO_PRICE, num  # no
 from gpu_pipeline.lib.io.lake import Lake  # noqa: E402
 from gpu_pipeline.lib.marts.priced_waste import priced_total  # noqa: E402
 from gpu_pipeline.lib.rules import DEFAULT, Thresholds  # noqa: E402
+from gpu_pipeline.lib.samples import MINUTES_PER_DAY  # noqa: E402
 
 CLASS_COLORS = {
     "idle": "#9e9e9e",
@@ -571,9 +573,74 @@ h1{margin-bottom:0}.kpis{display:flex;gap:1em;flex-wrap:wrap;margin:1em 0}
 img{max-width:100%;border:1px solid #eee;margin:.5em 0}table{border-collapse:collapse;font-size:.85em;margin:.5em 0}
 td,th{border:1px solid #ddd;padding:.3em .5em;text-align:left;vertical-align:top}th{background:#fafafa}
 .note{color:#666;font-size:.85em}.scroll{overflow-x:auto;max-width:100%}
+.partial{background:#fff3e0;border-left:4px solid #fb8c00;padding:.6em 1em;margin:1em 0;overflow-wrap:anywhere}
+.partial.warn{background:#ffebee;border-left-color:#e53935}
 @media (max-width:760px){body{margin:.8em}table{font-size:.78em}}
 @media print{body{margin:0;max-width:none}.scroll{overflow:visible}
 img,tr,.kpi,.chart{break-inside:avoid}h2,h3{break-after:avoid}}"""
+
+
+def day_coverage(lake: Lake, day: date, physical_minutes: pl.DataFrame) -> dict:
+    """The day's coverage: GPUs seen, observed and expected GPU-minutes, coverage_pct — from
+    fleet_daily, or for a lake written before it existed, from the physical GPU-minutes."""
+    if lake.exists("fleet_daily", day):
+        f = lake.read("fleet_daily", day)
+        if f.height:
+            return f.select(
+                "gpus", "observed_gpu_minutes", "expected_gpu_minutes", "coverage_pct"
+            ).row(0, named=True)
+    gpus = physical_minutes.get_column("gpu_uuid").n_unique()
+    observed, expected = physical_minutes.height, gpus * MINUTES_PER_DAY
+    return {
+        "gpus": gpus,
+        "observed_gpu_minutes": observed,
+        "expected_gpu_minutes": expected,
+        "coverage_pct": 100.0 * observed / expected if expected else None,
+    }
+
+
+def _pct_down(v: float) -> str:
+    """A coverage, rounded down: 99.97 % of a day is not 100.0 % (and 95.1 stored as
+    95.09999… is still 95.1)."""
+    return f"{math.floor(v * 10 + 1e-9) / 10:.1f} %"
+
+
+def partial_banner(cov: dict, daily: pl.DataFrame, t: Thresholds = DEFAULT) -> str:
+    """What the top of the report says when the data covers only part of the day (observed
+    GPU-minutes below GPUs seen x 1,440): the coverage, observed vs expected GPU-minutes, the
+    GPUs with gaps; "" when the day is complete."""
+    observed, expected = cov["observed_gpu_minutes"], cov["expected_gpu_minutes"]
+    if not expected or observed >= expected:
+        return ""
+    coverage = cov["coverage_pct"]
+    below = coverage < t.coverage_warn_below
+    # by minutes, not coverage_pct: a gpu_daily written before that column existed has them
+    gaps = daily.filter(
+        pl.col("gpu_instance_id").is_null(), pl.col("minutes") < MINUTES_PER_DAY
+    ).sort("minutes", "gpu_uuid")
+    text = (
+        f"<b>Partial data: this day's telemetry covers {_pct_down(coverage)} of its GPU-minutes</b>"
+        f" — {observed:,} observed of {expected:,} expected ({cov['gpus']:,} GPUs seen × "
+        f"{MINUTES_PER_DAY:,} minutes)."
+    )
+    if below:
+        text += (
+            f" That is below the {t.coverage_warn_below:g} % at which the fleet_coverage check "
+            "warns."
+        )
+    if gaps.height:
+        least = gaps.row(0, named=True)
+        text += (
+            f" {gaps.height:,} of {cov['gpus']:,} GPUs have gaps; the least covered is "
+            f"{html.escape(_label(least['gpu_uuid'], 60))}"
+            f" ({_pct_down(100.0 * least['minutes'] / MINUTES_PER_DAY)}, "
+            f"{least['minutes']:,} minutes)."
+        )
+    text += (
+        " Totals below (GPU-hours, cost, waste, energy) count only the minutes observed; averages "
+        "and shares are over them."
+    )
+    return f"<p class='partial{' warn' if below else ''}'>{text}</p>"
 
 
 def _read(lake: Lake, table: str, day: date) -> pl.DataFrame:
@@ -702,9 +769,12 @@ def build_report(
             ("idle energy", f"{e['idle_energy_kwh']:,.1f} kWh" if powered else NO_POWER),
             ("CO₂", f"{e['co2_kg']:,.1f} kg" if powered else NO_POWER),
         ]
+    cov = day_coverage(lake, day, m)
+    kpis.insert(2, ("coverage", _pct_down(cov["coverage_pct"])))
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'><meta name='viewport' content='width=device-width,initial-scale=1'><title>GPU efficiency report {day}</title>"
         f"<style>{CSS}</style></head><body><h1>GPU efficiency report — {day}</h1>",
+        partial_banner(cov, daily, t),
         "<div class='kpis'>"
         + "".join(f"<div class='kpi'>{n}<b>{v}</b></div>" for n, v in kpis)
         + "</div>",

@@ -9,7 +9,12 @@ from gpu_pipeline.lib.reference import energy_rates, load_energy
 from gpu_pipeline.lib.rules import DEFAULT, Thresholds
 from gpu_pipeline.lib.samples import conform_lazy
 from gpu_pipeline.lib.schemas import NAMESPACE_EFFICIENCY_SCHEMA
-from gpu_pipeline.lib.staging.minute_runs import allocated_minutes, weighted_mean, weighted_share
+from gpu_pipeline.lib.staging.minute_runs import (
+    allocated_minutes,
+    weighted_mean,
+    weighted_share,
+    with_gpu_power,
+)
 
 
 def namespace_efficiency(
@@ -24,13 +29,15 @@ def namespace_efficiency(
     usd_per_kwh, co2_per_kwh = energy_rates(
         load_energy() if energy is None else energy, pl.col("cluster")
     )
-    kwh = pl.col("power_w") * pl.col("_w") / 60.0 / 1000.0  # a MIG instance: its share
+    # energy allocated like cost: the physical GPU's power x the row's GPU share (a MIG
+    # instance: its slices of the GPU's power; the free slices: the rest, on the GPU's row)
+    kwh = pl.col("_gpu_power_w") * pl.col("_w") / 60.0 / 1000.0
     # a sum over minutes none of which has the input is unknown (null), not 0: a namespace on
     # models without a price has no cost, one whose exporter sends no power no energy
     priced = pl.col("cost_usd").is_not_null().any()
-    powered = pl.col("power_w").is_not_null().any()
+    powered = pl.col("_gpu_power_w").is_not_null().any()
     out = (
-        allocated_minutes(minutes)
+        allocated_minutes(with_gpu_power(minutes))
         .group_by("date", "namespace")
         .agg(
             pl.col("gpu_uuid").n_unique().alias("gpus"),

@@ -4,8 +4,8 @@ The lake stores gpu_samples in SAMPLE_ORDER (one GPU after another), so a range 
 a run of Parquet row groups: each chunk reads only its own rows. A chunk holds whole GPUs (every
 MIG instance with its physical GPU), computes their gpu_minutes and, while they are in memory,
 their minute runs (`staging.minute_runs`: per GPU and hour, sums and counts). Runs never span two
-chunks, so gpu_daily, hourly_fleet_metrics and priced_waste computed from all of a day's runs
-are exactly the tables of the day processed at once.
+chunks, so gpu_daily, hourly_fleet_metrics, priced_waste and fleet_daily computed from all of a
+day's runs are exactly the tables of the day processed at once.
 
 `split="cluster"` makes chunk boundaries follow clusters as well (a chunk never mixes two
 clusters' GPUs, a cluster larger than `max_gpus` is cut further), so a cluster's rows are
@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from gpu_pipeline.lib.marts.fleet_daily import fleet_daily
 from gpu_pipeline.lib.marts.hourly_fleet_metrics import hourly_fleet_metrics
 from gpu_pipeline.lib.marts.priced_waste import priced_waste
 from gpu_pipeline.lib.rules import DEFAULT, DIAGNOSIS, DiagnosisThresholds, Thresholds
@@ -193,11 +194,11 @@ def inspect(df: pl.DataFrame) -> tuple[pl.DataFrame, Shape]:
 
 @dataclass
 class DayTables:
-    """What a day's chunks add up to: their minute runs, from which gpu_daily and the two
+    """What a day's chunks add up to: their minute runs, from which gpu_daily and the three
     marts are computed (runs never span two chunks: they belong to one GPU).
 
     A chunk's runs are all that is computed when it is added (on the thread that hands the next
-    chunk over, the critical path); the three tables are small group-bys of all the runs,
+    chunk over, the critical path); the four tables are small group-bys of all the runs,
     computed together at the end, in one call."""
 
     t: Thresholds = DEFAULT
@@ -222,10 +223,15 @@ class DayTables:
     def _all(self) -> tuple[pl.DataFrame, ...]:
         if self._tables is None:
             runs = self._runs()
-            # one call, so the three group-bys run side by side (each still sums in row order)
+            # one call, so the group-bys run side by side (each still sums in row order)
             self._tables = tuple(
                 collect_all_stable(
-                    [gpu_daily(runs, self.t), hourly_fleet_metrics(runs), priced_waste(runs)]
+                    [
+                        gpu_daily(runs, self.t),
+                        hourly_fleet_metrics(runs),
+                        priced_waste(runs),
+                        fleet_daily(runs),
+                    ]
                 )
             )
         return self._tables
@@ -239,6 +245,10 @@ class DayTables:
 
     def priced_waste(self) -> pl.DataFrame:
         return self._all()[2]
+
+    def fleet_daily(self) -> pl.DataFrame:
+        """One row for the day (none for a day without GPU-minutes)."""
+        return self._all()[3]
 
 
 def minutes_by_chunk(

@@ -1,5 +1,5 @@
 """Minute runs (`staging/minute_runs.py`) -> `gpu_daily`: per GPU-day minute counts by phase and
-class, means, energy, and whether the day was bottlenecked. Pure and lazy."""
+class, coverage of the day, means, energy, and whether the day was bottlenecked. Pure and lazy."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from gpu_pipeline.lib.rules import (
     PHASES,
     Thresholds,
 )
-from gpu_pipeline.lib.samples import conform_lazy
+from gpu_pipeline.lib.samples import MINUTES_PER_DAY, conform_lazy
 from gpu_pipeline.lib.schemas import GPU_DAILY_SCHEMA
 from gpu_pipeline.lib.staging.gpu_minutes import GPU_KEY
 from gpu_pipeline.lib.staging.minute_runs import ratio
@@ -46,6 +46,8 @@ def gpu_daily(runs: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
                 for c in ("energy", "idle_energy")
             ],
             *[ratio(f"_sum_{c}", f"_n_{c}").alias(name) for c, name in DAILY_MEANS.items()],
+            # how much of the UTC day the GPU's (or MIG instance's) data covers
+            (100.0 * pl.col("minutes") / MINUTES_PER_DAY).alias("coverage_pct"),
             (
                 (pl.col("active_minutes") >= t.day_min_active_minutes)
                 & (

@@ -287,6 +287,29 @@ def allocated_minutes(minutes: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
+def with_gpu_power(minutes: pl.LazyFrame) -> pl.LazyFrame:
+    """Minutes with `_gpu_power_w`: the power of the row's physical GPU in that minute.
+
+    A MIG instance has no power of its own (power cannot be split among instances; the device's
+    power is kept once, on the physical GPU's row): its row takes the physical GPU's, so that
+    weighted by `gpu_share` like the price, the GPU's energy is allocated to its instances'
+    namespaces by slice share and the free slices keep the rest. A whole GPU's row keeps its own.
+    """
+    device = minutes.filter(mig_unallocated()).select(
+        "gpu_uuid", "minute", pl.col("power_w").alias("_device_power_w")
+    )
+    return (
+        minutes.join(device, on=["gpu_uuid", "minute"], how="left", maintain_order="left")
+        .with_columns(
+            pl.when(PHYSICAL)
+            .then(pl.col("power_w"))
+            .otherwise(pl.coalesce("_device_power_w", "power_w"))
+            .alias("_gpu_power_w")
+        )
+        .drop("_device_power_w")
+    )
+
+
 def weighted_mean(col: str, w: str = "_w") -> pl.Expr:
     """Mean of `col` weighted by `w` over rows where `col` has a value (null if none)."""
     has = pl.col(col).is_not_null()
