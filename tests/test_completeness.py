@@ -96,7 +96,7 @@ def test_hidden_files_and_folders_are_listed_with_why(tmp_path):
     assert log["source_file"].to_list() == names
     hidden = log.filter(pl.col("source_file").str.starts_with("."))
     assert hidden["format"].to_list() == ["skipped", "skipped"]
-    assert all("hidden" in n for n in hidden["note"].to_list())
+    assert all("hidden" in n for n in hidden["skip_reason"].to_list())
     assert hidden["rows_read"].to_list() == [0, 0]
     assert out.gpu_samples.height == 1  # the hidden copy's sample is not read
 

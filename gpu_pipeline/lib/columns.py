@@ -51,7 +51,7 @@ COLUMNS: dict[str, str] = {
     "origin": "where the file came from (a server and query for pulled files; never credentials)",
     "columns_ignored": "header names of the file that map to no field (CSV formats)",
     "fields": "the telemetry fields the file gives (its header's or its series')",
-    "note": "why a listed file was not read (hidden files)",
+    "skip_reason": "why a listed file was not read (hidden files)",
     # minute metrics
     "samples": "samples averaged into the minute",
     "gpu_util_pct": "reported GPU utilization, % (minute mean)",

@@ -75,7 +75,7 @@ INGEST_LOG_SCHEMA: dict[str, pl.DataType] = {
     # header names the file's parser did not use (CSV formats), and the fields it gives
     "columns_ignored": pl.List(pl.String),
     "fields": pl.List(pl.String),
-    "note": pl.String,  # why a listed file was not read (hidden files)
+    "skip_reason": pl.String,  # why a listed file was not read (hidden files)
 }
 
 GPU_MINUTES_SCHEMA: dict[str, pl.DataType] = {

@@ -66,7 +66,7 @@ META_SCHEMA = {
     "origin": pl.String,
     "columns_ignored": pl.List(pl.String),
     "fields": pl.List(pl.String),
-    "note": pl.String,
+    "skip_reason": pl.String,
 }
 
 
@@ -86,7 +86,7 @@ class ParsedFile:
     origin: str | None = None
     columns_ignored: list[str] = field(default_factory=list)
     fields: list[str] = field(default_factory=list)
-    note: str | None = None  # why a listed file was not read (hidden)
+    skip_reason: str | None = None  # why a listed file was not read (hidden)
 
     # the file as a whole was rejected: refused, unreadable, of no known format, or given up
     # on by its parser (one record, quarantined on the days it names)
@@ -209,7 +209,7 @@ def load_or_parse(
             records_by_day=parsed.records_by_day,
             samples=parsed.samples.lazy(),
             quarantine=parsed.quarantine.lazy(),
-            note=lf.skipped,
+            skip_reason=lf.skipped,
             rejected_whole=parsed.rejected_whole,
         )
     cache_root = Path(cache_root)

@@ -36,7 +36,7 @@ def ingest_log(
             "origin": pf.origin,
             "columns_ignored": pf.columns_ignored,
             "fields": pf.fields,
-            "note": pf.note,
+            "skip_reason": pf.skip_reason,
         }
         for order, pf in enumerate(files)
     ]
