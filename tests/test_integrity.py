@@ -282,14 +282,14 @@ def test_unreadable_odd_and_strangely_named_files_are_records_not_failures(tmp_p
     with open(odd, "wb") as f:
         f.write((raw / "good_2024-01-10.prom").read_bytes().replace(b"GPU-A", b"GPU-B"))
     (raw / "locked.prom").write_text("x")
-    real = ingest._sha256
+    real = ingest.open_landing
 
-    def no_permission(path):
-        if Path(path).name == "locked.prom":  # as root, chmod 000 would not stop the read
+    def no_permission(target, ident):
+        if Path(target).name == "locked.prom":  # as root, chmod 000 would not stop the read
             raise PermissionError(13, "Permission denied")
-        return real(path)
+        return real(target, ident)
 
-    monkeypatch.setattr(ingest, "_sha256", no_permission)
+    monkeypatch.setattr(ingest, "open_landing", no_permission)
     on_d = datetime(2024, 1, 10, 12, tzinfo=UTC).timestamp()  # refused files: home day = mtime
     for p in ("pipe.prom", "locked.prom"):
         os.utime(raw / p, (on_d, on_d))

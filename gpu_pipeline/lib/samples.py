@@ -74,6 +74,10 @@ class ParsedLines:
     columns_ignored: list[str] = field(default_factory=list)
     fields: list[str] = field(default_factory=list)
     rejected_whole: bool = False  # the file as a whole: one record
+    # the file could not be read this run (it changed since it was listed): not to be cached
+    changed: bool = False
+    sha256: str | None = None  # of the bytes read, the ones parsed
+    bytes_read: int | None = None
 
 
 def normalize_uuid(expr: pl.Expr) -> pl.Expr:

@@ -11,7 +11,7 @@ import shutil
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import Path
 
@@ -131,9 +131,35 @@ def is_cached(
 CACHED = ("samples.parquet", "quarantine.parquet")
 
 
-def _write_cache(lf: LandingFile, cdir: Path, cache_root: Path, opts: ParseOptions) -> None:
+def _uncached(lf: LandingFile, fmt: str, parsed) -> ParsedFile:
+    """A file that is not cached: never opened (refused, hidden), or not readable this run."""
+    return ParsedFile(
+        file=lf,
+        format=fmt,
+        lines_total=parsed.lines_total,
+        lines_skipped=0,
+        time_basis="sample",
+        home_day=home_day([], lf.source_file, lf.mtime),
+        days=[],
+        rows_by_day={},
+        records_by_day=parsed.records_by_day,
+        samples=parsed.samples.lazy(),
+        quarantine=parsed.quarantine.lazy(),
+        skip_reason=lf.skipped,
+        rejected_whole=parsed.rejected_whole,
+    )
+
+
+def _write_cache(
+    lf: LandingFile, cache_root: Path, opts: ParseOptions
+) -> tuple[Path, LandingFile] | ParsedFile:
+    """Parse `lf` and cache the parse under the hash of the bytes it read (which are the listed
+    ones unless the file changed since: then the parse is of the new bytes, and `lf` comes back
+    with their hash and size); a file that could not be read this run is not cached."""
     try:
         fmt, parsed = parse_landing_file(lf, opts)
+        if parsed.changed:
+            return _uncached(lf, fmt, parsed)
         per_day = (
             parsed.samples.group_by(pl.col("timestamp").dt.date().alias("d"))
             .len()
@@ -147,6 +173,11 @@ def _write_cache(lf: LandingFile, cdir: Path, cache_root: Path, opts: ParseOptio
             _whole_file(f"could not be parsed: {type(e).__name__}: {e}", ""),
         )
         rows_by_day = {}
+    if parsed.sha256 and parsed.sha256 != lf.sha256:
+        lf = replace(lf, sha256=parsed.sha256, size=parsed.bytes_read or lf.size)
+    cdir = cache_root / _cache_key(lf, opts)
+    if (cdir / "meta.json").is_file():
+        return cdir, lf  # these bytes were cached meanwhile (another run, or before a change)
     days = sorted(rows_by_day)
     tmp = cache_root / f".tmp-{uuid.uuid4().hex}"
     tmp.mkdir(parents=True)
@@ -172,6 +203,9 @@ def _write_cache(lf: LandingFile, cdir: Path, cache_root: Path, opts: ParseOptio
         },
         "columns_ignored": parsed.columns_ignored,
         "fields": parsed.fields,
+        # what was parsed: the content's hash and size as read
+        "file_sha256": lf.sha256,
+        "file_bytes": lf.size,
         # the cache checks itself: a cached file that no longer has this hash is parsed again
         "sha256": {name: _sha256(tmp / name) for name in CACHED},
     }
@@ -180,6 +214,7 @@ def _write_cache(lf: LandingFile, cdir: Path, cache_root: Path, opts: ParseOptio
         tmp.rename(cdir)
     except OSError:  # another run cached the same file meanwhile: same content, keep theirs
         shutil.rmtree(tmp, ignore_errors=True)
+    return cdir, lf
 
 
 def _cache_intact(cdir: Path, meta: dict) -> bool:
@@ -197,27 +232,17 @@ def load_or_parse(
     beside them)."""
     if lf.problem or lf.skipped:  # nothing to cache: the file is never opened
         fmt, parsed = parse_landing_file(lf, opts)
-        return ParsedFile(
-            file=lf,
-            format=fmt,
-            lines_total=parsed.lines_total,
-            lines_skipped=0,
-            time_basis="sample",
-            home_day=home_day([], lf.source_file, lf.mtime),
-            days=[],
-            rows_by_day={},
-            records_by_day=parsed.records_by_day,
-            samples=parsed.samples.lazy(),
-            quarantine=parsed.quarantine.lazy(),
-            skip_reason=lf.skipped,
-            rejected_whole=parsed.rejected_whole,
-        )
+        return _uncached(lf, fmt, parsed)
     cache_root = Path(cache_root)
     cdir = cache_root / _cache_key(lf, opts)
     meta_path = cdir / "meta.json"
     for attempt in range(2):
         if not meta_path.is_file():
-            _write_cache(lf, cdir, cache_root, opts)
+            written = _write_cache(lf, cache_root, opts)
+            if isinstance(written, ParsedFile):
+                return written
+            cdir, lf = written
+            meta_path = cdir / "meta.json"
         meta = json.loads(meta_path.read_text())
         if _cache_intact(cdir, meta):
             break

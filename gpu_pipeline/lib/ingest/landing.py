@@ -3,6 +3,7 @@ limit), detect its format by content and parse it into long samples and quaranti
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -70,6 +71,10 @@ class LandingFile:
     problem: str | None = None  # why the file is not read (a link out of the zone, an OS error)
     skipped: str | None = None  # why it is listed but not read (hidden): no record, not rejected
     header: str | None = None  # the header line of a `header.csv` in the same folder
+    # what is opened: the file, or a link's target as resolved at listing, and that file's
+    # (device, inode) as listed: a read checks it opened the very file that was listed
+    target: Path | None = None
+    ident: tuple[int, int] | None = None
 
     @property
     def dir_cluster(self) -> str | None:
@@ -79,6 +84,7 @@ class LandingFile:
 
 
 def _sha256(path: Path) -> str:
+    """The sha256 of a file of our own (the parse cache's Parquet files)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 22), b""):
@@ -86,9 +92,45 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _sha256_or_error(path: Path) -> str | OSError:
+class Changed(OSError):
+    """The file opened is not the file listed: a link or file swapped between the two."""
+
+
+CHANGED = (
+    "changed between listing and reading (a link or file swapped during the run): not read; "
+    "the next run lists it again"
+)
+
+
+def open_landing(target: Path, ident: tuple[int, int]):
+    """Open a listed landing file for reading, once: never through a link (O_NOFOLLOW), never a
+    FIFO (no blocking open), and only the very file listed (its device and inode); else
+    `Changed`."""
     try:
-        return _sha256(path)
+        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOENT, errno.ENOTDIR, errno.ENXIO):
+            raise Changed(e.errno, CHANGED) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != ident:
+            raise Changed(errno.ESTALE, CHANGED)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _hash_listed(entry: tuple[Path, tuple[int, int]]) -> str | OSError:
+    """The sha256 of a listed file, read through `open_landing`; the error when it can't be."""
+    try:
+        h = hashlib.sha256()
+        with open_landing(*entry) as f:
+            for chunk in iter(lambda: f.read(1 << 22), b""):
+                h.update(chunk)
+        return h.hexdigest()
     except OSError as e:
         return e
 
@@ -133,38 +175,47 @@ HEADER_FILE = "header.csv"
 def _sidecar_header(path: Path, real_root: Path) -> str | None:
     """The first non-blank line of a `header.csv` (at most 64 KiB read), None when it can't be
     read the way landing files are (a link out of the zone, not a regular file)."""
-    why, _ = _refusal(path, real_root)
+    why, st, target = _refusal(path, real_root)
     if why:
         return None
     try:
-        with open(path, "rb") as f:
+        with open_landing(target, (st.st_dev, st.st_ino)) as f:
             head = f.read(65536).decode("utf-8", "replace").lstrip("\ufeff")
     except OSError:
         return None
     return next((ln.strip() for ln in head.splitlines() if ln.strip()), None)
 
 
-def _refusal(path: Path, real_root: Path) -> tuple[str | None, os.stat_result | None]:
-    """(why `path` is not read, None) or (None, its stat): links must stay in the zone."""
+def _refusal(path: Path, real_root: Path) -> tuple[str | None, os.stat_result | None, Path | None]:
+    """(why `path` is not read, None, None) or (None, the stat of what is read, its path): the
+    file itself, or a link's target resolved now, which must stay in the zone. What is read
+    later is checked to be this very file (`open_landing`)."""
     try:
         lst = os.lstat(path)
+        target = path
         if stat.S_ISLNK(lst.st_mode):
             try:
                 target = Path(os.path.realpath(path, strict=True))
             except OSError as e:
                 why = os.strerror(e.errno) if e.errno else str(e)
-                return f"symbolic link that cannot be followed ({why}: dangling or a loop)", None
+                return (
+                    f"symbolic link that cannot be followed ({why}: dangling or a loop)",
+                    None,
+                    None,
+                )
             if not target.is_relative_to(real_root):
-                return "symbolic link to a file outside the landing zone: not followed", None
-            lst = os.stat(path)
+                return "symbolic link to a file outside the landing zone: not followed", None, None
+            lst = os.lstat(target)
+        elif not Path(os.path.realpath(path)).is_relative_to(real_root):
+            return "reached through a folder that leaves the landing zone: not read", None, None
         if stat.S_ISDIR(lst.st_mode):
-            return "symbolic link to a folder: not followed", None
+            return "symbolic link to a folder: not followed", None, None
         if not stat.S_ISREG(lst.st_mode):
             kind = "FIFO" if stat.S_ISFIFO(lst.st_mode) else "socket or device"
-            return f"not a regular file ({kind}): not read", None
-        return None, lst
+            return f"not a regular file ({kind}): not read", None, None
+        return None, lst, target
     except OSError as e:
-        return f"cannot be read: {e.strerror or e}", None
+        return f"cannot be read: {e.strerror or e}", None, None
 
 
 def list_landing(
@@ -207,22 +258,42 @@ def list_landing(
             continue
         if path.name == HEADER_FILE:
             headers[path.parent] = _sidecar_header(path, real_root)
-        why, st = _refusal(path, real_root)
+        why, st, target = _refusal(path, real_root)
         key = None if why else f"{name}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}"
-        entries.append((path, name, why, st, key))
+        ident = None if why else (st.st_dev, st.st_ino)
+        entries.append((path, name, why, st, key, target, ident))
     # new files are read and hashed a few at a time (hashlib releases the GIL)
-    new = [e[0] for e in entries if e[4] is not None and e[4] not in known]
+    new = [e for e in entries if e[4] is not None and e[4] not in known]
     with ThreadPoolExecutor(WORKERS) as pool:
-        hashed = dict(zip(new, pool.map(_sha256_or_error, new), strict=True))
-    for path, name, why, st, key in entries:
+        hashed = dict(
+            zip(
+                [e[0] for e in new],
+                pool.map(_hash_listed, [(e[5], e[6]) for e in new]),
+                strict=True,
+            )
+        )
+    for path, name, why, st, key, target, ident in entries:
         if why is None:
             sha = known.get(key) or hashed[path]
-            if isinstance(sha, OSError):
+            if isinstance(sha, Changed):
+                why = CHANGED
+            elif isinstance(sha, OSError):
                 why = f"cannot be read: {sha.strerror or sha}"
             else:
                 seen[key] = sha
                 header = headers.get(path.parent) if path.name != HEADER_FILE else None
-                out.append(LandingFile(path, name, sha, st.st_size, st.st_mtime, header=header))
+                out.append(
+                    LandingFile(
+                        path,
+                        name,
+                        sha,
+                        st.st_size,
+                        st.st_mtime,
+                        header=header,
+                        target=target,
+                        ident=ident,
+                    )
+                )
                 continue
         try:
             mtime = os.lstat(path).st_mtime
@@ -326,33 +397,89 @@ def _gunzip(f, limit: int) -> tuple[bytes | None, str | None]:
     return bytes(out), None
 
 
-def _read_bytes(lf: LandingFile, limit: int = MAX_FILE_BYTES) -> tuple[bytes | None, str | None]:
-    """(content as UTF-8 bytes, None), gunzipped, or (None, why the file cannot be read as text).
+class _Hashing:
+    """A file object that hashes every byte read through it."""
+
+    def __init__(self, f):
+        self.f, self.h, self.n = f, hashlib.sha256(), 0
+
+    def read(self, size: int = -1) -> bytes:
+        b = self.f.read(size)
+        self.h.update(b)
+        self.n += len(b)
+        return b
+
+    def drain(self) -> None:
+        """Read (and hash) the rest, so the hash is the whole file's."""
+        while self.read(1 << 22):
+            pass
+
+
+@dataclass(frozen=True)
+class Read:
+    """What reading a landing file gave: its text as UTF-8 bytes (None: not readable as text,
+    `why`), the sha256 of the bytes read, and their first 200 bytes (for the quarantine)."""
+
+    data: bytes | None
+    why: str | None
+    sha256: str
+    head: bytes
+    size: int  # bytes read from the file (before gunzip)
+
+
+def _read_bytes(lf: LandingFile, limit: int = MAX_FILE_BYTES) -> Read:
+    """The file's content, gunzipped; opened once (`open_landing`: the very file listed), its
+    sha256 taken of the bytes read, the ones parsed.
 
     Byte-order marks (Excel, Windows tools) are dropped; UTF-16 (PowerShell's `>`) is re-encoded.
     Files (or their decompressed content) above `limit` bytes are not read into memory.
     """
-    with open(lf.path, "rb") as f:
+    with open_landing(lf.target or lf.path, lf.ident or _ident(lf.path)) as raw:
+        f = _Hashing(raw)
         magic = f.read(2)
-        f.seek(0)
         if magic == GZIP_MAGIC:
-            data, why = _gunzip(f, limit)
+            data, why = _gunzip(_Prefixed(magic, f), limit)
             if data is None:
-                return None, why
+                f.drain()
+                return Read(None, why, f.h.hexdigest(), magic, f.n)
         else:
-            if os.fstat(f.fileno()).st_size > limit:
-                return None, f"larger than {limit:,} bytes: not read (max_file_mb)"
-            data = f.read()
+            if os.fstat(raw.fileno()).st_size > limit:  # not read: the listing's hash stands
+                why = f"larger than {limit:,} bytes: not read (max_file_mb)"
+                return Read(None, why, lf.sha256, magic + raw.read(198), lf.size)
+            data = magic + f.read()
+        sha, size = f.h.hexdigest(), f.n
+    head = data[:200]
     if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
         try:
             data = data.decode("utf-16").encode("utf-8")
         except UnicodeDecodeError as e:
-            return None, f"UTF-16 text that does not decode ({e.reason} at byte {e.start})"
+            why = f"UTF-16 text that does not decode ({e.reason} at byte {e.start})"
+            return Read(None, why, sha, head, size)
     if data.startswith(UTF8_BOM):
         data = data[len(UTF8_BOM) :]
     if _looks_binary(data[:65536]):
-        return None, "binary content (NUL and control bytes): not a telemetry export"
-    return data, None
+        why = "binary content (NUL and control bytes): not a telemetry export"
+        return Read(None, why, sha, head, size)
+    return Read(data, None, sha, head, size)
+
+
+class _Prefixed:
+    """`f` with `head` (already read from it) put back in front."""
+
+    def __init__(self, head: bytes, f):
+        self.head, self.f = head, f
+
+    def read(self, size: int = -1) -> bytes:
+        if self.head:
+            out, self.head = self.head, b""
+            return out + (self.f.read(size - len(out)) if size > len(out) else b"")
+        return self.f.read(size)
+
+
+def _ident(path: Path) -> tuple[int, int]:
+    """The (device, inode) of a file given by path only (tests, callers without a listing)."""
+    st = os.lstat(path)
+    return st.st_dev, st.st_ino
 
 
 _CONTROL = bytes(b for b in range(32) if b not in (9, 10, 13)) + b"\x7f"
@@ -480,7 +607,9 @@ def named_days(text: str) -> list[date]:
     return sorted(days)[:366]
 
 
-def _whole_file(reason: str, raw: str, days: list[date] | None = None) -> ParsedLines:
+def _whole_file(
+    reason: str, raw: str, days: list[date] | None = None, changed: bool = False
+) -> ParsedLines:
     """A file rejected as a whole: one record, quarantined on each of the `days` its content
     names (so whoever looks at a day the file held sees it), else on the file's home day."""
     days = days or []
@@ -503,6 +632,7 @@ def _whole_file(reason: str, raw: str, days: list[date] | None = None) -> Parsed
         lines_skipped=0,
         records_by_day={d: 1 for d in days} if days else {None: 1},
         rejected_whole=True,
+        changed=changed,
     )
 
 
@@ -534,11 +664,22 @@ def parse_landing_file(
         )
     if lf.problem:  # never opened: its content (a link out of the zone) stays unread
         return "refused", _whole_file(lf.problem, "")
-    data, why = _read_bytes(lf, opts.max_file_bytes)
+    try:
+        read = _read_bytes(lf, opts.max_file_bytes)
+    except Changed:
+        return "refused", _whole_file(CHANGED, "", changed=True)
+    except OSError as e:
+        return "refused", _whole_file(f"cannot be read: {e.strerror or e}", "", changed=True)
+    fmt, out = _parse_read(lf, read, opts)
+    out.sha256, out.bytes_read = read.sha256, read.size
+    return fmt, out
+
+
+def _parse_read(lf: LandingFile, read: Read, opts: ParseOptions) -> tuple[str, ParsedLines]:
+    """Detect and parse what `_read_bytes` read."""
+    data, why = read.data, read.why
     if data is None:
-        with open(lf.path, "rb") as f:
-            head_bytes = f.read(200)
-        return "unreadable", _whole_file(why or "unreadable", repr(head_bytes))
+        return "unreadable", _whole_file(why or "unreadable", repr(read.head))
     clean, bad = _bad_lines(data)
     fmt = detect_format(clean, lf.source_file)
     if bad and (fmt not in LINE_FORMATS or len(bad) * 2 > clean.count(b"\n") + 1):
