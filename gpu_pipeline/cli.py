@@ -85,15 +85,18 @@ def cmd_generate(a: argparse.Namespace) -> int:
 
 def _settings(a: argparse.Namespace) -> settings.Settings:
     """The environment's settings with this command's flags (--raw, --lake, --prices, --url)
-    over them; the definitions the command builds are bound to these (nothing is written into
-    the process environment)."""
+    over them, each flag checked as its variable is (a SettingsError naming the flag); the
+    definitions the command builds are bound to these (nothing is written into the process
+    environment)."""
     flags: dict = {}
     for flag in ("raw", "lake", "prices"):
         v = getattr(a, flag, None)
         if v:
+            settings.parse(settings.ENV_VARS[flag], v, name=f"--{flag}")
             flags[flag] = v if flag == "lake" and "://" in v else str(Path(v).resolve())
     s = settings.current().replace(**flags)
     if getattr(a, "url", None):
+        settings.parse(settings.PROM_SETTINGS["url"][0], a.url, name="--url")
         s = s.replace(prom={**s.prom, "url": a.url})
     return s
 
@@ -111,9 +114,6 @@ def cmd_materialize(a: argparse.Namespace) -> int:
     if end < a.start:
         _say(f"error: --end {end} is before --start {a.start}")
         return 2
-    if a.prices and not Path(a.prices).is_file():
-        _say(f"error: price book not found: {a.prices}")
-        return 2
     if end > _last_day():
         _say(
             f"error: {end} is not over yet in UTC; the last day that can be materialized is "
@@ -122,14 +122,19 @@ def cmd_materialize(a: argparse.Namespace) -> int:
         return 2
     first = date.fromisoformat(s.start_date)
     if a.start < first:
-        # the partitions are defined from GPU_PIPELINE_START_DATE when the definitions are
-        # imported: run this command again in a process whose environment starts them earlier
+        # the partitions begin at GPU_PIPELINE_START_DATE: a day before it has none to write
         _say(
-            f"note: partitions start at {a.start} for this command (GPU_PIPELINE_START_DATE was {first})"
+            f"error: {a.start} is before the first partition, {first} "
+            f"(GPU_PIPELINE_START_DATE); set GPU_PIPELINE_START_DATE={a.start} or earlier to "
+            "materialize it"
         )
-        sys.stdout.flush()
-        env = {**os.environ, "GPU_PIPELINE_START_DATE": a.start.isoformat()}
-        os.execve(sys.executable, [sys.executable, "-m", "gpu_pipeline.cli", *sys.argv[1:]], env)
+        return 2
+    from gpu_pipeline.lib.reference import check_files
+
+    # the reference files the run will read, checked before it starts (a ReferenceError: every
+    # bad row, one line each)
+    for warning in check_files(s.prices, s.catalog, s.energy):
+        _say(f"warning: {warning}")
     days = [a.start + timedelta(days=i) for i in range((end - a.start).days + 1)]
     raw = Path(s.raw)
     t0 = time.perf_counter()
@@ -652,7 +657,10 @@ def parser() -> argparse.ArgumentParser:
 
     p.add_argument("--version", action="version", version=f"gpu-pipeline {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
-    start = date.fromisoformat(settings.current().start_date)
+    try:
+        start = date.fromisoformat(settings.current().start_date)
+    except settings.SettingsError:  # --help still works; a command is refused by main()
+        start = date.fromisoformat(settings.DEFAULT_START_DATE)
 
     g = _command(
         sub,
@@ -752,13 +760,20 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from gpu_pipeline.lib.rules import RulesError
-
     a = parser().parse_args(argv)
     try:
+        # every GPU_PIPELINE_* variable, checked once before any command reads one
+        settings.current()
         return a.fn(a)
-    except RulesError as e:  # a rules file (GPU_PIPELINE_RULES) that does not hold
-        _say(f"error: {e}")
+    except ValueError as e:
+        from gpu_pipeline.lib.reference import ReferenceError
+        from gpu_pipeline.lib.rules import RulesError
+
+        # settings, rules and reference files that do not hold: one line per problem
+        if not isinstance(e, settings.SettingsError | RulesError | ReferenceError):
+            raise
+        for line in str(e).splitlines():
+            _say(f"error: {line}")
         return 2
     except BrokenPipeError:  # `gpu-pipeline sql ... | head`: the reader has gone, not an error
         return 0

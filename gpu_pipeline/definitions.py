@@ -1,5 +1,16 @@
 """Dagster entry point (`workspace.yaml` loads this module)."""
 
+from gpu_pipeline.settings import Settings, SettingsError
+
+# Every GPU_PIPELINE_* variable is checked before anything reads one: a value that is not
+# allowed fails the code location's load (`dagster dev`, `dg dev`, `dg check defs`, a run's own
+# process) with one line per variable, naming it, its value and what is allowed, raised here so
+# that the error's stack is this one line and not the import chain of the first module to read it
+try:
+    Settings.from_env()
+except SettingsError as e:
+    raise SettingsError(e.lines) from None
+
 import dagster as dg
 
 from gpu_pipeline.defs import marts, report, staging, warehouse
@@ -18,7 +29,7 @@ from gpu_pipeline.defs.sensors import (
     landing_files,
     landing_zone_sensor,
 )
-from gpu_pipeline.settings import ENV_VARS, PROM_SETTINGS, Settings
+from gpu_pipeline.settings import ENV_VARS, PROM_SETTINGS
 
 EXECUTORS = ("in_process", "multiprocess", "k8s")
 

@@ -6,16 +6,25 @@ definitions bind the settings that came from the environment to the resources as
 (`definitions.build_definitions`); the CLI overrides some with its flags (`Settings.replace`)
 and hands the result to the definitions it builds. Nothing under `lib/` reads the environment:
 it gets values as arguments.
+
+Every variable has a check (`CHECKS`: what it allows, and how its text becomes a value);
+`from_env` runs them all, so a value that is not allowed is a SettingsError of one line per
+variable, naming it, its value and what is allowed. The CLI's `main` and the code location
+(`definitions.py`) call it before anything else reads a setting.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import os
-from collections.abc import Mapping
+import re
+import shlex
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 DEFAULT_START_DATE = "2024-01-01"
 DEFAULT_LAKE = "data/lake"
@@ -56,15 +65,306 @@ PROM_SETTINGS = {
 }
 
 
-def _typed(kind: type, var: str, v: str) -> object:
-    if kind is bool:
-        return v.strip().lower() not in ("0", "false", "no", "off")
-    if kind is int:
+class SettingsError(ValueError):
+    """GPU_PIPELINE_* variables whose values are not allowed: one line each, naming the variable,
+    its value and what is allowed (`lines`)."""
+
+    def __init__(self, lines: list[str]):
+        self.lines = lines
+        super().__init__("\n".join(lines))
+
+
+class Check(NamedTuple):
+    """What a variable allows (`allowed`, as its error line and README say it) and `parse`: the
+    value from the variable's text, or ValueError(why it is not allowed; a line per problem)."""
+
+    allowed: str
+    parse: Callable[[str], object]
+    secret: bool = False  # never shown in an error line
+    # how the value is shown in an error line
+    show: Callable[[str], str] = shlex.quote
+
+
+def _whole(low: int, high: int) -> Callable[[str], int]:
+    def parse(v: str) -> int:
+        if not re.fullmatch(r"[+-]?\d+", v.strip()):
+            raise ValueError("not a whole number")
+        n = int(v)
+        if not low <= n <= high:
+            raise ValueError("out of range")
+        return n
+
+    return parse
+
+
+def _decimal(low: float, high: float) -> Callable[[str], float]:
+    def parse(v: str) -> float:
         try:
-            return int(v)
+            x = float(v)
         except ValueError:
-            raise ValueError(f"{var} must be a whole number, not {v!r}") from None
+            raise ValueError("not a number") from None
+        if not low <= x <= high:  # NaN is never in range
+            raise ValueError("out of range")
+        return x
+
+    return parse
+
+
+def _one_of(*choices: str) -> Callable[[str], str]:
+    def parse(v: str) -> str:
+        if v not in choices:
+            raise ValueError("unknown")
+        return v
+
+    return parse
+
+
+def _flag(v: str) -> bool:
+    word = v.strip().lower()
+    if word in ("1", "true", "yes", "on"):
+        return True
+    if word in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("not a yes or no")
+
+
+def _day(v: str) -> str:
+    from datetime import UTC, date, datetime
+
+    try:
+        if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", v):
+            raise ValueError
+        day = date.fromisoformat(v)
+    except ValueError:
+        raise ValueError("not a date") from None
+    today = datetime.now(UTC).date()
+    if day > today:
+        raise ValueError(f"after today, {today} in UTC: no day of it has a partition yet")
     return v
+
+
+def _zone(v: str) -> str:
+    from zoneinfo import ZoneInfo
+
+    try:
+        ZoneInfo(v)
+    except (ValueError, OSError, KeyError):  # ZoneInfoNotFoundError is a KeyError
+        raise ValueError("not a time zone") from None
+    return v
+
+
+def _writable(folder: Path) -> None:
+    """ValueError unless this process can create files in `folder` (or its nearest existing
+    ancestor, for a folder not made yet): tried, not judged from mode bits (root, read-only
+    mounts)."""
+    import tempfile
+
+    here = folder
+    while not here.exists() and here != here.parent:
+        here = here.parent
+    if not here.is_dir():
+        raise ValueError(f"{here} is a file, not a folder")
+    try:
+        with tempfile.TemporaryFile(dir=here):
+            pass
+    except OSError as e:
+        raise ValueError(f"cannot write in {here}: {e.strerror}") from None
+
+
+def _folder(uri_schemes: tuple[str, ...] = (), writable: bool = False) -> Callable[[str], str]:
+    def parse(v: str) -> str:
+        if "://" in v:
+            scheme, _, rest = v.partition("://")
+            if scheme not in uri_schemes or not rest.strip("/"):
+                raise ValueError(
+                    "not a local folder" + (" or a known store" if uri_schemes else "")
+                )
+            return v
+        p = Path(v)
+        if p.exists() and not p.is_dir():
+            raise ValueError("a file, not a folder")
+        if writable:
+            _writable(p)
+        return v
+
+    return parse
+
+
+def _file(v: str) -> str:
+    p = Path(v)
+    if not p.exists():
+        raise ValueError("not found")
+    if not p.is_file():
+        raise ValueError("not a file")
+    if not os.access(p, os.R_OK):
+        raise ValueError("not readable")
+    return v
+
+
+def _rules_file(v: str) -> str:
+    _file(v)
+    from gpu_pipeline.lib.rules import RulesError, load_rules
+
+    try:
+        load_rules(v)
+    except RulesError as e:
+        raise ValueError("\n".join(e.problems)) from None
+    return v
+
+
+def _url(v: str) -> str:
+    from urllib.parse import urlsplit
+
+    try:
+        p = urlsplit(v)
+        p.port  # noqa: B018 (a port that is not a number raises)
+    except ValueError:
+        raise ValueError("not a URL") from None
+    if p.scheme not in ("http", "https") or not p.hostname or re.search(r"\s", v):
+        raise ValueError("not an http(s) URL with a host")
+    return v
+
+
+def _no_password(url: str) -> str:
+    """`url` with the password of its user info (if any) hidden."""
+    return re.sub(r"(?<=://)([^/@:]*):[^/@]*@", r"\1:<hidden>@", url)
+
+
+def _printable(v: str) -> str:
+    if re.search(r"[\x00-\x20\x7f]", v):
+        raise ValueError("holds spaces or control characters")
+    return v
+
+
+def _user(v: str) -> str:
+    if ":" in v or re.search(r"[\x00-\x1f\x7f]", v):
+        raise ValueError("holds a ':' or control characters")
+    return v
+
+
+def _password(v: str) -> str:
+    if re.search(r"[\x00-\x1f\x7f]", v):
+        raise ValueError("holds control characters")
+    return v
+
+
+def _ca_bundle(v: str) -> str:
+    p = Path(v)
+    if not (p.is_file() or p.is_dir()) or not os.access(p, os.R_OK):
+        raise ValueError("not a readable file or folder")
+    return v
+
+
+_STRING = r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|`[^`]*`"
+_MATCHER = rf"\s*[A-Za-z_][A-Za-z0-9_]*\s*(?:=~|!~|!=|=)\s*(?:{_STRING})\s*"
+_MATCHERS = re.compile(rf"\{{?\s*(?:{_MATCHER}(?:,{_MATCHER})*,?)?\s*\}}?")
+
+
+def _selector(v: str) -> str:
+    if not _MATCHERS.fullmatch(v.strip()):
+        raise ValueError("not a list of label matchers")
+    return v
+
+
+def _cluster(v: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", v):
+        raise ValueError("not a folder name")
+    return v
+
+
+def _executor(v: str) -> str:
+    _one_of("in_process", "multiprocess", "k8s")(v)
+    if v == "k8s":
+        import importlib.util
+
+        if importlib.util.find_spec("dagster_k8s") is None:
+            raise ValueError("k8s needs the dagster-k8s package, which is not installed")
+    return v
+
+
+_CSV = "a readable CSV file"
+# every variable read, with what it allows: a new setting adds its line here (a variable without
+# one is read by its type alone, and tests/test_config_errors.py fails until it has one)
+CHECKS: dict[str, Check] = {
+    "GPU_PIPELINE_RAW": Check("a local folder (not a file)", _folder()),
+    "GPU_PIPELINE_LAKE": Check(
+        "a local folder (not a file) or s3://bucket/prefix", _folder(("s3",))
+    ),
+    "GPU_PIPELINE_CACHE": Check(
+        "a local folder this user can write, made if missing; unset: beside the lake",
+        _folder(writable=True),
+    ),
+    "GPU_PIPELINE_PRICES": Check(f"{_CSV}: the price book", _file),
+    "GPU_PIPELINE_CATALOG": Check(f"{_CSV}: GPU catalog rows", _file),
+    "GPU_PIPELINE_ENERGY": Check(f"{_CSV}: energy rates", _file),
+    "GPU_PIPELINE_RULES": Check(
+        "a TOML rules file whose rules are known and in range, as in config/rules.example.toml",
+        _rules_file,
+    ),
+    "GPU_PIPELINE_START_DATE": Check("a date YYYY-MM-DD, at most today in UTC", _day),
+    "GPU_PIPELINE_EXECUTOR": Check("in_process, multiprocess or k8s", _executor),
+    "GPU_PIPELINE_CHUNK_MB": Check("a whole number of MiB from 16 to 1048576", _whole(16, 2**20)),
+    "GPU_PIPELINE_CHUNK_GPUS": Check(
+        "a whole number of GPUs from 0 (chunks follow the memory budget) to 1000000",
+        _whole(0, 1_000_000),
+    ),
+    "GPU_PIPELINE_SPLIT": Check("gpus or cluster", _one_of("gpus", "cluster")),
+    "GPU_PIPELINE_CSV_TIMEZONE": Check("an IANA time zone such as UTC or Europe/Berlin", _zone),
+    "GPU_PIPELINE_MAX_FILE_MB": Check("a whole number of MiB from 1 to 1048576", _whole(1, 2**20)),
+    "GPU_PIPELINE_SENSOR_INTERVAL": Check(
+        "a whole number of seconds from 1 to 86400", _whole(1, 86400)
+    ),
+    "GPU_PIPELINE_PROM_URL": Check(
+        "an http:// or https:// URL with a host", _url, show=lambda v: shlex.quote(_no_password(v))
+    ),
+    "GPU_PIPELINE_PROM_TOKEN": Check("a token without spaces", _printable, secret=True),
+    "GPU_PIPELINE_PROM_USER": Check("a user name without ':'", _user),
+    "GPU_PIPELINE_PROM_PASSWORD": Check("a password on one line", _password, secret=True),
+    "GPU_PIPELINE_PROM_CA_BUNDLE": Check("a readable CA file or folder", _ca_bundle),
+    "GPU_PIPELINE_PROM_VERIFY": Check("true or false (yes/no, on/off, 1/0)", _flag),
+    "GPU_PIPELINE_PROM_SELECTOR": Check(
+        'label matchers such as cluster="east",env=~"prod.*" (braces optional)', _selector
+    ),
+    "GPU_PIPELINE_PROM_MODE": Check("raw or range", _one_of("raw", "range")),
+    "GPU_PIPELINE_PROM_STEP": Check("a whole number of seconds from 1 to 3600", _whole(1, 3600)),
+    "GPU_PIPELINE_PROM_WINDOW": Check(
+        "a whole number of seconds from 60 to 86400", _whole(60, 86400)
+    ),
+    "GPU_PIPELINE_PROM_CONCURRENCY": Check("a whole number from 1 to 64", _whole(1, 64)),
+    "GPU_PIPELINE_PROM_CLUSTER": Check(
+        "a folder name: letters, digits, '_', '.', '-', not starting with '.'", _cluster
+    ),
+}
+
+
+def _by_type(kind: type) -> Check:
+    """The check of a variable that has no line in CHECKS yet: its type's."""
+    if kind is bool:
+        return Check("true or false", _flag)
+    if kind is int:
+        return Check("a whole number", _whole(-(2**63), 2**63 - 1))
+    if kind is float:
+        return Check("a number", _decimal(-math.inf, math.inf))
+    return Check("any text", str)
+
+
+def problem(var: str, text: str, check: Check, why: str, name: str | None = None) -> list[str]:
+    """The error lines of `var` (or the flag `name`) set to `text`: one per reason."""
+    shown = "<hidden>" if check.secret else check.show(text)
+    return [
+        f"{name or var}{' ' if name else '='}{shown}: {reason} (allowed: {check.allowed})"
+        for reason in why.splitlines() or ["not allowed"]
+    ]
+
+
+def parse(var: str, text: str, kind: type = str, name: str | None = None) -> object:
+    """The value of `var` (or of the CLI flag `name` standing in for it) from its text; a
+    SettingsError of one line per problem when it is not allowed."""
+    check = CHECKS.get(var) or _by_type(kind)
+    try:
+        return check.parse(text)
+    except ValueError as e:
+        raise SettingsError(problem(var, text, check, str(e), name)) from None
 
 
 @dataclass(frozen=True)
@@ -93,18 +393,27 @@ class Settings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Every setting whose variable is set (and not empty), each checked (`CHECKS`): a
+        SettingsError of one line per variable that is not allowed."""
         env = os.environ if environ is None else environ
-        kinds = {f.name: f.type for f in dataclasses.fields(cls)}
+        types = {"int": int, "float": float, "bool": bool}
+        kinds = {f.name: types.get(str(f.type), str) for f in dataclasses.fields(cls)}
         values: dict[str, object] = {}
-        for name, var in ENV_VARS.items():
-            v = env.get(var)
-            if v not in (None, ""):
-                values[name] = _typed(int if kinds[name] == "int" else str, var, v)
-        prom = {
-            name: _typed(kind, var, env[var])
-            for name, (var, kind) in PROM_SETTINGS.items()
-            if env.get(var) not in (None, "")
-        }
+        prom: dict[str, object] = {}
+        bad: list[str] = []
+        wanted = [
+            *((values, name, var, kinds[name]) for name, var in ENV_VARS.items()),
+            *((prom, name, var, kind) for name, (var, kind) in PROM_SETTINGS.items()),
+        ]
+        for into, name, var, kind in wanted:
+            if env.get(var) in (None, ""):
+                continue
+            try:
+                into[name] = parse(var, env[var], kind)
+            except SettingsError as e:
+                bad += e.lines
+        if bad:
+            raise SettingsError(bad)
         return cls(
             **values, prom=prom, from_env_fields=frozenset([*values, *(f"prom.{n}" for n in prom)])
         )
@@ -126,7 +435,7 @@ class Settings:
 
 
 def current() -> Settings:
-    """The settings of this process's environment."""
+    """The settings of this process's environment (SettingsError: the variables not allowed)."""
     return Settings.from_env()
 
 

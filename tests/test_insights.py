@@ -552,7 +552,7 @@ def test_energy_per_gpu_day_and_namespace_by_hand(tmp_path):
     assert (ns["a"]["energy_usd"], ns["a"]["co2_kg"]) == pytest.approx((0.025, 0.125))
     assert (ns["b"]["energy_usd"], ns["b"]["co2_kg"]) == pytest.approx((0.09, 0.03))
     rates.write_text("cluster,usd_per_kwh,co2_g_per_kwh\nc2,-1,100\n")
-    with pytest.raises(Exception, match="rates must be numbers >= 0"):
+    with pytest.raises(Exception, match="line 2, usd_per_kwh='-1': negative"):
         load_energy(rates)
 
 

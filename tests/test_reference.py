@@ -350,3 +350,134 @@ def test_reference_checks_catch_each_problem(table, model, column, value, proble
     cat, prices = (df, prices) if table == "cat" else (cat, df)
     problems = reference_problems(cat, prices)
     assert any(problem in p for p in problems), problems
+
+
+# --- every cell checked: one line per problem, naming the file, the line and the column --------
+
+PRICE_HEAD = "gpu_model,on_demand_usd_per_hour,spot_usd_per_hour\n"
+CAT_HEAD = "gpu_model,max_power_w,idle_power_w,theoretical_fp16_tflops,achievable_fp16_tflops\n"
+_PRICE = "(allowed: a finite number >= 0, USD per GPU-hour)"
+_SPOT = "(allowed: a finite number >= 0, USD per GPU-hour, or empty (no spot price))"
+
+
+@pytest.mark.parametrize(
+    ("kind", "text", "problems"),
+    [
+        (
+            "prices",
+            PRICE_HEAD + "# ours\nA10G,-1e6,0.4\nL4,inf,\nH200,abc,-0.1\n",
+            [
+                f"line 3, on_demand_usd_per_hour='-1e6': negative {_PRICE}",
+                f"line 4, on_demand_usd_per_hour='inf': not finite {_PRICE}",
+                f"line 5, on_demand_usd_per_hour='abc': not a number {_PRICE}",
+                f"line 5, spot_usd_per_hour='-0.1': negative {_SPOT}",
+            ],
+        ),
+        (
+            "prices",
+            PRICE_HEAD + "A10G,,0.4\n",
+            [f"line 2, on_demand_usd_per_hour='': not a number {_PRICE}"],
+        ),
+        ("prices", PRICE_HEAD + "A10G,1\n", ["line 2: 2 fields, the header has 3"]),
+        (  # a misspelt column is not taken for a column of the user's own
+            "prices",
+            "gpu_model,on_demand_usd_per_hour,spot_usd_per_hr\nA10G,1,0.5\n",
+            [
+                "line 1: unknown column 'spot_usd_per_hr' (did you mean spot_usd_per_hour? "
+                "allowed: gpu_model, on_demand_usd_per_hour, spot_usd_per_hour, source)",
+                "line 1: lacks column(s) ['spot_usd_per_hour']; expected ['gpu_model', "
+                "'on_demand_usd_per_hour', 'spot_usd_per_hour'] (optional: ['source'])",
+            ],
+        ),
+        (
+            "catalog",
+            CAT_HEAD.strip() + ",mig_slice\nX1,300,10,100,30,7\n",
+            [
+                "line 1: unknown column 'mig_slice' (did you mean mig_slices? allowed: "
+                "gpu_model, max_power_w, idle_power_w, theoretical_fp16_tflops, "
+                "achievable_fp16_tflops, mig_slices, bf16, fp8, source)"
+            ],
+        ),
+        (
+            "prices",
+            PRICE_HEAD + "A10G,1,0.5\nL4,1,0.5\nNVIDIA A10G,2,1\n",
+            ["line 4, gpu_model='NVIDIA A10G': lists A10G twice (first on line 2; one row each)"],
+        ),
+        (
+            "catalog",
+            CAT_HEAD + "X1,0,10,100,30\nX2,300,-5,nan,30\n",
+            [
+                "line 2, max_power_w='0': zero (allowed: a finite number of watts > 0, or empty "
+                "(the power limit seen is used))",
+                "line 3, idle_power_w='-5': negative (allowed: a finite number of watts >= 0, or "
+                "empty)",
+                "line 3, theoretical_fp16_tflops='nan': not finite (allowed: a finite number >= 0, "
+                "or empty (unknown))",
+            ],
+        ),
+        (
+            "catalog",
+            CAT_HEAD.strip() + ",mig_slices,bf16\nX1,300,10,100,30,9,yes\n",
+            [
+                "line 2, mig_slices='9': out of range (allowed: a whole number from 1 to 7, or "
+                "empty (no MIG))",
+                "line 2, bf16='yes': not true or false (allowed: true, false or empty)",
+            ],
+        ),
+        (
+            "energy",
+            "cluster,usd_per_kwh,co2_g_per_kwh\n*,0.12,400\neast,-0.1,400\n*,1,1\n",
+            [
+                "line 3, usd_per_kwh='-0.1': negative (allowed: a finite number >= 0, USD per kWh)",
+            ],
+        ),
+        (
+            "energy",
+            "cluster,usd_per_kwh,co2_g_per_kwh\n*,0.12,400\n*,1,1\n",
+            ["line 3, cluster='*': lists * twice (first on line 2; one row each)"],
+        ),
+    ],
+)
+def test_each_bad_cell_is_one_line_naming_file_line_and_column(tmp_path, kind, text, problems):
+    from gpu_pipeline.lib.reference import check_files
+
+    f = tmp_path / f"{kind}.csv"
+    f.write_text(text)
+    what = {"prices": "price book", "catalog": "GPU catalog", "energy": "energy rates"}[kind]
+    with pytest.raises(ReferenceError) as e:
+        check_files(**{kind: f})
+    assert e.value.problems == [f"{what} {f} {p}" if p.startswith("line") else p for p in problems]
+    assert str(e.value).splitlines() == e.value.problems
+
+
+def test_odd_but_possible_values_are_warnings():
+    """A column of the user's own (ignored), a spot price above on-demand (a real book can have
+    one: no spot saving is proposed), achievable TFLOPS above theoretical, idle power at or above
+    max: warnings, the run goes on."""
+    import tempfile
+    from pathlib import Path
+
+    from gpu_pipeline.lib.reference import check_files
+
+    with tempfile.TemporaryDirectory() as d:
+        prices, cat = Path(d) / "p.csv", Path(d) / "c.csv"
+        prices.write_text(PRICE_HEAD.strip() + ",region\nA10G,1.01,1.5,eu-west\n")
+        cat.write_text(CAT_HEAD + "X1,300,300,100,130\n")
+        assert check_files(prices=prices, catalog=cat) == [
+            f"price book {prices} line 1: column 'region' is not one the pipeline reads: ignored "
+            "(known: gpu_model, on_demand_usd_per_hour, spot_usd_per_hour, source)",
+            f"price book {prices} line 2, spot_usd_per_hour=1.5: above on_demand_usd_per_hour=1.01 "
+            "(no spot saving is proposed)",
+            f"GPU catalog {cat} line 2, achievable_fp16_tflops=130: above "
+            "theoretical_fp16_tflops=100 (RFU is judged by it)",
+            f"GPU catalog {cat} line 2, idle_power_w=300: at or above max_power_w=300 (an idle "
+            "GPU draws less than its max)",
+        ]
+        assert load_prices(prices)["spot_usd_per_hour"].to_list() == [1.5]
+
+
+def test_the_shipped_files_pass_every_check():
+    from gpu_pipeline.lib.reference import check_files, load_energy
+
+    assert check_files() == []
+    assert load_energy().height >= 1

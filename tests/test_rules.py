@@ -46,22 +46,63 @@ def test_a_rules_file_overrides_defaults_and_bad_files_say_what_is_wrong(tmp_pat
     r = load_rules(str(f), {"health.hot_from_c": 90, "roi.target_rfu_pct": 75})
     assert (r.t.idle_below, r.h.hot_from_c, r.roi_target_rfu_pct) == (20.0, 90.0, 75.0)
     cases = {
-        "[health]\nhot = 80\n": "unknown rule(s) health.hot",
-        "[phases]\nidle_below = 120\n": "phases.idle_below = 120 is out of range [0, 100]",
-        "[phases]\nidle_below = 80\n": "phases.idle_below <= phases.productive_from",
-        "[bottlenecks]\nwindow_days = 2.5\n": "window_days must be a whole number",
-        "[health]\nhot_from_c = 'warm'\n": "hot_from_c must be a number",
-        "idle_below = 5\n": "is not a [section]",
-        "[phases\n": "is not TOML",
+        "[health]\nhot = 80\n": "line 2: unknown rule health.hot (did you mean health.hot_from_c? "
+        "config/rules.example.toml lists every rule)",
+        "[phases]\nidle_below = 120\n": "line 2: phases.idle_below = 120 is out of range [0, 100]",
+        "[phases]\nidle_below = 80\n": "the rules must keep phases.idle_below <= "
+        "phases.productive_from (80 > 70)",
+        "[bottlenecks]\nwindow_days = 2.5\n": "line 2: bottlenecks.window_days must be a whole "
+        "number, not 2.5",
+        "[health]\nhot_from_c = 'warm'\n": "line 2: health.hot_from_c must be a number, not 'warm'",
+        "[roi]\ntarget_rfu_pct = nan\n": "line 2: roi.target_rfu_pct = nan is out of range [1, 100]",
+        "idle_below = 5\n": "line 1: idle_below = 5 is not a [section] (e.g. [health])",
     }
     for text, message in cases.items():
         f.write_text(text)
-        with pytest.raises(RulesError, match=re.escape(message)):
+        with pytest.raises(RulesError) as e:
             load_rules(str(f))
+        assert str(e.value) == f"rules file {f}: {message}", text
+    f.write_text("[phases\n")
+    with pytest.raises(RulesError, match=re.escape(f"rules file {f}: not TOML: ")):
+        load_rules(str(f))
     with pytest.raises(RulesError, match="No such file"):
         load_rules(str(tmp_path / "missing.toml"))
     with pytest.raises(RulesError, match="can only be set in the rules file"):
         load_rules(None, {"bottlenecks.window_days": 5})
+
+
+def test_every_problem_of_a_rules_file_is_its_own_line_in_file_order(tmp_path):
+    f = tmp_path / "rules.toml"
+    f.write_text(
+        "# thresholds\n"
+        "[phases]\n"
+        "idle_bellow = 5\n"
+        "productive_from = 95\n"
+        "[health]\n"
+        "hot_from_c = 300\n"
+        "[recommendations]\n"
+        "mps = -0.5\n"
+        "mystery = 1\n"
+    )
+    with pytest.raises(RulesError) as e:
+        load_rules(str(f))
+    assert e.value.problems == [
+        "line 3: unknown rule phases.idle_bellow (did you mean phases.idle_below? "
+        "config/rules.example.toml lists every rule)",
+        "line 6: health.hot_from_c = 300 is out of range [0, 130]",
+        "line 8: recommendations.mps = -0.5 is out of range [0, 1]",
+        "line 9: unknown rule recommendations.mystery (config/rules.example.toml lists every rule)",
+        "the rules must keep phases.productive_from <= phases.compute_bound_from (95 > 90)",
+    ]
+    assert str(e.value).splitlines()[0] == f"rules file {f}: {e.value.problems[0]}"
+    # run config: the same checks, every problem at once
+    with pytest.raises(RulesError) as e:
+        load_rules(None, {"health.hot": 1, "phases.idle_below": -1})
+    assert str(e.value).splitlines() == [
+        "run config: unknown rule health.hot (did you mean health.hot_from_c? "
+        "config/rules.example.toml lists every rule)",
+        "run config: phases.idle_below = -1 is out of range [0, 100]",
+    ]
 
 
 def test_hot_minutes_follow_the_temperature_rule():
@@ -222,5 +263,21 @@ def test_a_bad_rules_file_stops_the_cli_with_one_line(tmp_path):
         env=env,
         check=False,
     )
-    assert p.returncode == 2 and "Traceback" not in p.stdout + p.stderr
-    assert "phases.idle_below <= phases.productive_from (99 > 70)" in p.stdout
+    assert (p.returncode, p.stderr) == (2, "") and "Traceback" not in p.stdout
+    # checked with the other settings, before anything runs: one line per problem
+    assert p.stdout == (
+        f"error: GPU_PIPELINE_RULES={bad}: the rules must keep phases.idle_below <= "
+        "phases.productive_from (99 > 70) (allowed: a TOML rules file whose rules are known and "
+        "in range, as in config/rules.example.toml)\n"
+    )
+    bad.write_text("[phases]\nidle_below = 'x'\n[health]\nhot_from_c = 500\n")
+    p = cli("sql", "SELECT 1", env=env, check=False)
+    allowed = "(allowed: a TOML rules file whose rules are known and in range, as in " + (
+        "config/rules.example.toml)"
+    )
+    assert p.returncode == 2 and p.stdout.splitlines() == [
+        f"error: GPU_PIPELINE_RULES={bad}: line 2: phases.idle_below must be a number, not 'x' "
+        + allowed,
+        f"error: GPU_PIPELINE_RULES={bad}: line 4: health.hot_from_c = 500 is out of range "
+        "[0, 130] " + allowed,
+    ]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass, fields, replace
+from pathlib import Path
 
 import polars as pl
 
@@ -185,16 +188,56 @@ LOAD_TIME_KEYS = ("bottlenecks.window_days",)
 
 
 class RulesError(ValueError):
-    """A rules file or override that names an unknown rule, or a value out of its range."""
+    """A rules file or override that does not hold: one line per problem (`problems`), each
+    naming the rule (and its line in the file), the value and what is allowed; the message
+    prefixes each with `where` (the file, or "run config")."""
+
+    def __init__(self, where: str, problems: list[str]):
+        self.where, self.problems = where, problems
+        super().__init__("\n".join(f"{where}: {p}" for p in problems))
 
 
-def rules_from(values: dict[str, object], where: str = "rules") -> Rules:
-    """Rules from `section.key` -> value (defaults for the rest); unknown keys, wrong types,
-    out-of-range values and inconsistent orders are RulesErrors naming the key."""
-    unknown = sorted(set(values) - set(RULE_KEYS))
-    if unknown:
-        raise RulesError(
-            f"{where}: unknown rule(s) {', '.join(unknown)}; known: {', '.join(RULE_KEYS)}"
+def _key_lines(text: str) -> dict[str, int]:
+    """`section.key` -> its line in a TOML text (plain `[section]` tables and `key = ` lines;
+    other spellings are simply not found)."""
+    out: dict[str, int] = {}
+    section = ""
+    for n, line in enumerate(text.splitlines(), 1):
+        if m := re.match(r"\s*\[\s*([A-Za-z0-9_-]+)\s*\]\s*(#.*)?$", line):
+            section = m.group(1)
+        elif section and (m := re.match(r"\s*([A-Za-z0-9_-]+)\s*=", line)):
+            out.setdefault(f"{section}.{m.group(1)}", n)
+    return out
+
+
+def _near(name: str) -> str:
+    """The rule `name` was probably meant to be (a misspelt or shortened key, or section), or
+    ""."""
+    import difflib
+
+    sec, _, key = name.partition(".")
+    sections = list(dict.fromkeys(k.partition(".")[0] for k in RULE_KEYS))
+    for s in [sec] if sec in sections else difflib.get_close_matches(sec, sections, n=1):
+        keys = [k.partition(".")[2] for k in RULE_KEYS if k.startswith(f"{s}.")]
+        near = difflib.get_close_matches(key, keys, n=1) or [k for k in keys if k.startswith(key)]
+        if near:
+            return f"{s}.{near[0]}"
+    return ""
+
+
+def _problems(values: dict[str, object], lines: dict[str, int]) -> tuple[list[str], dict]:
+    """The problems of `values` (`section.key` -> value), one line each, and the valid values
+    by Rules part."""
+
+    def at(name: str) -> str:
+        return f"line {lines[name]}: " if name in lines else ""
+
+    out: list[str] = []
+    for name in sorted(set(values) - set(RULE_KEYS), key=lambda k: lines.get(k, 0)):
+        near = _near(name)
+        hint = f"did you mean {near}? " if near else ""
+        out.append(
+            f"{at(name)}unknown rule {name} ({hint}config/rules.example.toml lists every rule)"
         )
     parts: dict[str | None, dict[str, object]] = {"t": {}, "d": {}, "h": {}, "r": {}, None: {}}
     for sec, key, part, field, kind, (low, high) in _KEYS:
@@ -203,12 +246,21 @@ def rules_from(values: dict[str, object], where: str = "rules") -> Rules:
             continue
         v = values[name]
         if isinstance(v, bool) or not isinstance(v, int | float):
-            raise RulesError(f"{where}: {name} must be a number, not {v!r}")
-        if kind is int and float(v) != int(v):
-            raise RulesError(f"{where}: {name} must be a whole number, not {v!r}")
-        if not low <= v <= high:
-            raise RulesError(f"{where}: {name} = {v} is out of range [{low:g}, {high:g}]")
-        parts[part][field or key] = kind(v)
+            out.append(f"{at(name)}{name} must be a number, not {v!r}")
+        elif kind is int and (not math.isfinite(v) or float(v) != int(v)):
+            out.append(f"{at(name)}{name} must be a whole number, not {v!r}")
+        elif not low <= v <= high:
+            out.append(f"{at(name)}{name} = {v} is out of range [{low:g}, {high:g}]")
+        else:
+            parts[part][field or key] = kind(v)
+    return out, parts
+
+
+def rules_from(values: dict[str, object], where: str = "rules", lines=None) -> Rules:
+    """Rules from `section.key` -> value (defaults for the rest); unknown keys, wrong types,
+    out-of-range values and inconsistent orders are a RulesError of one line each (`lines`:
+    where each key is in the file)."""
+    problems, parts = _problems(values, lines or {})
     rules = Rules(
         t=replace(DEFAULT, **parts["t"]),
         d=replace(DIAGNOSIS, **parts["d"]),
@@ -241,18 +293,32 @@ def rules_from(values: dict[str, object], where: str = "rules") -> Rules:
         ),
     ):
         if lo > hi:
-            raise RulesError(f"{where}: the rules must keep {what} ({lo:g} > {hi:g})")
+            problems.append(f"the rules must keep {what} ({lo:g} > {hi:g})")
+    if problems:
+        raise RulesError(where, problems)
     return rules
 
 
-def _flatten(doc: dict, where: str) -> dict[str, object]:
+def _flatten(doc: dict, lines: dict[str, int], text: str) -> tuple[dict[str, object], list[str]]:
     out: dict[str, object] = {}
+    problems: list[str] = []
     for sec, body in doc.items():
         if not isinstance(body, dict):
-            raise RulesError(f"{where}: {sec} = {body!r} is not a [section] (e.g. [health])")
+            n = next(
+                (
+                    i
+                    for i, ln in enumerate(text.splitlines(), 1)
+                    if re.match(rf"\s*{re.escape(sec)}\s*=", ln)
+                ),
+                None,
+            )
+            problems.append(
+                f"{f'line {n}: ' if n else ''}{sec} = {body!r} is not a [section] (e.g. [health])"
+            )
+            continue
         for key, v in body.items():
             out[f"{sec}.{key}"] = v
-    return out
+    return out, problems
 
 
 def load_rules(path: str | None = None, overrides: dict[str, object] | None = None) -> Rules:
@@ -262,23 +328,43 @@ def load_rules(path: str | None = None, overrides: dict[str, object] | None = No
 
     values: dict[str, object] = {}
     if path:
+        where = f"rules file {path}"
         try:
-            with open(path, "rb") as f:
-                values = _flatten(tomllib.load(f), path)
+            text = Path(path).read_text()
         except OSError as e:
-            raise RulesError(f"rules file {path}: {e.strerror}") from None
+            raise RulesError(where, [e.strerror or str(e)]) from None
+        except UnicodeDecodeError:
+            raise RulesError(where, ["not text (UTF-8)"]) from None
+        try:
+            doc = tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
-            raise RulesError(f"rules file {path} is not TOML: {e}") from None
-        rules_from(values, path)  # the file alone must hold
+            raise RulesError(where, [f"not TOML: {e}"]) from None
+        lines = _key_lines(text)
+        values, problems = _flatten(doc, lines, text)
+        try:
+            rules_from(values, where, lines)  # the file alone must hold
+        except RulesError as e:
+            problems += e.problems
+        if problems:  # in the file's order; what has no line (the rules' orders) last
+            line = re.compile(r"line (\d+): ")
+            at = [int(m.group(1)) if (m := line.match(p)) else len(text) for p in problems]
+            order = sorted(range(len(problems)), key=at.__getitem__)
+            raise RulesError(where, [problems[i] for i in order])
     if overrides:
         fixed = sorted(set(overrides) & set(LOAD_TIME_KEYS))
         if fixed:
             raise RulesError(
-                f"run config: {', '.join(fixed)} shapes the partition dependencies and can only "
-                "be set in the rules file (GPU_PIPELINE_RULES)"
+                "run config",
+                [
+                    f"{k} shapes the partition dependencies and can only be set in the rules "
+                    "file (GPU_PIPELINE_RULES)"
+                    for k in fixed
+                ],
             )
         values = {**values, **overrides}
-    return rules_from(values, "run config" if overrides else (path or "rules"))
+    return rules_from(
+        values, "run config" if overrides else f"rules file {path}" if path else "rules"
+    )
 
 
 # Categorical columns are Enums: one byte a row instead of a string, and cheap to compare
