@@ -175,7 +175,9 @@ def cmd_materialize(a: argparse.Namespace) -> int:
     defs = build_definitions(s, pull=a.pull)
     job = defs.resolve_job_def("daily_pipeline")
     _say(f"materializing {len(days)} day(s) {a.start}..{end}: raw={s.raw} lake={s.lake}")
-    run_config = {} if a.verbose else QUIET
+    run_config = {} if a.verbose else dict(QUIET)
+    if a.replace_missing:
+        run_config["ops"] = {"ingest": {"config": {"replace_missing": True}}}
     with dg.DagsterInstance.from_config(str(settings.dagster_home())) as instance:
         _fail_orphaned_runs(instance)
         # one run for the whole range, as a backfill from the UI runs it (single-run backfill
@@ -337,9 +339,15 @@ def _fail_orphaned_runs(instance) -> None:
     stay STARTED forever: no daemon watches in-process runs. Mark them failed, saying why."""
     import dagster as dg
 
+    # NOT_STARTED too: a process killed between creating its run and starting it
     started = instance.get_runs(
         filters=dg.RunsFilter(
-            statuses=[dg.DagsterRunStatus.STARTED], tags={HOST_TAG: socket.gethostname()}
+            statuses=[
+                dg.DagsterRunStatus.NOT_STARTED,
+                dg.DagsterRunStatus.STARTING,
+                dg.DagsterRunStatus.STARTED,
+            ],
+            tags={HOST_TAG: socket.gethostname()},
         )
     )
     for run in started:
@@ -697,6 +705,12 @@ def parser() -> argparse.ArgumentParser:
         "--allow-empty",
         action="store_true",
         help="write the days even when the landing zone has no samples for them",
+    )
+    m.add_argument(
+        "--replace-missing",
+        action="store_true",
+        help="rewrite days even when landing files they were made from are gone (by default "
+        "such a day keeps its partitions)",
     )
     m.add_argument(
         "--verbose",

@@ -15,6 +15,7 @@ from gpu_pipeline.lib.ingest import cache as cache_mod
 from gpu_pipeline.lib.ingest.cache import load_or_parse, parse_all
 from gpu_pipeline.lib.ingest.gpu_samples import assemble_day
 from gpu_pipeline.lib.ingest.landing import list_landing
+from gpu_pipeline.lib.io.lake import Lake
 
 D = date(2024, 1, 1)
 SECRET = Path("/etc/passwd")
@@ -109,3 +110,94 @@ def test_the_hash_is_of_the_bytes_parsed(tmp_path):
     assert not calls
     assert again.ingest_log.equals(out.ingest_log)
     assert out.gpu_samples.filter(pl.col("timestamp").dt.minute() == 11).height == 1
+
+
+# --- 0. a missing landing zone never wipes good partitions ---------------------------------------
+
+
+def _run(tmp_path, raw, replace_missing: bool | None = None):
+    import dagster as dg
+
+    from gpu_pipeline.defs import marts, report, staging
+    from gpu_pipeline.defs.raw import build_ingest
+    from gpu_pipeline.defs.resources import LakeResource, LandingResource, ReferenceResource
+
+    config = (
+        {"ops": {"ingest": {"config": {"replace_missing": replace_missing}}}}
+        if replace_missing is not None
+        else None
+    )
+    instance = dg.DagsterInstance.ephemeral()
+    res = dg.materialize(
+        [build_ingest(), *dg.load_assets_from_modules([staging, marts, report])],
+        partition_key=str(D),
+        resources={
+            "lake": LakeResource(root=str(tmp_path / "lake")),
+            "landing": LandingResource(root=str(raw)),
+            "reference": ReferenceResource(),
+        },
+        instance=instance,
+        raise_on_error=False,
+        run_config=config,
+    )
+    res.logs = [e.user_message for e in instance.all_logs(res.run_id)]
+    return res
+
+
+def _partitions(lake: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(lake).as_posix(): p.read_bytes()
+        for p in sorted(lake.glob("*/date=*/data.parquet"))
+    }
+
+
+def test_an_unreachable_landing_zone_fails_the_run_and_changes_no_partition(tmp_path):
+    raw = tmp_path / "raw"
+    genuine(raw)
+    assert _run(tmp_path, raw).success
+    before = _partitions(tmp_path / "lake")
+    assert len(before) >= 10
+    for root, words in (
+        (tmp_path / "not-mounted", "does not exist"),
+        ("s3://bucket/landing", "object-store landing zone"),
+        (raw / "store" / "node.prom", "is not a folder"),
+    ):
+        res = _run(tmp_path, root)
+        assert not res.success
+        (failure,) = [e for e in res.all_events if e.is_step_failure]
+        message = failure.step_failure_data.error.message.strip()
+        assert words in message and "\n" not in message, message
+        assert _partitions(tmp_path / "lake") == before, root
+
+
+def test_a_day_whose_files_are_gone_keeps_its_partitions_unless_told(tmp_path):
+    raw = tmp_path / "raw"
+    genuine(raw)
+    write_file(
+        raw / "other.prom", expo_lines("GPU-bb", "NVIDIA A10G", "n2", "team", D, range(5), 90, 200)
+    )
+    assert _run(tmp_path, raw).success
+    lake = Lake(str(tmp_path / "lake"))
+    assert lake.read("gpu_samples", D)["gpu_uuid"].n_unique() == 2
+    before = _partitions(tmp_path / "lake")
+    (raw / "other.prom").unlink()  # the volume lost a file
+    res = _run(tmp_path, raw)
+    assert res.success
+    raw_tables = ("gpu_samples", "quarantine", "ingest_log")
+    after = _partitions(tmp_path / "lake")
+    for name, data in before.items():
+        if name.split("/")[0] in raw_tables:
+            assert after[name] == data, name  # kept, byte for byte
+    assert lake.read("gpu_samples", D)["gpu_uuid"].n_unique() == 2
+    warned = [m for m in res.logs if "kept as it was" in m]
+    assert warned and "other.prom" in warned[0]
+    meta = [
+        m.event_specific_data.materialization.metadata
+        for m in res.get_asset_materialization_events()
+        if m.asset_key.path == ["ingest_log"]
+    ]
+    assert meta[0]["kept"].value is True and meta[0]["files_gone"].value == ["other.prom"]
+    # told otherwise: the day is made again from what is there
+    assert _run(tmp_path, raw, replace_missing=True).success
+    assert lake.read("gpu_samples", D)["gpu_uuid"].to_list()[:1] == ["GPU-aa"]
+    assert lake.read("gpu_samples", D)["gpu_uuid"].n_unique() == 1

@@ -1,16 +1,22 @@
 """Raw layer: landing files -> gpu_samples, quarantine, ingest_log, one UTC day at a time."""
 
 import dagster as dg
+from pydantic import Field
 
 from gpu_pipeline.defs import checks
-from gpu_pipeline.defs.daily import BACKFILL_POLICY, DayWriter, partition_days
+from gpu_pipeline.defs.daily import BACKFILL_POLICY, DayWriter, day_metadata, partition_days
 from gpu_pipeline.defs.metadata import spec_metadata
 from gpu_pipeline.defs.partitions import daily_partitions
 from gpu_pipeline.defs.resources import LakeResource, LandingResource
 from gpu_pipeline.lib.ingest.cache import parse_all
 from gpu_pipeline.lib.ingest.gpu_samples import DayAssembly
-from gpu_pipeline.lib.ingest.ingest_log import rejected_elsewhere
-from gpu_pipeline.lib.ingest.landing import hash_memo, list_landing
+from gpu_pipeline.lib.ingest.ingest_log import gone_from_landing, rejected_elsewhere
+from gpu_pipeline.lib.ingest.landing import (
+    LandingRootError,
+    check_landing_root,
+    hash_memo,
+    list_landing,
+)
 from gpu_pipeline.lib.schemas import validate, validated_batches
 
 RAW_TABLES = {
@@ -57,16 +63,44 @@ def build_ingest(upstream: tuple[str, ...] = ()) -> dg.AssetsDefinition:
         ],
         name="ingest",
     )
-    def _ingest(context: dg.AssetExecutionContext, landing: LandingResource, lake: LakeResource):
+    def _ingest(
+        context: dg.AssetExecutionContext,
+        config: IngestConfig,
+        landing: LandingResource,
+        lake: LakeResource,
+    ):
         """Parse every landing file once (cached by content) and assemble each day of the
         partition range."""
-        yield from ingest_days(context, landing, lake)
+        yield from ingest_days(context, landing, lake, config.replace_missing)
 
     return _ingest
 
 
-def ingest_days(context: dg.AssetExecutionContext, landing: LandingResource, lake: LakeResource):
-    """Parse every landing file once (cached by content) and assemble each day of the partition range."""
+class IngestConfig(dg.Config):
+    """Run configuration of the ingest step."""
+
+    replace_missing: bool = Field(
+        default=False,
+        description=(
+            "Rewrite a day even when landing files it was made from are gone from the landing "
+            "zone (by default such a day keeps its partitions, and the run says so)."
+        ),
+    )
+
+
+def ingest_days(
+    context: dg.AssetExecutionContext,
+    landing: LandingResource,
+    lake: LakeResource,
+    replace_missing: bool = False,
+):
+    """Parse every landing file once (cached by content) and assemble each day of the partition
+    range. A landing zone that cannot be read fails the run (nothing is replaced); a day whose
+    earlier files are gone from the landing zone keeps its partitions unless `replace_missing`."""
+    try:
+        check_landing_root(landing.root)
+    except LandingRootError as e:
+        raise dg.Failure(description=str(e)) from None
     the_lake = lake.lake()
     files = list_landing(landing.root, hash_memo(the_lake.cache_dir))
     opts, max_rows = landing.parse_options(), lake.chunking().rows
@@ -77,6 +111,31 @@ def ingest_days(context: dg.AssetExecutionContext, landing: LandingResource, lak
     writers = {t: DayWriter(the_lake, t) for t in RAW_TABLES}
     conservation, pass_rate, utilization = [], [], []
     for day in days:
+        gone = (
+            gone_from_landing(the_lake.read("ingest_log", day), files)
+            if not replace_missing and the_lake.exists("ingest_log", day)
+            else []
+        )
+        if gone:  # the input is not all there: the day stays the version it was made from
+            shown = ", ".join(gone[:5]) + (f" and {len(gone) - 5} more" if len(gone) > 5 else "")
+            context.log.warning(
+                f"{day}: kept as it was: {len(gone)} landing file(s) it was made from are gone "
+                f"from the landing zone ({shown}); to rewrite it without them, run with "
+                "replace_missing (run config of the ingest step; CLI: materialize "
+                "--replace-missing)"
+            )
+            for table in RAW_TABLES:
+                day_metadata(
+                    context,
+                    day,
+                    {"kept": True, "files_gone": dg.MetadataValue.json(gone)},
+                    table,
+                )
+            log, quarantine = the_lake.read("ingest_log", day), the_lake.read("quarantine", day)
+            conservation.append(checks.row_conservation(log))
+            pass_rate.append(checks.validation_pass_rate(log, quarantine))
+            utilization.append(checks.utilization_present(log))
+            continue
         # a range of GPUs at a time (memory follows the chunk budget, not the fleet), validated
         # a few ranges at a time and streamed into the day's gpu_samples file
         day_in = DayAssembly(parsed, day, max_rows)

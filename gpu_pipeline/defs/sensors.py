@@ -26,7 +26,12 @@ from gpu_pipeline.defs.partitions import daily_partitions
 from gpu_pipeline.defs.report import daily_report
 from gpu_pipeline.defs.resources import LakeResource, LandingResource
 from gpu_pipeline.lib.ingest.cache import is_cached, load_or_parse, parse_all
-from gpu_pipeline.lib.ingest.landing import hash_memo, list_landing
+from gpu_pipeline.lib.ingest.landing import (
+    LandingRootError,
+    check_landing_root,
+    hash_memo,
+    list_landing,
+)
 from gpu_pipeline.settings import current
 
 # what a late day changes after itself: persistence of D+1..D+6 reads D's GPU-day
@@ -38,6 +43,10 @@ SENSOR_INTERVAL_S = current().sensor_interval_s
 def landing_files(context: dg.AssetExecutionContext, landing: LandingResource, lake: LakeResource):
     """Every landing file parsed once into the lake's ingest cache (keyed by content); the
     landing-zone sensor asks for this before it plans the days new files touch."""
+    try:
+        check_landing_root(landing.root)
+    except LandingRootError as e:
+        raise dg.Failure(description=str(e)) from None
     cache, opts = lake.lake().cache_dir, landing.parse_options()
     files = list_landing(landing.root, hash_memo(cache))
     todo = [f for f in files if not is_cached(f, cache, opts)]
@@ -83,6 +92,10 @@ def landing_zone_sensor(
     """New or changed landing files: backfill exactly the UTC days their samples touch, and the
     persistence window after them (late data), in dependency order."""
     seen: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
+    try:
+        check_landing_root(landing.root)
+    except LandingRootError as e:
+        return dg.SkipReason(str(e))
     cache, opts = lake.lake().cache_dir, landing.parse_options()
     files = list_landing(landing.root, hash_memo(cache))
     changed = [f for f in files if seen.get(f.source_file) != f.sha256]

@@ -97,3 +97,11 @@ def rejected_elsewhere(files: list[ParsedFile], days: list[date]) -> list[tuple[
             where = ", ".join(str(d) for d in filed[:5]) + (" …" if len(filed) > 5 else "")
             out.append((pf.file.source_file, where))
     return out
+
+
+def gone_from_landing(previous: pl.DataFrame, files: list) -> list[str]:
+    """The files a day's previous `ingest_log` was made from that the landing zone no longer
+    lists (hidden files, listed but never read, do not count)."""
+    listed = {f.source_file for f in files}
+    prev = previous.filter(pl.col("format") != "skipped").get_column("source_file")
+    return sorted(set(prev.to_list()) - listed)

@@ -218,6 +218,34 @@ def _refusal(path: Path, real_root: Path) -> tuple[str | None, os.stat_result | 
         return f"cannot be read: {e.strerror or e}", None, None
 
 
+class LandingRootError(OSError):
+    """The landing zone itself cannot be read: a run must not go on as if it were empty."""
+
+
+def check_landing_root(raw_root: str | os.PathLike) -> Path:
+    """The landing root as a readable local folder, else LandingRootError with one line: a run
+    that cannot see its input must fail, never replace a day's partitions with empty ones."""
+    text = os.fspath(raw_root)
+    if "://" in text:
+        raise LandingRootError(
+            f"landing zone {text}: an object-store landing zone is not read (only the lake may "
+            "be on an object store): point GPU_PIPELINE_RAW at a local folder or a mounted volume"
+        )
+    root = Path(text)
+    try:
+        if not root.exists():
+            raise LandingRootError(
+                f"landing zone {root} does not exist (a volume not mounted? GPU_PIPELINE_RAW, "
+                "--raw): nothing was read and no partition was changed"
+            )
+        if not root.is_dir():
+            raise LandingRootError(f"landing zone {root} is not a folder")
+        os.scandir(root).close()
+    except PermissionError:
+        raise LandingRootError(f"landing zone {root} cannot be read: permission denied") from None
+    return root
+
+
 def list_landing(
     raw_root: str | os.PathLike, memo: str | os.PathLike | None = None
 ) -> list[LandingFile]:
