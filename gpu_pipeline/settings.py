@@ -52,6 +52,8 @@ PROM_SETTINGS = {
     "step_s": ("GPU_PIPELINE_PROM_STEP", int),
     "window_s": ("GPU_PIPELINE_PROM_WINDOW", int),
     "concurrency": ("GPU_PIPELINE_PROM_CONCURRENCY", int),
+    "max_response_mb": ("GPU_PIPELINE_PROM_MAX_RESPONSE_MB", int),
+    "request_timeout_s": ("GPU_PIPELINE_PROM_REQUEST_TIMEOUT_S", int),
     "cluster": ("GPU_PIPELINE_PROM_CLUSTER", str),
 }
 
