@@ -61,6 +61,8 @@ PROM_SETTINGS = {
     "step_s": ("GPU_PIPELINE_PROM_STEP", int),
     "window_s": ("GPU_PIPELINE_PROM_WINDOW", int),
     "concurrency": ("GPU_PIPELINE_PROM_CONCURRENCY", int),
+    "max_response_mb": ("GPU_PIPELINE_PROM_MAX_RESPONSE_MB", int),
+    "request_timeout_s": ("GPU_PIPELINE_PROM_REQUEST_TIMEOUT_S", int),
     "cluster": ("GPU_PIPELINE_PROM_CLUSTER", str),
 }
 
@@ -333,6 +335,12 @@ CHECKS: dict[str, Check] = {
     "GPU_PIPELINE_PROM_CONCURRENCY": Check("a whole number from 1 to 64", _whole(1, 64)),
     "GPU_PIPELINE_PROM_CLUSTER": Check(
         "a folder name: letters, digits, '_', '.', '-', not starting with '.'", _cluster
+    ),
+    "GPU_PIPELINE_PROM_MAX_RESPONSE_MB": Check(
+        "a whole number of MiB from 1 to 4096", _whole(1, 4096)
+    ),
+    "GPU_PIPELINE_PROM_REQUEST_TIMEOUT_S": Check(
+        "a whole number of seconds from 1 to 86400", _whole(1, 86400)
     ),
 }
 

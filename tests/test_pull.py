@@ -28,7 +28,7 @@ from gpu_pipeline.defs.resources import (
     ReferenceResource,
 )
 from gpu_pipeline.lib.generate import generate
-from gpu_pipeline.lib.ingest.landing import detect_format
+from gpu_pipeline.lib.ingest.landing import detect_format, list_landing, parse_landing_file
 from gpu_pipeline.lib.ingest.pull import PromServer, PullError, pull_day
 from gpu_pipeline.lib.io.lake import Lake
 
@@ -367,13 +367,24 @@ SERIES = {
 }
 
 
+class Stream:
+    """A body the stub writes as it goes (HTTP/1.0, no Content-Length: it ends when the stub
+    closes): `chunks(path, params)` yields bytes, or a number of seconds to wait. `raw`: the
+    chunks are the whole answer, status line and headers included. The bytes each answer got
+    out before the client went away are in `Stub.sent`."""
+
+    def __init__(self, chunks, raw=False):
+        self.chunks, self.raw = chunks, raw
+
+
 class Stub(BaseHTTPRequestHandler):
     """Serves the label-values listings on GET only (POST: 405, as Prometheus does), queries on
     GET and POST; parameters from the query string or the form body."""
 
-    script: list = []  # (predicate on (path, params), status, body or "sleep")
+    script: list = []  # (predicate on (path, params), status, body, bytes, Stream or "sleep")
     seen: list = []  # (path, params)
     methods: list = []  # (method, path)
+    sent: list = []  # (params, bytes of a Stream body written)
 
     def log_message(self, *args):
         pass
@@ -401,7 +412,13 @@ class Stub(BaseHTTPRequestHandler):
                 if body == "sleep":
                     time.sleep(2)
                     body = {"status": "success", "data": []}
-                data = json.dumps(body(path, params) if callable(body) else body).encode()
+                if isinstance(body, Stream):
+                    self.stream(status, body, params)
+                    return
+                if isinstance(body, bytes):
+                    data = body
+                else:
+                    data = json.dumps(body(path, params) if callable(body) else body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -411,13 +428,31 @@ class Stub(BaseHTTPRequestHandler):
         self.send_response(404)
         self.end_headers()
 
+    def stream(self, status, body, params):
+        n = 0
+        try:
+            if not body.raw:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+            for chunk in body.chunks(params):
+                if isinstance(chunk, bytes):
+                    self.wfile.write(chunk)
+                    self.wfile.flush()
+                    n += len(chunk)
+                else:
+                    time.sleep(chunk)
+        except OSError:  # the client closed: it read no further
+            pass
+        Stub.sent.append((params, n))
+
 
 @pytest.fixture()
 def stub():
     server = ThreadingHTTPServer(("127.0.0.1", 0), Stub)
     t = threading.Thread(target=server.serve_forever, daemon=True)
     t.start()
-    Stub.seen, Stub.methods = [], []
+    Stub.seen, Stub.methods, Stub.sent = [], [], []
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
@@ -564,6 +599,162 @@ def test_a_window_over_the_servers_limit_is_split_in_time_then_by_host(stub, tmp
     ]
     rep = pull_day(server(stub, window_s=600), date(2024, 1, 10), tmp_path / "h")
     assert rep.samples == 1440 and all(p.name.endswith("_h1.json.gz") for p in rep.files)
+
+
+# --- bounds: the answer's size, the request's time, the JSON's depth ------------------------
+
+MIB = 2**20
+
+
+def width(q) -> int:
+    return int(q["query"].rsplit("[", 1)[1].rstrip("s]"))
+
+
+def endless(params, total=64 * MIB):
+    """A well-formed matrix answer of `total` bytes (64 series of 1 MiB), written 64 KiB at a
+    time: what a server answers a query over a fleet far larger than the cap allows."""
+    yield b'{"status":"success","data":{"resultType":"matrix","result":['
+    point = b'[1704844800,"50"],'
+    for i in range(total // MIB):
+        yield b'%s{"metric":{"__name__":"DCGM_FI_DEV_GPU_UTIL","UUID":"GPU-%d"},"values":[' % (
+            b"," if i else b"",
+            i,
+        )
+        for _ in range(16):
+            yield point * (2**16 // len(point))
+        yield point[:-1] + b"]}"
+    yield b"]}}"
+
+
+def test_an_answer_over_the_cap_is_not_read_past_it_and_the_window_is_halved(stub, tmp_path):
+    """The reported 4 x 75 MB took the pull to 1.55 GB: an answer is read 64 KiB at a time and
+    dropped past GPU_PIPELINE_PROM_MAX_RESPONSE_MB, as a server's own "too many samples" is:
+    the window is halved, and the halves, small enough, complete the day."""
+    Stub.script = [
+        (is_names, 200, names),
+        (lambda p, q: is_query(p, q) and width(q) > 10800, 200, Stream(endless)),
+        (is_query, 200, samples),
+    ]
+    rep = pull_day(server(stub, max_response_mb=1), DAY, tmp_path)
+    assert rep.samples == 1440  # every minute of the day, from the 3-hour halves
+    assert {width(q) for p, q in Stub.seen if is_query(p, q)} == {21600, 10800}
+    big = [n for q, n in Stub.sent]
+    assert len(big) == 4
+    # the client stopped at the cap: what the stub got out is the cap plus the sockets' buffers,
+    # far from the 64 MiB each answer holds (the old client read them all)
+    assert all(n < 16 * MIB for n in big), big
+
+    # a server whose answers stay over the cap down to 5 minutes, with no host label to split
+    # by: the pull ends with one line
+    Stub.script = [
+        (is_names, 200, names),
+        (is_query, 200, Stream(endless)),
+        (lambda p, q: p.startswith("/api/v1/label/"), 200, {"status": "success", "data": []}),
+    ]
+    Stub.sent = []
+    with pytest.raises(PullError) as e:
+        pull_day(server(stub, max_response_mb=1, window_s=600), DAY, tmp_path / "min")
+    assert "\n" not in str(e.value)
+    assert re.fullmatch(
+        r"DCGM_FI_DEV_GPU_UTIL: the answer is over 1 MiB \(GPU_PIPELINE_PROM_MAX_RESPONSE_MB\) "
+        r"even for 300 s",
+        str(e.value),
+    ), str(e.value)
+    assert all(n < 16 * MIB for _, n in Stub.sent)
+
+
+def drip_body(params):
+    """Headers, the start of an answer, then a byte every 0.2 s: never a read timeout (0.5 s
+    here, 60 s by default), never an end (the old client waited the whole 15 s of it)."""
+    yield b'{"status":"success","data":'
+    for _ in range(75):
+        yield 0.2
+        yield b" "
+
+
+def drip_headers(params):
+    """The status line, then the headers a byte every 0.2 s."""
+    yield b"HTTP/1.0 200 OK\r\nX-Slow: "
+    for _ in range(75):
+        yield 0.2
+        yield b"a"
+
+
+@pytest.mark.parametrize(
+    "drip", [Stream(drip_body), Stream(drip_headers, raw=True)], ids=["body", "headers"]
+)
+def test_a_request_gets_a_total_time_not_a_time_per_read(stub, tmp_path, drip):
+    """A server dripping a byte every 5 s held the pull past 150 s (the 60 s limit was per
+    read): a request (connect, headers, body) gets GPU_PIPELINE_PROM_REQUEST_TIMEOUT_S in all,
+    is retried as a timeout is, and the pull ends with one line naming the limit. The first
+    query that fails stops the others: the day does not wait for every window's retries."""
+    Stub.script = [(is_names, 200, names), (is_query, 200, drip)]
+    t0 = time.perf_counter()
+    with pytest.raises(PullError) as e:
+        pull_day(server(stub, request_timeout_s=1, retries=1), DAY, tmp_path)
+    took = time.perf_counter() - t0
+    assert "\n" not in str(e.value)
+    assert re.fullmatch(
+        r".*/api/v1/query: no answer after 2 attempts \(no complete answer within 1 s "
+        r"\(GPU_PIPELINE_PROM_REQUEST_TIMEOUT_S\)\)",
+        str(e.value),
+    ), str(e.value)
+    assert took < 5, took  # 2 attempts of 1 s, for the 2 queries in flight; the others never ran
+    assert len([1 for p, q in Stub.seen if is_query(p, q)]) <= 4
+
+
+DEEP = 200_000
+
+
+def test_json_nested_too_deep_is_one_line_from_the_cli(stub, tmp_path):
+    """A 200k-deep answer printed a 55-line RecursionError traceback from `gpu-pipeline pull`:
+    now one line, exit 1."""
+    deep = b'{"status":"success","data":{"resultType":"matrix","result":[%s%s]}}' % (
+        b"[" * DEEP,
+        b"]" * DEEP,
+    )
+    Stub.script = [(is_names, 200, names), (is_query, 200, deep)]
+    env = {**cli_env(tmp_path), "GPU_PIPELINE_PROM_CLUSTER": CLUSTER}
+    out = cli(
+        "pull",
+        "--start",
+        str(DAY),
+        "--url",
+        stub,
+        "--raw",
+        str(tmp_path / "raw"),
+        env=env,
+        check=False,
+    )
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text
+    assert "Traceback" not in text and "RecursionError" not in text, text
+    lines = text.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("pulling "), text
+    assert re.fullmatch(
+        r"error: http://127\.0\.0\.1:\d+/api/v1/query: the answer is not a Prometheus API "
+        r"response: nested too deep",
+        lines[1],
+    ), text
+
+
+def test_a_landed_json_file_nested_too_deep_is_quarantined_whole_with_why(tmp_path):
+    """The same document landed as a file (a pull from elsewhere, a copy): rejected whole with
+    a reason a person reads, not Python's recursion message."""
+    raw = tmp_path / "raw"
+    (raw / CLUSTER).mkdir(parents=True)
+    (raw / CLUSTER / "deep.json").write_bytes(
+        b'{"status":"success","data":{"resultType":"matrix","result":[%s%s]}}'
+        % (b"[" * DEEP, b"]" * DEEP)
+    )
+    (lf,) = list_landing(raw)
+    fmt, out = parse_landing_file(lf)
+    assert fmt == "prometheus_json" and out.rejected_whole
+    (reason,) = out.quarantine["reason"].to_list()
+    assert reason == (
+        "prometheus_json: not a Prometheus API response: nested too deep (an API answer is a "
+        "few levels deep)"
+    )
 
 
 def test_warnings_and_partial_answers_are_kept(stub, tmp_path):

@@ -130,6 +130,8 @@ class PromResource(dg.ConfigurableResource):
     step_s: int = 30
     window_s: int = 6 * 3600
     concurrency: int = 2
+    max_response_mb: int = 32  # the largest answer read (MiB); a larger one halves the window
+    request_timeout_s: int = 180  # a whole request: connect, headers and body
     cluster: str = "default"
 
     def server(self) -> PromServer:
@@ -145,5 +147,7 @@ class PromResource(dg.ConfigurableResource):
             step_s=self.step_s,
             window_s=self.window_s,
             concurrency=self.concurrency,
+            max_response_mb=self.max_response_mb,
+            request_timeout_s=self.request_timeout_s,
             cluster=self.cluster,
         )

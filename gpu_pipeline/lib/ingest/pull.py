@@ -27,6 +27,15 @@ which Prometheus, Thanos, Mimir and VictoriaMetrics all serve on /api/v1/query a
 other 4xx or a `status: "error"` body stops the pull with the server's message (PullError).
 `warnings` and Thanos partial responses are kept in the report.
 
+Bounds, whatever the server does: an answer is read in chunks and never past `max_response_mb`
+(a larger one is TooLarge: the window is halved, as for a server's own "too many samples"), so
+the pull's memory follows the cap times `concurrency`; a request (connect, headers, the whole
+body) gets `request_timeout_s` in all, after which a watchdog shuts its connection down (a
+server dripping a byte every few seconds never trips a per-read timeout); JSON nested past
+Python's recursion limit is "not a Prometheus API response", one line. The first query that
+fails stops the others (they make no further attempt) and is the one the PullError names.
+PullError messages are one line.
+
 What is fetched lands as the query_range JSON the pipeline parses, gzipped, one file per metric
 and window under `<raw>/<cluster>/_pulled/<server>/<day>/`. The document starts as an API answer
 does, `{"status":"success","data":{"resultType":"matrix","result":[...]},"gpu_pipeline":{...}}`,
@@ -38,10 +47,13 @@ it holds (never credentials): `ingest_log.origin`.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import json
+import math
 import re
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -52,6 +64,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import requests
+import urllib3
 
 from gpu_pipeline.lib.fields import METRIC_TO_COLUMN
 
@@ -65,6 +78,8 @@ TOO_LARGE = re.compile(
     re.I,
 )
 RETRY_STATUS = {429, 500, 502, 503, 504}
+MIB = 2**20
+CHUNK = 2**16  # bytes read at a time; the cap is checked after each
 
 
 class PullError(RuntimeError):
@@ -72,7 +87,15 @@ class PullError(RuntimeError):
 
 
 class TooLarge(Exception):
-    """The server says this query is over its limits: ask for less."""
+    """The server says this query is over its limits, or its answer is over ours: ask for less."""
+
+
+class _Stopped(PullError):
+    """Another query of the pull failed: no further attempt (that one's error is reported)."""
+
+
+class _Expired(Exception):
+    """The request's total time (request_timeout_s) ran out."""
 
 
 @dataclass(frozen=True)
@@ -91,7 +114,9 @@ class PromServer:
     window_s: int = 6 * 3600
     max_points: int = 11000
     concurrency: int = 2
-    timeout_s: float = 60.0
+    timeout_s: float = 60.0  # connect, and each read
+    request_timeout_s: float = 180.0  # a whole request: connect, headers and the whole body
+    max_response_mb: float = 32.0  # the largest answer read, MiB; a larger one is too large
     retries: int = 4
     backoff_s: float = 1.0
     cluster: str = "default"
@@ -103,6 +128,8 @@ class PromServer:
             raise ValueError(f"server URL must start with http:// or https://, not {self.url!r}")
         if not (1 <= self.step_s <= 3600 and 60 <= self.window_s <= DAY_S):
             raise ValueError("step must be 1..3600 s and window 60..86400 s")
+        if not (self.request_timeout_s > 0 and self.max_response_mb > 0):
+            raise ValueError("the request timeout and the largest answer must be positive")
 
     @property
     def matchers(self) -> str:
@@ -140,12 +167,99 @@ class PullReport:
         return self.samples == 0
 
 
+# the watch of the request the current thread is making (connections run in the caller's thread)
+_CURRENT = threading.local()
+
+
+class _Watch:
+    """One request's deadline: when it passes, the socket the request runs on is shut down,
+    which ends a read blocked in any phase (headers, body). The socket itself is kept: once
+    the headers say the connection closes after the body, the connection lets go of it and
+    only the response reads it."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.sock = None
+        self.expired = False
+
+    def attach(self, conn) -> None:
+        sock = getattr(conn, "sock", None)
+        if sock is None:  # not connected yet: connect() attaches it
+            return
+        with self.lock:
+            self.sock = sock
+            late = self.expired
+        if late:
+            _shut(sock)
+
+    def expire(self) -> None:
+        with self.lock:
+            self.expired = True
+            sock = self.sock
+        if sock is not None:
+            _shut(sock)
+
+
+def _shut(sock) -> None:
+    # the plain socket's shutdown (an SSLSocket's would drop its state under a reader); a
+    # socket already closed has no descriptor left to shut (EBADF)
+    with contextlib.suppress(OSError):
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+class _Watched:
+    """A urllib3 connection that tells the current request's watch which socket it uses."""
+
+    def connect(self):
+        super().connect()
+        if w := getattr(_CURRENT, "watch", None):
+            w.attach(self)
+
+    def request(self, *args, **kwargs):
+        if w := getattr(_CURRENT, "watch", None):
+            w.attach(self)
+        return super().request(*args, **kwargs)
+
+
+# named as urllib3's own, which its error messages print ("HTTPConnectionPool(host=...)")
+class HTTPConnection(_Watched, urllib3.connection.HTTPConnection):
+    pass
+
+
+class HTTPSConnection(_Watched, urllib3.connection.HTTPSConnection):
+    pass
+
+
+class HTTPConnectionPool(urllib3.HTTPConnectionPool):
+    ConnectionCls = HTTPConnection
+
+
+class HTTPSConnectionPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = HTTPSConnection
+
+
+class _Adapter(requests.adapters.HTTPAdapter):
+    def init_poolmanager(self, *args, **kwargs):
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {
+            "http": HTTPConnectionPool,
+            "https": HTTPSConnectionPool,
+        }
+
+
+def _line(text: object, limit: int = 300) -> str:
+    """A message on one line (a server's HTML error page has many)."""
+    return " ".join(str(text).split())[:limit]
+
+
 class Client:
-    """requests with the server's auth and TLS, retries with backoff, errors as PullError."""
+    """requests with the server's auth and TLS, retries with backoff, errors as PullError; each
+    request bounded in time and size (PromServer.request_timeout_s, max_response_mb)."""
 
     def __init__(self, server: PromServer):
         self.server = server
         self.local = threading.local()
+        self.stop = threading.Event()  # a query failed: the others make no further attempt
 
     def _session(self) -> requests.Session:
         s = getattr(self.local, "session", None)
@@ -160,12 +274,17 @@ class Client:
             elif p.username:  # credentials written in the URL
                 s.auth = (unquote(p.username), unquote(p.password or ""))
             s.verify = self.server.ca_bundle or self.server.verify
+            s.mount("http://", _Adapter())
+            s.mount("https://", _Adapter())
             self.local.session = s
         return s
 
     def get(self, path: str, params: dict) -> dict:
         """GET, parameters in the query string: what every server serves on label values."""
-        return self.call("GET", path, params)
+        try:
+            return self.call("GET", path, params)
+        except TooLarge as e:  # a listing cannot be asked for in smaller pieces
+            raise PullError(f"{self.server.public_url}{path}: {e}") from None
 
     def post(self, path: str, params: dict) -> dict:
         """POST, parameters as a form body: for /api/v1/query and /api/v1/query_range."""
@@ -176,46 +295,102 @@ class Client:
         p = urlsplit(self.server.url)
         netloc = p.hostname + (f":{p.port}" if p.port else "")
         url = p._replace(netloc=netloc).geturl().rstrip("/") + path
+        where = f"{self.server.public_url}{path}"
         last = ""
         for attempt in range(self.server.retries + 1):
             if attempt:
                 time.sleep(min(self.server.backoff_s * 2 ** (attempt - 1), 30.0))
+            if self.stop.is_set():
+                raise _Stopped(f"{where}: stopped, another query failed")
             try:
-                if method == "GET":
-                    r = self._session().get(url, params=params, timeout=self.server.timeout_s)
-                else:
-                    r = self._session().post(url, data=params, timeout=self.server.timeout_s)
-            except (requests.Timeout, requests.ConnectionError) as e:
-                last = f"{type(e).__name__}: {e}"
-                continue
-            body = _json(r)
-            message = (body or {}).get("error") or r.text[:300].strip()
-            if TOO_LARGE.search(str(message)) and r.status_code in (400, 422, 503, 200):
-                raise TooLarge(message)
-            if r.status_code in RETRY_STATUS:
-                last = f"HTTP {r.status_code}: {message}"
-                continue
-            if r.status_code >= 400:
-                raise PullError(f"{self.server.public_url}{path}: HTTP {r.status_code}: {message}")
-            if body is None:
-                raise PullError(f"{self.server.public_url}{path}: the answer is not JSON")
-            if body.get("status") == "error":
-                raise PullError(
-                    f"{self.server.public_url}{path}: {body.get('errorType', 'error')}: {message}"
+                status, data = self._exchange(method, url, params)
+            except _Expired:
+                last = (
+                    f"no complete answer within {self.server.request_timeout_s:g} s "
+                    "(GPU_PIPELINE_PROM_REQUEST_TIMEOUT_S)"
                 )
+                continue
+            except (
+                requests.Timeout,
+                requests.ConnectionError,
+                requests.exceptions.ChunkedEncodingError,
+            ) as e:
+                last = _line(f"{type(e).__name__}: {e}")
+                continue
+            except requests.RequestException as e:
+                raise PullError(_line(f"{where}: {type(e).__name__}: {e}")) from None
+            body, why = _json(data)
+            error = body.get("error") if body else None
+            message = _line(error if error else data[:300].decode("utf-8", "replace"))
+            if TOO_LARGE.search(message) and status in (400, 422, 503, 200):
+                raise TooLarge(message)
+            if status in RETRY_STATUS:
+                last = f"HTTP {status}: {message}"
+                continue
+            if status >= 400:
+                raise PullError(f"{where}: HTTP {status}: {message}")
+            if body is None:
+                raise PullError(f"{where}: the answer is not a Prometheus API response: {why}")
+            if body.get("status") == "error":
+                raise PullError(f"{where}: {_line(body.get('errorType', 'error'))}: {message}")
             return body
         raise PullError(
-            f"{self.server.public_url}{path}: no answer after {self.server.retries + 1} attempts "
-            f"({last})"
+            f"{where}: no answer after {self.server.retries + 1} attempts ({_line(last)})"
         )
 
+    def _exchange(self, method: str, url: str, params: dict) -> tuple[int, bytes]:
+        """One request: (HTTP status, body). The body is read in chunks and never past
+        max_response_mb (TooLarge); at request_timeout_s from the start the watchdog shuts the
+        connection down, whatever the request is waiting for (_Expired)."""
+        server = self.server
+        cap = int(server.max_response_mb * MIB)
+        per_read = min(server.timeout_s, server.request_timeout_s)
+        watch = _CURRENT.watch = _Watch()
+        timer = threading.Timer(server.request_timeout_s, watch.expire)
+        timer.daemon = True
+        timer.start()
+        r = None
+        try:
+            form = {"params": params} if method == "GET" else {"data": params}
+            r = self._session().request(
+                method, url, timeout=(per_read, per_read), stream=True, **form
+            )
+            over = TooLarge(
+                f"the answer is over {server.max_response_mb:g} MiB "
+                "(GPU_PIPELINE_PROM_MAX_RESPONSE_MB)"
+            )
+            size = r.headers.get("Content-Length", "")
+            if size.isdigit() and int(size) > cap and not r.headers.get("Content-Encoding"):
+                raise over
+            chunks, n = [], 0
+            for chunk in r.iter_content(CHUNK):
+                n += len(chunk)
+                if n > cap:
+                    raise over
+                chunks.append(chunk)
+            if watch.expired:  # a body without a length ends at the shut-down as if complete
+                raise _Expired
+            return r.status_code, b"".join(chunks)
+        except requests.RequestException:
+            if watch.expired:
+                raise _Expired from None
+            raise
+        finally:
+            timer.cancel()
+            _CURRENT.watch = None
+            if r is not None:
+                r.close()  # unread: the connection is closed, not drained
 
-def _json(r: requests.Response) -> dict | None:
+
+def _json(data: bytes) -> tuple[dict | None, str]:
+    """The body as a JSON object, or None and why not (one line, never a RecursionError)."""
     try:
-        body = r.json()
-    except ValueError:
-        return None
-    return body if isinstance(body, dict) else None
+        body = json.loads(data)
+    except RecursionError:
+        return None, "nested too deep"
+    except ValueError:  # JSONDecodeError, UnicodeDecodeError
+        return None, "not JSON"
+    return (body, "") if isinstance(body, dict) else (None, "not a JSON object")
 
 
 def _iso(t: float) -> str:
@@ -246,6 +421,7 @@ def _in_window(series: list[dict], start: float, end: float) -> list[dict]:
                 and p
                 and isinstance(p[0], int | float)
                 and not isinstance(p[0], bool)
+                and math.isfinite(p[0])
             )
             or lo <= round(p[0] * 1000) < hi
         ]
@@ -285,11 +461,27 @@ def _fetch(
         params = {"start": _iso(start), "end": _iso(last), "step": f"{server.step_s}s"}
         body = client.post("/api/v1/query_range", {"query": query, **params})
     data = body.get("data") or {}
-    result = _in_window(data.get("result") or [], start, end)
+    result = (data.get("result") or []) if isinstance(data, dict) else None
+    if not isinstance(result, list):
+        raise PullError(
+            f"{server.public_url}: {query}: the answer is not a Prometheus API response: "
+            "data.result is not a list"
+        )
+    result = _in_window(result, start, end)
     warnings = [str(w) for w in body.get("warnings") or []]
     if body.get("isPartial") or data.get("isPartial"):  # Thanos partial_response
         warnings.append(f"{query}: partial response (some stores did not answer)")
     return result, warnings, query, params
+
+
+def _listing(client: Client, body: dict, label: str) -> list[str]:
+    values = body.get("data") or []
+    if not isinstance(values, list):
+        raise PullError(
+            f"{client.server.public_url}/api/v1/label/{label}/values: the answer is not a "
+            "Prometheus API response: data is not a list"
+        )
+    return [str(v) for v in values]
 
 
 def _host_values(client: Client, name: str, matchers: str, start: int, end: int):
@@ -298,7 +490,7 @@ def _host_values(client: Client, name: str, matchers: str, start: int, end: int)
             f"/api/v1/label/{label}/values",
             {"match[]": _selector(name, matchers), "start": _iso(start), "end": _iso(end - 0.001)},
         )
-        values = body.get("data") or []
+        values = _listing(client, body, label)
         if values:
             return label, sorted(values)
     return None, []
@@ -316,32 +508,33 @@ class Piece:
 
 
 def _pieces(client: Client, server: PromServer, name: str, start: int, end: int, warnings):
-    """The series of `name` over [start, end), in as many pieces as the server's limits ask."""
+    """The series of `name` over [start, end), in as many pieces as the server's limits (and
+    max_response_mb) ask; yielded one at a time, so only one piece's answer is held at once."""
     try:
         result, w, query, params = _fetch(client, server, name, server.matchers, start, end)
+    except TooLarge as e:
+        too_large = str(e)  # not the exception: its traceback holds the dropped answer's chunks
+    else:
         warnings += w
-        return [Piece(name, start, end, "", result, query, params)]
-    except TooLarge as too_large:
-        if end - start > MIN_WINDOW_S:
-            mid = start + (end - start) // 2
-            return _pieces(client, server, name, start, mid, warnings) + _pieces(
-                client, server, name, mid, end, warnings
-            )
-        label, hosts = _host_values(client, name, server.matchers, start, end)
-        if not hosts:
-            raise PullError(f"{name}: {too_large} even for {int(end - start)} s") from None
-        out = []
-        for h in hosts:
-            m = ", ".join(x for x in (server.matchers, f'{label}="{_escape(h)}"') if x)
-            try:
-                result, w, query, params = _fetch(client, server, name, m, start, end)
-            except TooLarge as e:
-                raise PullError(
-                    f"{name}{{{label}={h!r}}}: {e} even for {int(end - start)} s"
-                ) from None
-            warnings += w
-            out.append(Piece(name, start, end, h, result, query, params))
-        return out
+        yield Piece(name, start, end, "", result, query, params)
+        return
+    if end - start > MIN_WINDOW_S:
+        mid = start + (end - start) // 2
+        yield from _pieces(client, server, name, start, mid, warnings)
+        yield from _pieces(client, server, name, mid, end, warnings)
+        return
+    label, hosts = _host_values(client, name, server.matchers, start, end)
+    if not hosts:
+        raise PullError(f"{name}: {too_large} even for {int(end - start)} s")
+    for h in hosts:
+        m = ", ".join(x for x in (server.matchers, f'{label}="{_escape(h)}"') if x)
+        try:
+            result, w, query, params = _fetch(client, server, name, m, start, end)
+        except TooLarge as e:
+            raise PullError(f"{name}{{{label}={h!r}}}: {e} even for {int(end - start)} s") from None
+        warnings += w
+        yield Piece(name, start, end, h, result, query, params)
+        result = None  # not held while the next host is fetched
 
 
 def _escape(v: str) -> str:
@@ -409,21 +602,40 @@ def pull_day(
             "end": _iso(end - 0.001),
         },
     )
-    report.metrics = wanted([str(n) for n in body.get("data") or []])
+    report.metrics = wanted(_listing(client, body, "__name__"))
     folder = Path(raw_root) / server.cluster / "_pulled" / server.folder / day.isoformat()
     windows = [(s, min(s + server.window_s, end)) for s in range(start, end, server.window_s)]
     jobs = [(name, s, e) for name in report.metrics for s, e in windows]
     lock = threading.Lock()
+    failures: list[Exception] = []
 
     def work(job):
+        try:
+            return fetch(job)
+        except _Stopped:
+            raise
+        except Exception as e:
+            with lock:
+                failures.append(e)
+            client.stop.set()  # the other queries make no further attempt
+            raise
+
+    def fetch(job):
         name, s, e = job
         warnings: list[str] = []
-        pieces = _pieces(client, server, name, s, e, warnings)
-        written = []
-        for piece in pieces:
+        written = []  # (path, changed, bytes, series, samples): a piece is written, then dropped
+        queries = 0
+        for piece in _pieces(client, server, name, s, e, warnings):
+            queries += 1
             if not piece.series:
                 continue
-            data = _document(server, piece)
+            try:
+                data = _document(server, piece)
+            except RecursionError:
+                raise PullError(
+                    f"{server.public_url}: {piece.query}: the answer is not a Prometheus API "
+                    "response: nested too deep"
+                ) from None
             path = folder / _name(piece)
             changed = not path.is_file() or path.read_bytes() != data
             if changed:
@@ -431,24 +643,31 @@ def pull_day(
                 tmp = path.with_name(f".{path.name}.tmp")
                 tmp.write_bytes(data)
                 tmp.replace(path)
-            written.append((path, changed, piece, len(data)))
+            points = sum(len(x["values"]) for x in piece.series if isinstance(x, dict))
+            written.append((path, changed, len(data), len(piece.series), points))
+            del piece, data
         with lock:
-            report.queries += len(pieces)
+            report.queries += queries
             report.warnings += warnings
-            for path, changed, piece, size in written:
+            for path, changed, size, series, points in written:
                 report.files.append(path)
                 report.written += changed
                 report.bytes += size
-                report.series += len(piece.series)
-                report.samples += sum(len(s["values"]) for s in piece.series if isinstance(s, dict))
+                report.series += series
+                report.samples += points
         return name
 
     done = 0
-    with ThreadPoolExecutor(max_workers=max(1, server.concurrency)) as pool:
-        for _ in pool.map(work, jobs):
-            done += 1
-            if progress and (done % max(1, len(jobs) // 10) == 0 or done == len(jobs)):
-                progress(f"{day}: {done}/{len(jobs)} queries, {report.samples:,} samples")
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, server.concurrency)) as pool:
+            for _ in pool.map(work, jobs):
+                done += 1
+                if progress and (done % max(1, len(jobs) // 10) == 0 or done == len(jobs)):
+                    progress(f"{day}: {done}/{len(jobs)} queries, {report.samples:,} samples")
+    except Exception:
+        if failures:  # the first query that failed, not one it stopped
+            raise failures[0] from None
+        raise
     report.files.sort()
     report.seconds = time.perf_counter() - t0
     return report

@@ -46,6 +46,10 @@ def parse(text: str, ctx: Context) -> ParsedLines:
             f"not valid JSON at line {e.lineno} column {e.colno} ({e.msg}): truncated or not an "
             "API response"
         ) from None
+    except RecursionError:  # the parser recurses per level: a 200k-deep document is not an answer
+        raise WholeFile(
+            "not a Prometheus API response: nested too deep (an API answer is a few levels deep)"
+        ) from None
     if not isinstance(doc, dict):
         raise WholeFile(
             "not a Prometheus API response: the top level is not an object "
