@@ -104,6 +104,8 @@ BAD = {
     "GPU_PIPELINE_PROM_WINDOW": ("30", "out of range"),
     "GPU_PIPELINE_PROM_CONCURRENCY": ("100", "out of range"),
     "GPU_PIPELINE_PROM_CLUSTER": ("../east", "not a folder name"),
+    "GPU_PIPELINE_PROM_MAX_RESPONSE_MB": ("0", "out of range"),
+    "GPU_PIPELINE_PROM_REQUEST_TIMEOUT_S": ("soon", "not a whole number"),
 }
 # and a value each allows
 GOOD = {
@@ -133,6 +135,8 @@ GOOD = {
     "GPU_PIPELINE_PROM_STEP": "15",
     "GPU_PIPELINE_PROM_WINDOW": "86400",
     "GPU_PIPELINE_PROM_CONCURRENCY": "8",
+    "GPU_PIPELINE_PROM_MAX_RESPONSE_MB": "64",
+    "GPU_PIPELINE_PROM_REQUEST_TIMEOUT_S": "600",
     "GPU_PIPELINE_PROM_CLUSTER": "east-1.prod",
 }
 

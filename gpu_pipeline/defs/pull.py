@@ -1,5 +1,7 @@
 """The Prometheus pull as a daily asset upstream of `gpu_samples` (when a server is configured)."""
 
+from pathlib import Path
+
 import dagster as dg
 
 from gpu_pipeline.defs.daily import daily, day_metadata, partition_days
@@ -24,6 +26,9 @@ def prometheus_export(
     """Each UTC day's DCGM series fetched from the Prometheus-compatible server into the landing
     zone, as query_range JSON (one gzip per metric and window; a re-pull writes the same bytes)."""
     server = prometheus.server()
+    # this step writes the landing zone: it is made if missing (the ingest after it fails on a
+    # landing zone that cannot be read, never one the pull found nothing for)
+    Path(landing.root).mkdir(parents=True, exist_ok=True)
     reports = []
     for day in partition_days(context):
         rep = pull_day(server, day, landing.root, progress=context.log.info)
