@@ -495,7 +495,6 @@ def test_backfill_target_carries_the_window_forward_and_those_days_succeed(tmp_p
 SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "samples"
 
 
-@pytest.mark.skipif(not SAMPLES.is_dir(), reason="../shared/samples is not present")
 def _stamp(t: datetime) -> str:
     return f"{t:%Y/%m/%d %H:%M:%S}.{t.microsecond // 1000:03d}"
 
@@ -565,6 +564,7 @@ def land_real_world_logs(raw: Path) -> dict[str, date]:
     return out
 
 
+@pytest.mark.skipif(not SAMPLES.is_dir(), reason="../shared/samples is not present")
 def test_every_day_of_the_real_samples_materializes_and_reports(tmp_path):
     """The whole of ../shared/samples, what tools do to files on the way, and the logs real
     loggers write, landed together: every day they touch completes, each record accounted on its
