@@ -201,3 +201,42 @@ def test_a_day_whose_files_are_gone_keeps_its_partitions_unless_told(tmp_path):
     assert _run(tmp_path, raw, replace_missing=True).success
     assert lake.read("gpu_samples", D)["gpu_uuid"].to_list()[:1] == ["GPU-aa"]
     assert lake.read("gpu_samples", D)["gpu_uuid"].n_unique() == 1
+
+
+# --- 5. stray temporary files; 12. paths are literal -----------------------------------------
+
+
+def test_a_killed_writes_temporary_file_is_removed_by_the_next_write(tmp_path):
+    import time as _time
+
+    lake = Lake(str(tmp_path / "lake"))
+    df = pl.DataFrame({"date": [D], "source_file": ["a"]})
+    path = Path(lake.write("quarantine", D, df))
+    stray = path.with_name(".data.parquet.0123abcd.tmp")
+    stray.write_bytes(b"half a parquet file")
+    old = _time.time() - 3600
+    os.utime(stray, (old, old))
+    fresh = path.with_name(".data.parquet.4567cdef.tmp")  # a write in progress: not touched
+    fresh.write_bytes(b"being written")
+    lake.write("quarantine", D, df)
+    assert not stray.exists() and fresh.exists()
+    assert sorted(p.name for p in path.parent.iterdir()) == [fresh.name, "data.parquet"]
+
+
+def test_paths_with_glob_characters_are_read_as_written(tmp_path):
+    from helpers import cli, cli_env
+
+    raw, lake = tmp_path / "land[x]" / "raw", tmp_path / "lake[1]*?"
+    genuine(raw)
+    p = cli(
+        "materialize",
+        "--start",
+        str(D),
+        "--raw",
+        str(raw),
+        "--lake",
+        str(lake),
+        env=cli_env(tmp_path),
+    )
+    assert f"{D}..{D}  ok" in p.stdout
+    assert Lake(str(lake)).read("gpu_samples", D).height == 10

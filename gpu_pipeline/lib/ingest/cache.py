@@ -262,8 +262,8 @@ def load_or_parse(
         records_by_day={
             (date.fromisoformat(d) if d else None): n for d, n in meta["records_by_day"].items()
         },
-        samples=pl.scan_parquet(cdir / "samples.parquet"),
-        quarantine=pl.scan_parquet(cdir / "quarantine.parquet"),
+        samples=pl.scan_parquet(cdir / "samples.parquet", glob=False),
+        quarantine=pl.scan_parquet(cdir / "quarantine.parquet", glob=False),
         origin=meta.get("origin"),
         columns_ignored=meta.get("columns_ignored", []),
         fields=meta.get("fields", []),

@@ -15,6 +15,7 @@ import hashlib
 import os
 import re
 import shutil
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
@@ -43,6 +44,22 @@ WRITE_OPTIONS = {
 
 def is_uri(root: str | os.PathLike) -> bool:
     return "://" in str(root)
+
+
+# a write's temporary file not touched for this long was left by a killed write (a live one is
+# written to continuously, then renamed at once)
+STRAY_AFTER_S = 60.0
+
+
+def _remove_stray(folder: Path, pattern: str) -> None:
+    """Remove temporary files killed writes left in `folder` (untouched for STRAY_AFTER_S)."""
+    now = time.time()
+    for stray in folder.glob(pattern):
+        try:
+            if now - stray.stat().st_mtime > STRAY_AFTER_S:
+                stray.unlink()
+        except OSError:
+            pass  # another writer took care of it
 
 
 class Lake:
@@ -89,9 +106,11 @@ class Lake:
         if self.remote:
             staging = self.cache_dir / "_upload"
             staging.mkdir(parents=True, exist_ok=True)
+            _remove_stray(staging, "*.parquet")
             tmp = staging / f"{uuid.uuid4().hex}.parquet"
         else:
             final.parent.mkdir(parents=True, exist_ok=True)
+            _remove_stray(final.parent, f".{DATA_FILE}.*.tmp")
             tmp = final.with_name(f".{DATA_FILE}.{uuid.uuid4().hex}.tmp")
         try:
             write(tmp)
@@ -199,7 +218,7 @@ class Lake:
             import pyarrow.parquet as pq
 
             return pl.from_arrow(pq.read_table(path, filesystem=self.fs))
-        return pl.read_parquet(path)
+        return pl.read_parquet(path, glob=False)  # a path is a path, never a pattern
 
     def exists(self, table: str, day: date) -> bool:
         return self._exists(self.partition_file(table, day))
@@ -224,7 +243,7 @@ class Lake:
             return pl.LazyFrame(schema=TABLES[table])
         if self.remote:
             return pl.concat([self._read(f) for f in files]).lazy()
-        return pl.scan_parquet(files)
+        return pl.scan_parquet(files, glob=False)
 
     def days(self, table: str) -> list[date]:
         if self.remote:

@@ -358,6 +358,7 @@ def _scan(source: bytes | Path, text: bool = False) -> tuple[pl.DataFrame, pl.Se
                 has_header=False,
                 separator="}",
                 quote_char=None,
+                glob=False,
                 truncate_ragged_lines=True,  # a `}` inside a label value: that line goes slow
                 schema={"s": pl.Categorical(cats), "rest": pl.String},
                 missing_columns="insert",  # lines without `}` (comments): rest is null
