@@ -231,14 +231,14 @@ def cmd_materialize(a: argparse.Namespace) -> int:
         from gpu_pipeline.lib.io.warehouse import views_current
 
         if not views_current(db, s.lake):
-            res = defs.resolve_job_def("refresh_warehouse").execute_in_process(
+            views = defs.resolve_job_def("refresh_warehouse").execute_in_process(
                 instance=instance, raise_on_error=False, run_config=QUIET
             )
-            if not res.success:
+            if not views.success:
                 _say(
                     f"  note: views file {db} not written; `gpu-pipeline sql` still works without it"
                 )
-    _print_ledger(s, days)
+    _print_ledger(res, parsed, days)
     _say_rejected_elsewhere(parsed, days)
     _say(f"done in {time.perf_counter() - t0:.1f}s; lake {s.lake}, views {db}")
     if a.summary:
@@ -391,49 +391,58 @@ def _step_failures(events) -> list[tuple[str, str]]:
     return out
 
 
-def _print_ledger(s: settings.Settings, days: list[date]) -> None:
-    """What the run did with the landing files, per day: files, samples, quarantine, rejects."""
-    import polars as pl
+def _run_ledger(res) -> dict[date, dict]:
+    """Per day, what this run's own ingest recorded (the ingest_log materializations' metadata):
+    never what the lake holds by the time this prints (another run may have written since)."""
+    out: dict[date, dict] = {}
+    for ev in res.get_asset_materialization_events():
+        mat = ev.event_specific_data.materialization
+        if mat.asset_key.path != ["ingest_log"] or not mat.partition:
+            continue
+        meta = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
+        if "rows_read" in meta:
+            out[date.fromisoformat(mat.partition)] = meta
+    return out
 
-    from gpu_pipeline.lib.io.lake import Lake
 
-    lake = Lake(s.lake)
-    log = lake.scan_days("ingest_log", days).collect()
-    q = lake.scan_days("quarantine", days).collect()
-    if log.height == 0:
+def _print_ledger(res, parsed: list, days: list[date]) -> None:
+    """What this run did with the landing files, per day: files, records, quarantine, rejects,
+    the days it kept as they were."""
+    ledger = _run_ledger(res)
+    if not ledger:
         return
-    per_day = (
-        log.group_by("date")
-        .agg(
-            pl.len().alias("files"),
-            pl.col("rows_accepted", "rows_quarantined", "rows_duplicate").sum(),
-        )
-        .sort("date")
-    )
     _say("  day         files   records accepted   quarantined   duplicates")
-    for r in per_day.iter_rows(named=True):
+    for d, r in sorted(ledger.items()):
         _say(
-            f"  {r['date']}  {r['files']:>5}  {r['rows_accepted']:>17,}  {r['rows_quarantined']:>12,}"
-            f"  {r['rows_duplicate']:>11,}"
+            f"  {d}  {r['files']:>5}  {r['rows_accepted']:>17,}  {r['rows_quarantined']:>12,}"
+            f"  {r['rows_duplicate']:>11,}" + ("  (kept as it was)" if r.get("kept") else "")
         )
-    for r in per_day.iter_rows(named=True):
-        read = r["rows_accepted"] + r["rows_quarantined"] + r["rows_duplicate"]
-        if read and r["rows_quarantined"] and (read - r["rows_quarantined"]) < 0.95 * read:
+    for d, r in sorted(ledger.items()):
+        read, bad = r["rows_read"], r["rows_quarantined"]
+        if read and bad and (read - bad) < 0.95 * read:
             _say(
-                f"  {r['date']}: {r['rows_quarantined']:,} of its {read:,} records were rejected: "
-                "its validation check (validation_pass_rate) failed"
+                f"  {d}: {bad:,} of its {read:,} records were rejected: its validation check "
+                "(validation_pass_rate) failed"
                 + ("; no GPU-minutes" if not r["rows_accepted"] else "")
             )
-    whole = (
-        q.filter(pl.col("line").is_null()).unique("source_file", keep="first").sort("source_file")
-    )
-    if whole.height:
-        _say(f"  {whole.height} file(s) rejected whole:")
-        for r in whole.head(20).iter_rows(named=True):
-            _say(f"    {r['source_file']}: {_first_line(r['reason'], 160)}")
-        if whole.height > 20:
-            _say(f"    … and {whole.height - 20} more")
-    if q.height:
+        if r.get("kept"):
+            gone = r.get("files_gone") or []
+            _say(
+                f"  {d}: kept as it was: {len(gone)} landing file(s) it was made from are gone "
+                f"({', '.join(gone[:3])}{' …' if len(gone) > 3 else ''}); rewrite it without them "
+                "with --replace-missing"
+            )
+    run = set(days)
+    whole = [pf for pf in parsed if pf.rejected_whole and run & set(pf.record_days())]
+    if whole:
+        _say(f"  {len(whole)} file(s) rejected whole:")
+        for pf in whole[:20]:
+            reason = pf.quarantine.select("reason").head(1).collect()
+            why = reason["reason"][0] if reason.height else pf.format
+            _say(f"    {pf.file.source_file}: {_first_line(why, 160)}")
+        if len(whole) > 20:
+            _say(f"    … and {len(whole) - 20} more")
+    if any(r["rows_quarantined"] for r in ledger.values()):
         _say(
             '  see them: gpu-pipeline sql "SELECT date, source_file, line, reason FROM quarantine '
             f"WHERE date BETWEEN '{days[0]}' AND '{days[-1]}' ORDER BY date, source_file, line\""

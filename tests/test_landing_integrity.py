@@ -240,3 +240,90 @@ def test_paths_with_glob_characters_are_read_as_written(tmp_path):
     )
     assert f"{D}..{D}  ok" in p.stdout
     assert Lake(str(lake)).read("gpu_samples", D).height == 10
+
+
+# --- 8. the run's summary tells its own truth; a day made of two ingests is caught ------------
+
+
+def test_a_day_made_from_two_ingests_fails_its_check(tmp_path):
+    """A run killed right after its ingest leaves new gpu_samples beside gpu_minutes of the
+    older input: every partition names the ingest it was made from, and the check says so."""
+    import dagster as dg
+
+    from gpu_pipeline.defs.raw import build_ingest
+    from gpu_pipeline.defs.report import daily_report
+    from gpu_pipeline.defs.resources import LakeResource, LandingResource, ReferenceResource
+
+    raw = tmp_path / "raw"
+    genuine(raw)
+    assert _run(tmp_path, raw).success
+    lake = Lake(str(tmp_path / "lake"))
+    first = lake.lineage("gpu_samples", D)
+    assert first and lake.lineage("gpu_minutes", D) == first == lake.lineage("priced_waste", D)
+    genuine(raw, range(20))  # new input; the next run is killed after its ingest
+    res = {
+        "lake": LakeResource(root=str(tmp_path / "lake")),
+        "landing": LandingResource(root=str(raw)),
+        "reference": ReferenceResource(),
+    }
+    inst = dg.DagsterInstance.ephemeral()
+    assert dg.materialize(
+        [build_ingest()], partition_key=str(D), resources=res, instance=inst
+    ).success
+    assert lake.lineage("gpu_samples", D) != first and lake.lineage("gpu_minutes", D) == first
+    out = dg.materialize(
+        [daily_report], partition_key=str(D), resources=res, instance=inst, raise_on_error=False
+    )
+    (ev,) = [e for e in out.get_asset_check_evaluations() if e.check_name == "made_from_one_ingest"]
+    assert not ev.passed
+    off = ev.metadata["tables_from_another_ingest"].value
+    assert "gpu_minutes" in off and "priced_waste" in off and "quarantine" not in off
+
+
+def test_concurrent_runs_each_print_their_own_counts(tmp_path):
+    """Two `materialize` of one day on one lake with different inputs: each prints the counts of
+    what it read itself, whichever wrote the lake last."""
+    import re as _re
+
+    from helpers import cli, cli_env, start_materialize
+
+    env = cli_env(tmp_path)
+    cli("init-instance", env=env)
+    ra, rb = tmp_path / "a", tmp_path / "b"
+    genuine(ra, range(10))  # 20 records
+    genuine(rb, range(25))  # 50 records
+    for _ in range(2):
+        pa = start_materialize(D, ra, tmp_path / "lake", env)
+        pb = start_materialize(D, rb, tmp_path / "lake", env)
+        outs = [p.communicate(timeout=300)[0] for p in (pa, pb)]
+        for out, n in zip(outs, (20, 50), strict=True):
+            row = _re.search(rf"^  {D}\s+(\d+)\s+([\d,]+)", out, _re.M)
+            assert row and int(row.group(2).replace(",", "")) == n, out
+
+
+def test_a_run_left_not_started_by_a_killed_process_is_marked_failed(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    import dagster as dg
+    from dagster._core.storage.dagster_run import DagsterRun
+    from helpers import cli, cli_env, materialize_args
+
+    env = cli_env(tmp_path)
+    cli("init-instance", env=env)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    with dg.DagsterInstance.from_config(str(tmp_path / "dh")) as inst:
+        run = DagsterRun(
+            job_name="daily_pipeline",
+            run_id="1" * 8 + "-0000-0000-0000-000000000000",
+            status=dg.DagsterRunStatus.NOT_STARTED,
+            tags={"gpu_pipeline/host": socket.gethostname(), "gpu_pipeline/pid": str(dead.pid)},
+        )
+        inst.add_run(run)
+    genuine(tmp_path / "raw")
+    p = cli(*materialize_args(D, tmp_path / "raw", tmp_path / "lake"), env=env)
+    assert "left unfinished by a killed process: marked failed" in p.stdout
+    with dg.DagsterInstance.from_config(str(tmp_path / "dh")) as inst:
+        assert inst.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.FAILURE

@@ -119,6 +119,7 @@ def test_every_check_passes_on_a_real_run(tmp_path):
         "cost_split_sums_to_cost": True,
         "savings_within_measured_waste": True,
         "fleet_coverage": True,
+        "made_from_one_ingest": True,
     }
 
 

@@ -107,6 +107,25 @@ def utilization_present(log: pl.DataFrame) -> dg.AssetCheckResult:
     )
 
 
+def made_from_one_ingest(lake, day, tables: list[str]) -> dg.AssetCheckResult:
+    """Every table of the day names the same ingest (`Lake.lineage`): a run killed between its
+    steps, or another run of the day between them, leaves tables of two ingests side by side."""
+    found = {t: lake.lineage(t, day) for t in tables}
+    ids = {v for v in found.values() if v}
+    raw = found.get("gpu_samples")
+    off = sorted(t for t, v in found.items() if v and v != raw)
+    return dg.AssetCheckResult(
+        asset_key="daily_report",
+        check_name="made_from_one_ingest",
+        passed=len(ids) <= 1,
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={
+            "ingests": len(ids),
+            "tables_from_another_ingest": ", ".join(off) or "none",
+        },
+    )
+
+
 def row_conservation(log: pl.DataFrame) -> dg.AssetCheckResult:
     """Every row read is accepted, quarantined or a counted duplicate."""
     off = log.filter(

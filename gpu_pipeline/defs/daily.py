@@ -52,21 +52,32 @@ def day_metadata(
 
 
 class DayWriter:
-    """Writes a table's days one at a time and describes each day for the UI."""
+    """Writes a table's days one at a time and describes each day for the UI. Each partition
+    names the ingest it was made from (`Lake.lineage`): the one of `source`, the table it is
+    computed from, unless the write gives its own (the raw tables: the ingest itself)."""
 
-    def __init__(self, lake: Lake, table: str):
-        self.lake, self.table = lake, table
+    def __init__(self, lake: Lake, table: str, source: str | None = None):
+        self.lake, self.table, self.source = lake, table, source
         self.rows: dict[date, int] = {}
         # per day: the first rows (the preview) and the partition file
         self.days: dict[date, tuple[pl.DataFrame, object]] = {}
+        self.lineages: dict[date, str | None] = {}
 
-    def write(self, day: date, df: pl.DataFrame) -> pl.DataFrame:
-        path = self.lake.write(self.table, day, df)
+    def _lineage(self, day: date, lineage: str | None) -> str | None:
+        if lineage is None and self.source:
+            lineage = self.lake.lineage(self.source, day)
+        self.lineages[day] = lineage
+        return lineage
+
+    def write(self, day: date, df: pl.DataFrame, lineage: str | None = None) -> pl.DataFrame:
+        path = self.lake.write(self.table, day, df, self._lineage(day, lineage))
         self.rows[day] = df.height
         self.days[day] = (df.head(10), path)
         return df
 
-    def write_frames(self, day: date, frames: Iterable[pl.DataFrame]) -> None:
+    def write_frames(
+        self, day: date, frames: Iterable[pl.DataFrame], lineage: str | None = None
+    ) -> None:
         """Stream a day written a chunk at a time (see Lake.write_frames)."""
         first: list[pl.DataFrame] = []
 
@@ -76,7 +87,9 @@ class DayWriter:
                     first.append(df.head(10))
                 yield df
 
-        path, rows = self.lake.write_frames(self.table, day, keep_first(frames))
+        path, rows = self.lake.write_frames(
+            self.table, day, keep_first(frames), self._lineage(day, lineage)
+        )
         self.rows[day] = rows
         self.days[day] = (first[0] if first else pl.DataFrame(), path)
 

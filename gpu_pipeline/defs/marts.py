@@ -47,7 +47,7 @@ def from_minutes(
     rules: Rules | None = None,
 ):
     """Run `fn` on each day's gpu_minutes, write `table`, and evaluate `check` on every day."""
-    out, results = DayWriter(lake, table), []
+    out, results = DayWriter(lake, table, source="gpu_minutes"), []
     for day in partition_days(context):
         df = out.write(day, fn(lake.scan_days("gpu_minutes", [day])))
         if check:
@@ -69,7 +69,7 @@ def persistent_bottlenecks(
 ):
     """GPUs bottlenecked on at least 3 of the last 7 days (D-6..D; `[bottlenecks]` rules)."""
     the_lake, t = lake.lake(), reference.load_rules().t
-    out = DayWriter(the_lake, "persistent_bottlenecks")
+    out = DayWriter(the_lake, "persistent_bottlenecks", source="gpu_daily")
     for day in partition_days(context):
         # the window's days may be another run's to write: read one version of each, now
         daily_frames = the_lake.read_days("gpu_daily", window(day, t)).lazy()
@@ -112,7 +112,7 @@ def recommendations(
 def gpu_health(context: dg.AssetExecutionContext, lake: LakeResource, reference: ReferenceResource):
     """Physical GPU-day: hot and power-capped minutes, XID, double-bit ECC, row-remap failures, a status."""
     the_lake, catalog, rules = lake.lake(), reference.load_catalog(), reference.load_rules()
-    out = DayWriter(the_lake, "gpu_health")
+    out = DayWriter(the_lake, "gpu_health", source="gpu_samples")
     for day in partition_days(context):
         samples = the_lake.scan_days("gpu_samples", [day])
         out.write(day, collect_stable(gpu_health_table(samples, catalog, rules.h)))

@@ -76,6 +76,16 @@ def build_ingest(upstream: tuple[str, ...] = ()) -> dg.AssetsDefinition:
     return _ingest
 
 
+def ledger_metadata(log, ingest_id: str | None) -> dict:
+    """What a run says of a day's ledger: the records of its own ingest (`materialize` prints
+    these, never what the lake holds by the time it prints: another run may have written since)."""
+    sums = {
+        c: int(log.get_column(c).sum()) if log.height else 0
+        for c in ("rows_read", "rows_accepted", "rows_quarantined", "rows_duplicate")
+    }
+    return {"files": log.height, **sums, "ingest": ingest_id or ""}
+
+
 class IngestConfig(dg.Config):
     """Run configuration of the ingest step."""
 
@@ -132,6 +142,12 @@ def ingest_days(
                     table,
                 )
             log, quarantine = the_lake.read("ingest_log", day), the_lake.read("quarantine", day)
+            day_metadata(
+                context,
+                day,
+                ledger_metadata(log, the_lake.lineage("ingest_log", day)),
+                "ingest_log",
+            )
             conservation.append(checks.row_conservation(log))
             pass_rate.append(checks.validation_pass_rate(log, quarantine))
             utilization.append(checks.utilization_present(log))
@@ -139,13 +155,15 @@ def ingest_days(
         # a range of GPUs at a time (memory follows the chunk budget, not the fleet), validated
         # a few ranges at a time and streamed into the day's gpu_samples file
         day_in = DayAssembly(parsed, day, max_rows)
+        ingest_id = f"{context.run_id}/{day}"  # every table made from this day names it
         writers["gpu_samples"].write_frames(
-            day, validated_batches("gpu_samples", day_in.gpu_samples())
+            day, validated_batches("gpu_samples", day_in.gpu_samples()), ingest_id
         )
         quarantine = validate("quarantine", day_in.quarantine())
         log = validate("ingest_log", day_in.ingest_log(quarantine))
-        writers["quarantine"].write(day, quarantine)
-        writers["ingest_log"].write(day, log)
+        writers["quarantine"].write(day, quarantine, ingest_id)
+        writers["ingest_log"].write(day, log, ingest_id)
+        day_metadata(context, day, ledger_metadata(log, ingest_id), "ingest_log")
         conservation.append(checks.row_conservation(log))
         pass_rate.append(checks.validation_pass_rate(log, quarantine))
         utilization.append(checks.utilization_present(log))

@@ -5,6 +5,7 @@ import base64
 import dagster as dg
 
 from gpu_pipeline import settings
+from gpu_pipeline.defs import checks
 from gpu_pipeline.defs.daily import daily, day_metadata, partition_days
 from gpu_pipeline.defs.resources import LakeResource, ReferenceResource
 from gpu_pipeline.lib.io.report import build_report
@@ -28,7 +29,22 @@ REPORT_INPUTS = [
 CHART_DAYS = 14
 
 
-@dg.asset(**daily(None, "reports", deps=REPORT_INPUTS))
+@dg.asset(
+    **daily(
+        None,
+        "reports",
+        deps=REPORT_INPUTS,
+        check_specs=[
+            checks.spec(
+                "daily_report",
+                "made_from_one_ingest",
+                "every table of the day was computed from the same ingest of its landing files "
+                "(a run killed, or another run of the day, between the steps breaks it)",
+                blocking=False,
+            )
+        ],
+    )
+)
 def daily_report(
     context: dg.AssetExecutionContext, lake: LakeResource, reference: ReferenceResource
 ):
@@ -55,4 +71,13 @@ def daily_report(
                 for c in rep.charts
             }
         day_metadata(context, day, meta)
-    return dg.MaterializeResult(metadata={"reports": len(days)})
+    yield dg.MaterializeResult(metadata={"reports": len(days)})
+    the_lake = lake.lake()
+    yield checks.merge(
+        [checks.made_from_one_ingest(the_lake, day, LINEAGE_TABLES) for day in days],
+        labels=days,
+    )
+
+
+# the tables whose partitions name the ingest they were made from
+LINEAGE_TABLES = ["gpu_samples", "quarantine", "ingest_log", *REPORT_INPUTS]

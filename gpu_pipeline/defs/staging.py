@@ -90,7 +90,7 @@ def staging(context: dg.AssetExecutionContext, lake: LakeResource, reference: Re
         reference.load_prices(),
         reference.load_rules(),
     )
-    writers = {t: DayWriter(the_lake, t) for t in TABLES}
+    writers = {t: DayWriter(the_lake, t, source="gpu_samples") for t in TABLES}
     chunking = lake.chunking()
     results: dict[str, list] = {"minutes": [], "hourly": [], "waste": [], "coverage": []}
     for day in partition_days(context):

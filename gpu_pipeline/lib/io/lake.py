@@ -46,6 +46,14 @@ def is_uri(root: str | os.PathLike) -> bool:
     return "://" in str(root)
 
 
+# the Parquet key under which a partition names the ingest it was made from
+LINEAGE_KEY = "gpu_pipeline.ingest"
+
+
+def _lineage_meta(lineage: str | None) -> dict:
+    return {"metadata": {LINEAGE_KEY: lineage}} if lineage else {}
+
+
 # a write's temporary file not touched for this long was left by a killed write (a live one is
 # written to continuously, then renamed at once)
 STRAY_AFTER_S = 60.0
@@ -125,12 +133,18 @@ class Lake:
         finally:
             tmp.unlink(missing_ok=True)
 
-    def _replace(self, final: Path | str, df: pl.DataFrame) -> None:
+    def _replace(self, final: Path | str, df: pl.DataFrame, lineage: str | None = None) -> None:
         """Publish `df` at `final` atomically."""
-        self._publish(final, lambda path: df.write_parquet(path, **WRITE_OPTIONS))
+        self._publish(
+            final, lambda path: df.write_parquet(path, **WRITE_OPTIONS, **_lineage_meta(lineage))
+        )
 
     def write_frames(
-        self, table: str, day: date, frames: Iterable[pl.DataFrame]
+        self,
+        table: str,
+        day: date,
+        frames: Iterable[pl.DataFrame],
+        lineage: str | None = None,
     ) -> tuple[Path | str, int]:
         """Replace the day's partition of `table` with the frames one after another, streamed
         into one file: only one frame is in memory at a time. Returns the file and its rows.
@@ -155,7 +169,7 @@ class Lake:
         self._publish(
             final,
             lambda path: register_io_source(source, schema=schema).sink_parquet(
-                path, **WRITE_OPTIONS
+                path, **WRITE_OPTIONS, **_lineage_meta(lineage)
             ),
         )
         return final, rows
@@ -168,14 +182,32 @@ class Lake:
         if legacy.is_dir():
             shutil.rmtree(legacy, ignore_errors=True)
 
-    def write(self, table: str, day: date, df: pl.DataFrame) -> Path | str:
-        """Replace the day's partition of `table` with `df` (conformed to the table's contract)."""
+    def write(
+        self, table: str, day: date, df: pl.DataFrame, lineage: str | None = None
+    ) -> Path | str:
+        """Replace the day's partition of `table` with `df` (conformed to the table's contract).
+        `lineage`: the ingest the partition was made from, kept in the file (`lineage()`)."""
         if table in TABLES:
             df = conform(df.with_columns(pl.lit(day).alias("date")), TABLES[table])
             self._drop_legacy(table)
         final = self.partition_file(table, day)
-        self._replace(final, df)
+        self._replace(final, df, lineage)
         return final
+
+    def lineage(self, table: str, day: date) -> str | None:
+        """Which ingest of the day the partition was made from (written by `write`): an id of
+        the day's raw tables' run and day; None without a partition or an id."""
+        path = self.partition_file(table, day)
+        try:
+            if self.remote:
+                import pyarrow.parquet as pq
+
+                meta = pq.read_metadata(path, filesystem=self.fs).metadata or {}
+                value = meta.get(LINEAGE_KEY.encode())
+                return value.decode() if value else None
+            return pl.read_parquet_metadata(path).get(LINEAGE_KEY)
+        except (OSError, pl.exceptions.PolarsError):
+            return None
 
     # -- one writer per day ------------------------------------------------------------------
     @contextmanager
