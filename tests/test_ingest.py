@@ -236,7 +236,9 @@ def test_a_cached_parse_keeps_its_samples_by_day_then_gpu(tmp_path):
     keys = cached.select(pl.col("timestamp").dt.date().alias("d"), "gpu_uuid", "timestamp", "line")
     assert keys.equals(keys.sort("d", "gpu_uuid", "timestamp", "line"))
     assert keys["d"].to_list()[0] == D1 and keys["gpu_uuid"].to_list()[0] == "GPU-1"
-    meta = pq.ParquetFile(tmp_path / "cache" / _cache_key(lf, DEFAULT_PARSE) / "samples.parquet")
+    meta = pq.ParquetFile(
+        tmp_path / "cache" / _cache_key(lf, DEFAULT_PARSE) / "samples-00000.parquet"
+    )
     assert all(
         meta.metadata.row_group(i).num_rows <= SAMPLES_ROW_GROUP
         for i in range(meta.metadata.num_row_groups)

@@ -199,7 +199,7 @@ def test_sql_cannot_read_beyond_the_tables(lake):
     root = lake / "lake"
     for sql in (
         "SELECT * FROM read_text('/etc/passwd')",
-        f"SELECT count(*) FROM read_parquet('{root}/_ingest_cache/*/samples.parquet')",
+        f"SELECT count(*) FROM read_parquet('{root}/_ingest_cache/*/samples-*.parquet')",
     ):
         p = cli("sql", "--lake", str(root), sql, env=cli_env(lake), check=False)
         assert p.returncode == 2 and "Permission Error" in p.stdout, p.stdout
@@ -230,7 +230,7 @@ def test_an_altered_cache_file_is_not_trusted(tmp_path):
     day_file(raw / "n1.prom", power=177.0)
     (lf,) = list_landing(raw)
     load_or_parse(lf, tmp_path / "c")
-    (cached,) = (tmp_path / "c").glob("*/samples.parquet")
+    (cached,) = (tmp_path / "c").glob("*/samples-*.parquet")
     forged = pl.read_parquet(cached).with_columns(pl.lit(1.0).alias("value"))
     forged.write_parquet(cached)
     out = assemble_day([load_or_parse(lf, tmp_path / "c")], D)

@@ -327,3 +327,117 @@ def test_a_run_left_not_started_by_a_killed_process_is_marked_failed(tmp_path):
     assert "left unfinished by a killed process: marked failed" in p.stdout
     with dg.DagsterInstance.from_config(str(tmp_path / "dh")) as inst:
         assert inst.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.FAILURE
+
+
+# --- 6. memory follows a budget, not the file ----------------------------------------------------
+
+
+def _pieces_equal_whole(path: Path, piece_bytes: int) -> int:
+    from gpu_pipeline.lib.ingest.landing import PieceParse, merge_pieces
+
+    (lf,) = list_landing(path.parent)
+    whole = PieceParse(lf, piece_bytes=1 << 30)
+    (one,) = list(whole)
+    pp = PieceParse(lf, piece_bytes=piece_bytes)
+    parts = list(pp)
+    assert pp.rejected is None and whole.rejected is None
+    fmt, merged = merge_pieces(parts)
+    assert fmt == one[0]
+    a, b = one[1], merged
+    order = ["line", "column"]
+    assert a.samples.sort(order).equals(b.samples.sort(order))
+    assert a.quarantine.sort("line").equals(b.quarantine.sort("line"))
+    assert (a.lines_total, a.lines_skipped, a.records_by_day) == (
+        b.lines_total,
+        b.lines_skipped,
+        b.records_by_day,
+    )
+    assert pp.sha256 == whole.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    return len(parts)
+
+
+def test_a_file_parsed_in_pieces_is_the_file_parsed_whole(tmp_path):
+    import gzip
+
+    # exposition with comments, a bad line now and then, two GPUs; gzipped
+    lines = []
+    for m in range(600):
+        lines += expo_lines("GPU-aa", "NVIDIA A10G", "n1", "team", D, [m], 50 + m % 40, 150)
+        if m % 97 == 0:
+            lines += ["# HELP x", 'DCGM_FI_DEV_GPU_UTIL{UUID="GPU-aa"} notanumber 1704067200000']
+    text = ("\n".join(lines) + "\n").encode()
+    expo = tmp_path / "e" / "scrape.prom.gz"
+    expo.parent.mkdir()
+    expo.write_bytes(gzip.compress(text))
+    assert _pieces_equal_whole(expo, 16384) > 5
+    # an nvidia-smi loop without identity, pieces cut inside iterations
+    rows = ["timestamp, power.draw [W], utilization.gpu [%]"]
+    for i in range(800):
+        for g in range(3):
+            ms = 100 * i + g
+            rows.append(
+                f"2024/01/01 10:{ms // 60000:02d}:{ms // 1000 % 60:02d}.{ms % 1000:03d}, {100 + g} W, {g} %"
+            )
+    csv = tmp_path / "c" / "loop.csv"
+    csv.parent.mkdir()
+    csv.write_text("\n".join(rows) + "\n")
+    assert _pieces_equal_whole(csv, 4096) > 5
+
+
+def test_a_large_files_parse_peaks_within_the_budget(tmp_path):
+    """A 15 MiB .prom.gz that inflates to 700 MiB peaked at 1.9 GiB before; in pieces the peak
+    follows the piece, ~0.85 GiB whatever the file (measured in a fresh process: its own VmHWM
+    after the file is written)."""
+    import subprocess
+    import sys
+
+    script = f"""
+import gzip, os, sys
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from pathlib import Path
+from helpers import expo_lines
+from datetime import date
+raw = Path({str(tmp_path / "raw")!r}); raw.mkdir()
+D = date(2024, 1, 1)
+with gzip.open(raw / "big.prom.gz", "wt", compresslevel=1) as f:
+    for g in range(40):
+        f.write("\\n".join(expo_lines(f"GPU-{{g:04d}}", "NVIDIA A10G", f"host-{{g // 8}}-with-a-long-name", "team", D, range(1440), 50, 150, gpu=g % 8) * 36) + "\\n")
+open("/proc/self/clear_refs", "w").write("5")
+from gpu_pipeline.lib.ingest.cache import load_or_parse
+from gpu_pipeline.lib.ingest.landing import list_landing
+(lf,) = list_landing(raw)
+pf = load_or_parse(lf, {str(tmp_path / "cache")!r})
+hwm = int([l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]) // 1024
+print(hwm, sum(pf.rows_by_day.values()), gzip.open(raw / "big.prom.gz").seek(0, 2))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    peak_mib, rows, text_bytes = map(int, out.stdout.split())
+    assert text_bytes > 650 * 2**20  # the file is eleven pieces
+    assert rows == 40 * 1440 * 2 * 36  # every line a sample (duplicates are the assembly's)
+    assert peak_mib < 1100, f"{peak_mib} MiB for {text_bytes / 2**20:.0f} MiB of text"
+
+
+def test_a_json_document_larger_than_a_piece_is_refused_with_why(tmp_path):
+    import json as _json
+
+    from gpu_pipeline.lib.ingest.landing import PieceParse
+
+    doc = {
+        "status": "success",
+        "data": {"resultType": "vector", "result": [{"x": "y" * 100}] * 2000},
+    }
+    path = tmp_path / "raw" / "big.json"
+    path.parent.mkdir()
+    path.write_text(_json.dumps(doc))
+    (lf,) = list_landing(path.parent)
+    pp = PieceParse(lf, piece_bytes=65536)
+    assert list(pp) == []
+    fmt, out = pp.rejected
+    assert (
+        fmt == "prometheus_json"
+        and "document over 65,536 bytes: not read" in out.quarantine["reason"][0]
+    )
+    assert pp.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()

@@ -21,14 +21,17 @@ from gpu_pipeline.lib.ingest.landing import (
     DEFAULT_PARSE,
     LandingFile,
     ParseOptions,
+    PieceParse,
     _sha256,
     _whole_file,
     home_day,
+    merge_pieces,
     parse_landing_file,
 )
+from gpu_pipeline.lib.samples import ParsedLines
 
 # bump when parsing changes what a file yields, so cached parses are redone
-PARSER_VERSION = "p8"
+PARSER_VERSION = "p9"
 # a cached parse keeps its samples by UTC day, then GPU, then time: a day's run reads only that
 # day's row groups of a file, and assembling a day a range of GPUs at a time
 # (`gpu_samples.DayAssembly`) only the row groups of the range (a GPU-day of 30 s samples of
@@ -128,9 +131,6 @@ def is_cached(
     )
 
 
-CACHED = ("samples.parquet", "quarantine.parquet")
-
-
 def _uncached(lf: LandingFile, fmt: str, parsed) -> ParsedFile:
     """A file that is not cached: never opened (refused, hidden), or not readable this run."""
     return ParsedFile(
@@ -153,38 +153,39 @@ def _uncached(lf: LandingFile, fmt: str, parsed) -> ParsedFile:
 def _write_cache(
     lf: LandingFile, cache_root: Path, opts: ParseOptions
 ) -> tuple[Path, LandingFile] | ParsedFile:
-    """Parse `lf` and cache the parse under the hash of the bytes it read (which are the listed
-    ones unless the file changed since: then the parse is of the new bytes, and `lf` comes back
-    with their hash and size); a file that could not be read this run is not cached."""
-    try:
-        fmt, parsed = parse_landing_file(lf, opts)
-        if parsed.changed:
-            return _uncached(lf, fmt, parsed)
-        per_day = (
-            parsed.samples.group_by(pl.col("timestamp").dt.date().alias("d"))
-            .len()
-            .drop_nulls("d")
-            .sort("d")
-        )
-        rows_by_day = dict(zip(per_day["d"].to_list(), per_day["len"].to_list(), strict=True))
-    except Exception as e:  # noqa: BLE001 - one file's failure stays that file's
-        fmt, parsed = (
-            "unreadable",
-            _whole_file(f"could not be parsed: {type(e).__name__}: {e}", ""),
-        )
-        rows_by_day = {}
-    if parsed.sha256 and parsed.sha256 != lf.sha256:
-        lf = replace(lf, sha256=parsed.sha256, size=parsed.bytes_read or lf.size)
-    cdir = cache_root / _cache_key(lf, opts)
-    if (cdir / "meta.json").is_file():
-        return cdir, lf  # these bytes were cached meanwhile (another run, or before a change)
-    days = sorted(rows_by_day)
+    """Parse `lf` a piece at a time (`PieceParse`: memory follows the piece, not the file), each
+    piece's samples written to the cache as they come, and cache the parse under the hash of the
+    bytes it read (the listed ones unless the file changed since: then the parse is of the new
+    bytes, and `lf` comes back with their hash and size); a file that could not be read this run
+    is not cached."""
     tmp = cache_root / f".tmp-{uuid.uuid4().hex}"
     tmp.mkdir(parents=True)
-    in_cache_order(parsed.samples).write_parquet(
-        tmp / "samples.parquet", row_group_size=SAMPLES_ROW_GROUP
-    )
-    parsed.quarantine.write_parquet(tmp / "quarantine.parquet")
+    try:
+        pp = PieceParse(lf, opts)
+        pieces = _write_pieces(pp, tmp)
+        if pp.rejected:
+            if pp.rejected[1].changed:
+                shutil.rmtree(tmp, ignore_errors=True)
+                return _uncached(lf, *pp.rejected)
+            for f in tmp.iterdir():
+                f.unlink()
+            pieces = _write_pieces([pp.rejected], tmp)
+    except Exception as e:  # noqa: BLE001 - one file's failure stays that file's
+        for f in tmp.iterdir():
+            f.unlink()
+        pieces = _write_pieces(
+            [("unreadable", _whole_file(f"could not be parsed: {type(e).__name__}: {e}", ""))],
+            tmp,
+        )
+        pp = None
+    if pp is not None and pp.sha256 and pp.sha256 != lf.sha256:
+        lf = replace(lf, sha256=pp.sha256, size=pp.size or lf.size)
+    cdir = cache_root / _cache_key(lf, opts)
+    if (cdir / "meta.json").is_file():  # these bytes were cached meanwhile
+        shutil.rmtree(tmp, ignore_errors=True)
+        return cdir, lf
+    fmt, parsed, rows_by_day, files = pieces
+    days = sorted(rows_by_day)
     meta = {
         "format": fmt,
         "lines_total": parsed.lines_total,
@@ -206,8 +207,10 @@ def _write_cache(
         # what was parsed: the content's hash and size as read
         "file_sha256": lf.sha256,
         "file_bytes": lf.size,
+        "samples": [f for f in files if f.startswith("samples")],
+        "quarantine": [f for f in files if f.startswith("quarantine")],
         # the cache checks itself: a cached file that no longer has this hash is parsed again
-        "sha256": {name: _sha256(tmp / name) for name in CACHED},
+        "sha256": {name: _sha256(tmp / name) for name in files},
     }
     (tmp / "meta.json").write_text(json.dumps(meta))
     try:
@@ -217,10 +220,52 @@ def _write_cache(
     return cdir, lf
 
 
+def _write_pieces(parts, folder: Path) -> tuple[str, ParsedLines, dict, list[str]] | None:
+    """Write each piece's samples (in cache order) and quarantine into `folder` as they come:
+    (format, the pieces' counts as one parse without frames, samples per day, file names), or
+    None when there was no piece."""
+    files: list[str] = []
+    counts: list[tuple[str, ParsedLines]] = []
+    rows_by_day: dict[date, int] = {}
+    for i, (fmt, parsed) in enumerate(parts):
+        per_day = (
+            parsed.samples.group_by(pl.col("timestamp").dt.date().alias("d")).len().drop_nulls("d")
+        )
+        for d, n in zip(per_day["d"].to_list(), per_day["len"].to_list(), strict=True):
+            rows_by_day[d] = rows_by_day.get(d, 0) + n
+        name = f"samples-{i:05d}.parquet"
+        in_cache_order(parsed.samples).write_parquet(
+            folder / name, row_group_size=SAMPLES_ROW_GROUP
+        )
+        qname = f"quarantine-{i:05d}.parquet"
+        parsed.quarantine.write_parquet(folder / qname)
+        files += [name, qname]
+        empty = ParsedLines(
+            parsed.samples.clear(),
+            parsed.quarantine.clear(),
+            parsed.lines_total,
+            parsed.lines_skipped,
+            parsed.time_basis,
+            parsed.records_by_day,
+            parsed.origin,
+            parsed.columns_ignored,
+            parsed.fields,
+            parsed.rejected_whole,
+        )
+        counts.append((fmt, empty))
+        del parsed
+    if not counts:
+        return None
+    fmt, merged = merge_pieces(counts)
+    return fmt, merged, dict(sorted(rows_by_day.items())), files
+
+
 def _cache_intact(cdir: Path, meta: dict) -> bool:
     try:
-        return all(_sha256(cdir / name) == meta["sha256"][name] for name in CACHED)
-    except (OSError, KeyError):
+        return bool(meta["sha256"]) and all(
+            _sha256(cdir / name) == sha for name, sha in meta["sha256"].items()
+        )
+    except (OSError, KeyError, AttributeError):
         return False
 
 
@@ -262,8 +307,8 @@ def load_or_parse(
         records_by_day={
             (date.fromisoformat(d) if d else None): n for d, n in meta["records_by_day"].items()
         },
-        samples=pl.scan_parquet(cdir / "samples.parquet", glob=False),
-        quarantine=pl.scan_parquet(cdir / "quarantine.parquet", glob=False),
+        samples=pl.scan_parquet([cdir / f for f in meta["samples"]], glob=False),
+        quarantine=pl.scan_parquet([cdir / f for f in meta["quarantine"]], glob=False),
         origin=meta.get("origin"),
         columns_ignored=meta.get("columns_ignored", []),
         fields=meta.get("fields", []),

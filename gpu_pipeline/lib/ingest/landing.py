@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import io
+import itertools
 import json
 import os
 import re
 import stat
 import uuid
 import zlib
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
@@ -393,38 +396,6 @@ UTF8_BOM = b"\xef\xbb\xbf"
 GZIP_MAGIC = b"\x1f\x8b"
 
 
-def _gunzip(f, limit: int) -> tuple[bytes | None, str | None]:
-    """Stream-decompress gzip (every member), stopping past `limit` bytes or at binary content,
-    so a small bomb never reaches memory whole."""
-    out = bytearray()
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    open_member, checked = False, False
-    try:
-        while chunk := f.read(1 << 20):
-            while chunk:
-                open_member = True
-                out += d.decompress(chunk, 1 << 20)  # at most 1 MiB at a time
-                chunk = d.unconsumed_tail
-                if len(out) > limit:
-                    return None, f"decompresses to more than {limit:,} bytes: not read"
-                if d.eof:  # a member ended; another may follow in the same file
-                    chunk = d.unused_data + chunk
-                    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                    open_member = False
-                if not checked and len(out) >= 65536:
-                    checked = True
-                    if _looks_binary(bytes(out[:65536])):  # a bomb of zeros stops here
-                        return (
-                            None,
-                            "binary content (NUL and control bytes): not a telemetry export",
-                        )
-    except zlib.error as e:
-        return None, f"corrupt or truncated gzip: {e}"
-    if open_member:
-        return None, "corrupt or truncated gzip: the stream ends before its end marker"
-    return bytes(out), None
-
-
 class _Hashing:
     """A file object that hashes every byte read through it."""
 
@@ -453,42 +424,6 @@ class Read:
     sha256: str
     head: bytes
     size: int  # bytes read from the file (before gunzip)
-
-
-def _read_bytes(lf: LandingFile, limit: int = MAX_FILE_BYTES) -> Read:
-    """The file's content, gunzipped; opened once (`open_landing`: the very file listed), its
-    sha256 taken of the bytes read, the ones parsed.
-
-    Byte-order marks (Excel, Windows tools) are dropped; UTF-16 (PowerShell's `>`) is re-encoded.
-    Files (or their decompressed content) above `limit` bytes are not read into memory.
-    """
-    with open_landing(lf.target or lf.path, lf.ident or _ident(lf.path)) as raw:
-        f = _Hashing(raw)
-        magic = f.read(2)
-        if magic == GZIP_MAGIC:
-            data, why = _gunzip(_Prefixed(magic, f), limit)
-            if data is None:
-                f.drain()
-                return Read(None, why, f.h.hexdigest(), magic, f.n)
-        else:
-            if os.fstat(raw.fileno()).st_size > limit:  # not read: the listing's hash stands
-                why = f"larger than {limit:,} bytes: not read (max_file_mb)"
-                return Read(None, why, lf.sha256, magic + raw.read(198), lf.size)
-            data = magic + f.read()
-        sha, size = f.h.hexdigest(), f.n
-    head = data[:200]
-    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
-        try:
-            data = data.decode("utf-16").encode("utf-8")
-        except UnicodeDecodeError as e:
-            why = f"UTF-16 text that does not decode ({e.reason} at byte {e.start})"
-            return Read(None, why, sha, head, size)
-    if data.startswith(UTF8_BOM):
-        data = data[len(UTF8_BOM) :]
-    if _looks_binary(data[:65536]):
-        why = "binary content (NUL and control bytes): not a telemetry export"
-        return Read(None, why, sha, head, size)
-    return Read(data, None, sha, head, size)
 
 
 class _Prefixed:
@@ -681,35 +616,310 @@ def _cap_raw(q: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+# a line-based file (exposition, CSV) larger than this is parsed this much text at a time, so a
+# parse's memory follows the piece, not the file (a 700 MiB scrape's parse peaks at ~0.85 GiB,
+# 1.9 GiB read whole); a JSON or XML document, parsed whole, may be at most this large
+PIECE_BYTES = 64 * 2**20
+
+
+class _Stop(Exception):
+    """Reading a file stops here; the message is the reason (a quarantine reason)."""
+
+
+def _gunzip_chunks(f, limit: int) -> Iterator[bytes]:
+    """Decompressed chunks of a gzip stream (every member), at most 1 MiB each; _Stop past
+    `limit` bytes, at binary content or at a corrupt or truncated stream."""
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    open_member, total, head = False, 0, b""
+    try:
+        while chunk := f.read(1 << 20):
+            while chunk:
+                open_member = True
+                out = d.decompress(chunk, 1 << 20)
+                chunk = d.unconsumed_tail
+                total += len(out)
+                if total > limit:
+                    raise _Stop(f"decompresses to more than {limit:,} bytes: not read")
+                if len(head) < 65536:
+                    head += out[: 65536 - len(head)]
+                    if len(head) >= 65536 and _looks_binary(head):  # a bomb of zeros stops here
+                        raise _Stop(
+                            "binary content (NUL and control bytes): not a telemetry export"
+                        )
+                if d.eof:  # a member ended; another may follow in the same file
+                    chunk = d.unused_data + chunk
+                    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                    open_member = False
+                if out:
+                    yield out
+    except zlib.error as e:
+        raise _Stop(f"corrupt or truncated gzip: {e}") from None
+    if open_member:
+        raise _Stop("corrupt or truncated gzip: the stream ends before its end marker")
+
+
+class PieceParse:
+    """A landing file parsed a piece at a time: iterate for (format, ParsedLines) of each piece,
+    lines numbered in the file. The file is opened once (`open_landing`), gunzipped as it is
+    read and cut at line ends every `piece_bytes`; afterwards `sha256` and `size` are of the
+    bytes read. A file whose content fits one piece, or is one document (JSON, XML), is parsed
+    whole, as `parse_landing_file` does. When the file turns out to be rejected as a whole
+    after some pieces (a gzip that ends early, a piece its parser gives up on), `rejected`
+    holds that one result and the pieces given before it are void."""
+
+    def __init__(self, lf: LandingFile, opts: ParseOptions = DEFAULT_PARSE, piece_bytes: int = 0):
+        self.lf, self.opts = lf, opts
+        self.piece_bytes = piece_bytes or PIECE_BYTES
+        self.sha256: str | None = None
+        self.size: int | None = None
+        self.rejected: tuple[str, ParsedLines] | None = None
+
+    def _chunks(self, raw) -> Iterator[bytes]:
+        """The file's text in chunks: gunzipped (at most 1 MiB a chunk), or as read (a file
+        no larger than a piece in one read, the way it was always read)."""
+        f = _Hashing(raw)
+        self._hashing = f
+        self._raw_size = os.fstat(raw.fileno()).st_size
+        if self._raw_size <= self.piece_bytes:
+            data = f.read()
+            if data[:2] == GZIP_MAGIC:
+                yield from _gunzip_chunks(io.BytesIO(data), self.opts.max_file_bytes)
+            elif len(data) > self.opts.max_file_bytes:
+                raise _Stop(
+                    f"larger than {self.opts.max_file_bytes:,} bytes: not read (max_file_mb)"
+                )
+            else:
+                yield data
+            return
+        magic = f.read(2)
+        if magic == GZIP_MAGIC:
+            yield from _gunzip_chunks(_Prefixed(magic, f), self.opts.max_file_bytes)
+            return
+        if self._raw_size > self.opts.max_file_bytes:
+            raise _Stop(f"larger than {self.opts.max_file_bytes:,} bytes: not read (max_file_mb)")
+        yield magic
+        while chunk := f.read(1 << 22):
+            yield chunk
+
+    def _cut(self, buf: bytearray) -> Iterator[bytes]:
+        """Whole pieces off the front of `buf`, each cut at its last line end."""
+        while len(buf) >= self.piece_bytes:
+            # the last line end within the piece; a longer line is one piece to its end
+            cut = buf.rfind(b"\n", 0, self.piece_bytes) + 1 or buf.find(b"\n") + 1
+            if not cut:
+                return  # a line longer than what was read so far: read on
+            yield bytes(buf[:cut])
+            del buf[:cut]
+
+    def _pieces(self, raw) -> Iterator[bytes]:
+        buf = bytearray()
+        first: bytes | None = None  # the first chunk as read, while it may be the whole text
+        given = False
+        for chunk in self._chunks(raw):
+            if first is None and not buf and not given:
+                first = chunk
+                continue
+            if first is not None:
+                buf += first
+                first = None
+            buf += chunk
+            for piece in self._cut(buf):
+                given = True
+                yield piece
+        if first is not None:
+            if len(first) < self.piece_bytes:
+                yield first
+                return
+            buf += first
+            for piece in self._cut(buf):
+                given = True
+                yield piece
+        if buf or not given:
+            yield bytes(buf)
+
+    def __iter__(self) -> Iterator[tuple[str, ParsedLines]]:
+        lf = self.lf
+        if lf.skipped or lf.problem:
+            yield parse_landing_file(lf, self.opts)
+            return
+        try:
+            with open_landing(lf.target or lf.path, lf.ident or _ident(lf.path)) as raw:
+                yield from self._parse(raw)
+                if self._hashing is None:  # not read: the listing's hash and size stand
+                    self.sha256, self.size = lf.sha256, lf.size
+                else:
+                    self.sha256, self.size = self._hashing.h.hexdigest(), self._hashing.n
+        except Changed:
+            self.rejected = ("refused", _whole_file(CHANGED, "", changed=True))
+        except OSError as e:
+            why = f"cannot be read: {e.strerror or e}"
+            self.rejected = ("refused", _whole_file(why, "", changed=True))
+
+    def _drain(self) -> None:
+        """Hash the rest (the file's sha256 is of all it holds), unless it is over the size
+        limit: then it is not read, and the listing's hash stands."""
+        if self._raw_size > self.opts.max_file_bytes:
+            self._hashing = None
+            return
+        self._hashing.drain()
+
+    def _reject(self, fmt: str, parsed: ParsedLines) -> None:
+        self.rejected = (fmt, parsed)
+        self._drain()
+
+    def _parse(self, raw) -> Iterator[tuple[str, ParsedLines]]:
+        pieces = self._pieces(raw)
+        try:
+            first = next(pieces)
+            second = next(pieces, None)
+        except _Stop as e:
+            self._reject("unreadable", _whole_file(str(e), ""))
+            return
+        if second is None and len(first) <= self.piece_bytes:  # one piece: the whole file
+            yield _parse_read(self.lf, _text_read(first, "", 0), self.opts)
+            return
+        if first[:2] in (b"\xff\xfe", b"\xfe\xff"):
+            why = f"UTF-16 text over {self.piece_bytes:,} bytes: convert it to UTF-8 to read it"
+            self._reject("unreadable", _whole_file(why, repr(first[:200])))
+            return
+        if first.startswith(UTF8_BOM):
+            first = first[len(UTF8_BOM) :]
+        if _looks_binary(first[:65536]):
+            why = "binary content (NUL and control bytes): not a telemetry export"
+            self._reject("unreadable", _whole_file(why, repr(first[:200])))
+            return
+        clean, _ = _bad_lines(first)
+        fmt = detect_format(clean, self.lf.source_file)
+        if fmt not in LINE_FORMATS:
+            text = first.decode("utf-8", "replace")
+            if fmt in ("prometheus_json", "nvidia_smi_xml"):
+                why = (
+                    f"{fmt} document over {self.piece_bytes:,} bytes: not read (a document is "
+                    "parsed whole; land smaller ones: shorter pull windows, one snapshot a file)"
+                )
+            else:
+                why = (
+                    "unrecognized format: not dcgm-exporter exposition, Prometheus API JSON, "
+                    "nvidia-smi --query-gpu CSV or -q -x XML, NVML samples or the seed CSV; file "
+                    "quarantined whole"
+                )
+            self._reject(
+                "unknown" if fmt is None else fmt, _whole_file(why, text, named_days(text))
+            )
+            return
+        prefix = _header_prefix(fmt, first)
+        n_prefix = prefix.count(b"\n")
+        offset = 0
+        try:
+            rest = [second] if second is not None else []
+            for i, piece in enumerate(itertools.chain([first], rest, pieces)):
+                data = piece if i == 0 else prefix + piece
+                got, out = _parse_text(self.lf, data, self.opts, fmt)
+                if out.rejected_whole:  # this piece's parser gave up: the file as a whole
+                    self._reject(got, out)
+                    return
+                shift = offset - (n_prefix if i else 0)
+                if i and n_prefix:
+                    out.lines_total -= n_prefix
+                    out.lines_skipped -= n_prefix
+                if shift:
+                    out.samples = out.samples.with_columns(pl.col("line") + shift)
+                    out.quarantine = out.quarantine.with_columns(pl.col("line") + shift)
+                offset += piece.count(b"\n")
+                yield got, out
+        except _Stop as e:
+            self._reject("unreadable", _whole_file(str(e), ""))
+
+
+def _header_prefix(fmt: str, first: bytes) -> bytes:
+    """The lines a CSV format's later pieces need in front of them: its magic and header."""
+    from gpu_pipeline.lib.ingest.formats import nvidia_smi
+
+    lines = first.split(b"\n", 8)
+    if fmt == "nvml_samples":
+        n = 2
+    elif fmt == "seed_csv":
+        n = 1
+    elif fmt == "nvidia_smi_csv":
+        at = next((i for i, ln in enumerate(lines) if ln.strip()), 0)
+        header = lines[at].decode("utf-8", "replace")
+        n = at + 1 if nvidia_smi._is_header(header.strip("\r")) else 0
+    else:
+        n = 0
+    return b"".join(ln + b"\n" for ln in lines[:n])
+
+
+def _text_read(data: bytes, sha: str, size: int) -> Read:
+    """A `Read` of text read whole: a BOM dropped, UTF-16 re-encoded, binary content refused."""
+    head = data[:200]
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        try:
+            data = data.decode("utf-16").encode("utf-8")
+        except UnicodeDecodeError as e:
+            why = f"UTF-16 text that does not decode ({e.reason} at byte {e.start})"
+            return Read(None, why, sha, head, size)
+    if data.startswith(UTF8_BOM):
+        data = data[len(UTF8_BOM) :]
+    if _looks_binary(data[:65536]):
+        why = "binary content (NUL and control bytes): not a telemetry export"
+        return Read(None, why, sha, head, size)
+    return Read(data, None, sha, head, size)
+
+
 def parse_landing_file(
     lf: LandingFile, opts: ParseOptions = DEFAULT_PARSE
 ) -> tuple[str, ParsedLines]:
-    """Read, detect and parse one landing file; a file no parser fits is quarantined whole, on
-    the days its content names (else its home day)."""
+    """Read, detect and parse one landing file (its pieces put together: `PieceParse`); a file
+    no parser fits is quarantined whole, on the days its content names (else its home day)."""
     if lf.skipped:  # listed, not read: no record
         return "skipped", ParsedLines(
             pl.DataFrame(schema=LONG_SCHEMA), pl.DataFrame(schema=QUARANTINE_LINE_SCHEMA), 0, 0
         )
     if lf.problem:  # never opened: its content (a link out of the zone) stays unread
         return "refused", _whole_file(lf.problem, "")
-    try:
-        read = _read_bytes(lf, opts.max_file_bytes)
-    except Changed:
-        return "refused", _whole_file(CHANGED, "", changed=True)
-    except OSError as e:
-        return "refused", _whole_file(f"cannot be read: {e.strerror or e}", "", changed=True)
-    fmt, out = _parse_read(lf, read, opts)
-    out.sha256, out.bytes_read = read.sha256, read.size
+    pp = PieceParse(lf, opts)
+    parts = list(pp)
+    fmt, out = pp.rejected or merge_pieces(parts)
+    out.sha256, out.bytes_read = pp.sha256 or lf.sha256, pp.size
     return fmt, out
 
 
+def merge_pieces(parts: list[tuple[str, ParsedLines]]) -> tuple[str, ParsedLines]:
+    """The pieces of one file's parse as one."""
+    if len(parts) == 1:
+        return parts[0]
+    fmt = parts[0][0]
+    outs = [p for _, p in parts]
+    records: dict = {}
+    for o in outs:
+        for d, n in o.records_by_day.items():
+            records[d] = records.get(d, 0) + n
+    return fmt, ParsedLines(
+        pl.concat([o.samples for o in outs]),
+        pl.concat([o.quarantine for o in outs]),
+        sum(o.lines_total for o in outs),
+        sum(o.lines_skipped for o in outs),
+        next((o.time_basis for o in outs if o.time_basis != "sample"), "sample"),
+        records,
+        outs[0].origin,
+        outs[0].columns_ignored,
+        sorted({f for o in outs for f in o.fields}),
+    )
+
+
 def _parse_read(lf: LandingFile, read: Read, opts: ParseOptions) -> tuple[str, ParsedLines]:
-    """Detect and parse what `_read_bytes` read."""
-    data, why = read.data, read.why
-    if data is None:
-        return "unreadable", _whole_file(why or "unreadable", repr(read.head))
+    """Detect and parse a file read whole (`_text_read`)."""
+    if read.data is None:
+        return "unreadable", _whole_file(read.why or "unreadable", repr(read.head))
+    return _parse_text(lf, read.data, opts)
+
+
+def _parse_text(
+    lf: LandingFile, data: bytes, opts: ParseOptions, fmt: str | None = None
+) -> tuple[str, ParsedLines]:
+    """Parse text (UTF-8 bytes) of `lf` in format `fmt`, detected from it when None."""
     clean, bad = _bad_lines(data)
-    fmt = detect_format(clean, lf.source_file)
+    fmt = fmt or detect_format(clean, lf.source_file)
     if bad and (fmt not in LINE_FORMATS or len(bad) * 2 > clean.count(b"\n") + 1):
         text, why = _decode(data)
         readable = data.decode("utf-8", "replace")
