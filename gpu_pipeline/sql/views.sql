@@ -1,6 +1,6 @@
 -- Curated views for analysts, over the per-table views (one per lake table, generated from the
 -- column contract by gpu_pipeline.lib.io.warehouse: a typed empty relation unioned by name with the
--- table's `<lake>/<table>/*/data.parquet`, re-read at every query).
+-- table's `<lake>/<table>/date=YYYY-MM-DD/data.parquet` files that read as Parquet).
 
 -- One row per day for the whole fleet. Fleet totals count each physical GPU once: the rows of
 -- MIG instances (gpu_instance_id set) are parts of a GPU whose own row is counted.
