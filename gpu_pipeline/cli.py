@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import socket
@@ -564,40 +565,68 @@ def open_sql_session(s: settings.Settings) -> SqlSession:
     return SqlSession(con, s, spill, restricted)
 
 
-def _watchdog(session: SqlSession, stop: threading.Event, fired: threading.Event) -> None:
-    """At the timeout, interrupt DuckDB (again every 0.2 s, for a statement that starts after);
-    if the process is still not done 10 s later (stuck outside DuckDB), end it."""
-    if stop.wait(session.timeout_s):
-        return
-    fired.set()
-    hard = time.monotonic() + 10
-    while not stop.wait(0.2):
-        session.con.interrupt()
-        if time.monotonic() > hard:
-            _say(_timeout_line(session.timeout_s))
-            os._exit(2)
+def _spilled_bytes(folder: Path) -> int:
+    """Bytes the files below `folder` take on disk."""
+    total = 0
+    for dirpath, _, files in os.walk(folder):
+        for f in files:
+            with contextlib.suppress(OSError):
+                total += os.stat(os.path.join(dirpath, f)).st_blocks * 512
+    return total
 
 
-def _timeout_line(timeout_s: int) -> str:
-    return f"error: the query was stopped after {timeout_s} s (GPU_PIPELINE_SQL_TIMEOUT_S)"
+class _Watchdog(threading.Thread):
+    """Stops the session's query at GPU_PIPELINE_SQL_TIMEOUT_S, or when its spill files pass
+    GPU_PIPELINE_SQL_SPILL_MB (DuckDB's own `max_temp_directory_size` is set but not enforced
+    by every version: 826 MB were spilled under a 1 MiB cap), checked every 0.05 s: DuckDB is
+    interrupted (again every 0.2 s, for a statement that starts after); a process still not
+    done 10 s later (stuck outside DuckDB) is ended."""
+
+    def __init__(self, session: SqlSession):
+        super().__init__(daemon=True)
+        self.session, self.stop, self.reason = session, threading.Event(), ""
+
+    def run(self) -> None:
+        s, t0 = self.session.settings, time.monotonic()
+        cap = s.sql_spill_mb * 2**20
+        while not self.stop.wait(0.05):
+            if s.sql_timeout_s > 0 and time.monotonic() - t0 > s.sql_timeout_s:
+                self.reason = (
+                    f"the query was stopped after {s.sql_timeout_s} s (GPU_PIPELINE_SQL_TIMEOUT_S)"
+                )
+            elif self.session.spill is not None and _spilled_bytes(self.session.spill) > cap:
+                self.reason = (
+                    f"the query was stopped: its spill files passed {s.sql_spill_mb} MiB "
+                    "(GPU_PIPELINE_SQL_SPILL_MB)"
+                )
+            else:
+                continue
+            hard = time.monotonic() + 10
+            while not self.stop.wait(0.2):
+                self.session.con.interrupt()
+                if time.monotonic() > hard:
+                    _say(f"error: {self.reason}")
+                    os._exit(2)
+            return
 
 
 def run_sql_session(session: SqlSession, query: str, fmt: str) -> int:
     """Run analyst SQL in the session and print each statement's result; one error line (with
-    DuckDB's hints) and exit code 2 for a refused or failed statement or the timeout."""
+    DuckDB's hints) and exit code 2 for a refused or failed statement, the timeout or too many
+    spill files."""
     import duckdb
 
     from gpu_pipeline.lib.io.warehouse import SqlError, run_queries, write_result
 
-    stop, fired = threading.Event(), threading.Event()
-    if session.timeout_s > 0:
-        threading.Thread(target=_watchdog, args=(session, stop, fired), daemon=True).start()
+    watch = _Watchdog(session)
+    if session.timeout_s > 0 or session.spill is not None:
+        watch.start()
     try:
         first = True
         # each statement's result is printed before the next statement runs
         for rel in run_queries(session.con, query):
-            if fired.is_set():
-                raise duckdb.InterruptException("timeout")
+            if watch.reason:
+                raise duckdb.InterruptException("stopped")
             if rel is None:
                 continue
             if not first and fmt != "json":
@@ -607,8 +636,8 @@ def run_sql_session(session: SqlSession, query: str, fmt: str) -> int:
     except (SqlError, duckdb.InterruptException) as e:
         sys.stdout.flush()
         msg = str(e)
-        if fired.is_set():
-            _say(_timeout_line(session.timeout_s))
+        if watch.reason:
+            _say(f"error: {watch.reason}")
         elif msg.startswith("Out of Memory Error"):  # DuckDB's hints (SET …) do not apply here
             s = session.settings
             _say(
@@ -620,7 +649,7 @@ def run_sql_session(session: SqlSession, query: str, fmt: str) -> int:
             _say(f"error: {msg}")
         return 2
     finally:
-        stop.set()
+        watch.stop.set()
     return 0
 
 

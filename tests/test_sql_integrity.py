@@ -5,6 +5,7 @@ Each test builds a small lake with `Lake.write` (two days of `gpu_daily` with kn
 of `gpu_minutes`) and runs `gpu-pipeline sql` in a fresh process, as a user does.
 """
 
+import contextlib
 import os
 import resource
 import shutil
@@ -312,6 +313,48 @@ def test_a_query_past_the_memory_limit_fails_with_one_line_and_bounded_memory(tm
     assert out.startswith("error: Out of Memory Error"), out
     assert "GPU_PIPELINE_SQL_MEMORY_MB=100" in out and len(out.splitlines()) == 2, out
     assert 0 < peak_kb < 1_000_000, peak_kb  # under 1 GB (DuckDB's default limit: 80 % of RAM)
+    no_traceback(out, err)
+
+
+def test_spill_files_stay_in_a_private_folder_and_are_bounded(tmp_path, lake):
+    """A GROUP BY larger than memory spills (826 MB here): to this process's own folder in
+    TMPDIR, stopped past GPU_PIPELINE_SQL_SPILL_MB (DuckDB's max_temp_directory_size alone did
+    not hold), removed at exit."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    q = (
+        "SELECT count(*) AS groups, sum(c) AS n FROM "
+        "(SELECT hash(i) AS g, count(*) AS c FROM range(30000000) t(i) GROUP BY g)"
+    )
+    base = {**cli_env(tmp_path), "TMPDIR": str(tmp), "GPU_PIPELINE_SQL_MEMORY_MB": "100"}
+    rc, out, err, _ = run_with_peak(["sql", "--lake", str(lake), "--format", "csv", q], base)
+    assert rc == 0 and out.splitlines() == ["groups,n", "30000000,30000000"], out + err
+    private = tmp / f"gpu-pipeline-sql-{os.getuid()}"
+    assert private.is_dir() and (private.stat().st_mode & 0o777) == 0o700
+    assert list(private.iterdir()) == []  # this run's folder is gone
+    env = {**base, "GPU_PIPELINE_SQL_SPILL_MB": "50"}
+    p = subprocess.Popen(
+        [sys.executable, "-m", "gpu_pipeline.cli", "sql", "--lake", str(lake), q],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    peak = 0
+    while p.poll() is None:
+        size = 0
+        for dirpath, _, files in os.walk(private):
+            for f in files:
+                with contextlib.suppress(OSError):
+                    size += os.stat(os.path.join(dirpath, f)).st_blocks * 512
+        peak = max(peak, size)
+        time.sleep(0.02)
+    out, err = p.stdout.read(), p.stderr.read()
+    assert p.returncode == 2 and out.strip().splitlines() == [
+        "error: the query was stopped: its spill files passed 50 MiB (GPU_PIPELINE_SQL_SPILL_MB)"
+    ], out + err
+    assert 0 < peak < 400 << 20, peak
+    assert list(private.iterdir()) == []
     no_traceback(out, err)
 
 
