@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import socket
@@ -510,27 +511,193 @@ def cmd_summary(a: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_sql(a: argparse.Namespace) -> int:
-    s = _settings(a)
-    from gpu_pipeline.lib.io.sandbox import deny_writes
+class SqlSession:
+    """An analyst SQL connection of this process: see `open_sql_session`."""
+
+    def __init__(self, con, s: settings.Settings, spill: Path | None, restricted: bool):
+        self.con, self.settings, self.spill, self.restricted = con, s, spill, restricted
+        self.timeout_s = s.sql_timeout_s
+
+    def close(self) -> None:
+        self.con.close()
+        if self.spill is not None:  # inside the folder the sandbox keeps writable
+            shutil.rmtree(self.spill, ignore_errors=True)
+
+
+# at most this many "skipped" warnings, then a count
+MAX_WARNINGS = 20
+
+
+def _warn_skipped(skipped: list[tuple[str, str]]) -> None:
+    for path, why in skipped[:MAX_WARNINGS]:
+        print(f"warning: skipped {path}: {why}", file=sys.stderr)
+    if len(skipped) > MAX_WARNINGS:
+        print(f"warning: … and {len(skipped) - MAX_WARNINGS} more skipped", file=sys.stderr)
+
+
+def open_sql_session(s: settings.Settings) -> SqlSession:
+    """The lake's views over its checked partitions (links out of the lake refused, stray and
+    corrupt partitions skipped with a warning on stderr), in a process that from here on can
+    write nothing but its private spill folder and read nothing but its table folders and what
+    Python and DuckDB need (Linux Landlock, made before DuckDB starts a thread: a thread started
+    earlier would keep every right). Memory, threads and spill bounded by the settings.
+    SqlError (LakeError) when the lake cannot be read."""
+    import duckdb
+
+    from gpu_pipeline.lib.io import sandbox
     from gpu_pipeline.lib.io.warehouse import (
+        LakeError,
         SqlError,
+        SqlLimits,
         connect_readonly,
-        flat_frame,
-        is_lake,
-        run_queries,
+        error_text,
+        scan_partitions,
     )
 
-    if a.file:
+    parts = scan_partitions(s.lake)
+    private = sandbox.private_dir() if s.sql_spill_mb > 0 else None
+    keep, spill = private if private else (None, None)
+    try:
+        restricted = False
+        if sandbox.abi() >= 1:  # Linux 5.13 or newer; elsewhere DuckDB's allow-list stands alone
+            try:
+                dirs = [sandbox.open_dir(d) for d in parts.table_dirs()]
+            except OSError as e:
+                raise LakeError(f"the lake changed while it was opened: {e}") from None
+            try:
+                restricted = sandbox.restrict(keep, [*sandbox.runtime_paths(), *dirs])
+            finally:
+                for fd in dirs:
+                    os.close(fd)
+        limits = SqlLimits(
+            memory_mb=s.sql_memory_mb,
+            threads=s.sql_threads,
+            spill_mb=s.sql_spill_mb,
+            temp_dir=str(spill) if spill else None,
+        )
         try:
-            query = Path(a.file).read_text()
-        except OSError as e:
-            _say(f"error: cannot read {a.file}: {e.strerror}")
-            return 2
-    elif a.query:
-        query = a.query
-    else:
-        query = sys.stdin.read()
+            con = connect_readonly(parts, limits=limits)
+        except duckdb.Error as e:
+            raise SqlError(error_text(e)) from None
+    except BaseException:
+        if spill is not None:
+            shutil.rmtree(spill, ignore_errors=True)
+        raise
+    _warn_skipped(parts.skipped)
+    return SqlSession(con, s, spill, restricted)
+
+
+def _spilled_bytes(folder: Path) -> int:
+    """Bytes the files below `folder` take on disk."""
+    total = 0
+    for dirpath, _, files in os.walk(folder):
+        for f in files:
+            with contextlib.suppress(OSError):
+                total += os.stat(os.path.join(dirpath, f)).st_blocks * 512
+    return total
+
+
+class _Watchdog(threading.Thread):
+    """Stops the session's query at GPU_PIPELINE_SQL_TIMEOUT_S, or when its spill files pass
+    GPU_PIPELINE_SQL_SPILL_MB (DuckDB's own `max_temp_directory_size` is set but not enforced
+    by every version: 826 MB were spilled under a 1 MiB cap), checked every 0.05 s: DuckDB is
+    interrupted (again every 0.2 s, for a statement that starts after); a process still not
+    done 10 s later (stuck outside DuckDB) is ended."""
+
+    def __init__(self, session: SqlSession):
+        super().__init__(daemon=True)
+        self.session, self.stop, self.reason = session, threading.Event(), ""
+
+    def run(self) -> None:
+        s, t0 = self.session.settings, time.monotonic()
+        cap = s.sql_spill_mb * 2**20
+        while not self.stop.wait(0.05):
+            if s.sql_timeout_s > 0 and time.monotonic() - t0 > s.sql_timeout_s:
+                self.reason = (
+                    f"the query was stopped after {s.sql_timeout_s} s (GPU_PIPELINE_SQL_TIMEOUT_S)"
+                )
+            elif self.session.spill is not None and _spilled_bytes(self.session.spill) > cap:
+                self.reason = (
+                    f"the query was stopped: its spill files passed {s.sql_spill_mb} MiB "
+                    "(GPU_PIPELINE_SQL_SPILL_MB)"
+                )
+            else:
+                continue
+            hard = time.monotonic() + 10
+            while not self.stop.wait(0.2):
+                self.session.con.interrupt()
+                if time.monotonic() > hard:
+                    _say(f"error: {self.reason}")
+                    os._exit(2)
+            return
+
+
+def run_sql_session(session: SqlSession, query: str, fmt: str) -> int:
+    """Run analyst SQL in the session and print each statement's result; one error line (with
+    DuckDB's hints) and exit code 2 for a refused or failed statement, the timeout or too many
+    spill files."""
+    import duckdb
+
+    from gpu_pipeline.lib.io.warehouse import SqlError, run_queries, write_result
+
+    watch = _Watchdog(session)
+    if session.timeout_s > 0 or session.spill is not None:
+        watch.start()
+    try:
+        first = True
+        # each statement's result is printed before the next statement runs
+        for rel in run_queries(session.con, query):
+            if watch.reason:
+                raise duckdb.InterruptException("stopped")
+            if rel is None:
+                continue
+            if not first and fmt != "json":
+                sys.stdout.write("\n")
+            first = False
+            write_result(rel, fmt, sys.stdout)
+    except (SqlError, duckdb.InterruptException) as e:
+        sys.stdout.flush()
+        msg = str(e)
+        if watch.reason:
+            _say(f"error: {watch.reason}")
+        elif msg.startswith("Out of Memory Error"):  # DuckDB's hints (SET …) do not apply here
+            s = session.settings
+            _say(
+                f"error: {msg.splitlines()[0]}\n  the limits: GPU_PIPELINE_SQL_MEMORY_MB="
+                f"{s.sql_memory_mb}, GPU_PIPELINE_SQL_SPILL_MB={s.sql_spill_mb} "
+                f"{'(spilling)' if session.spill else '(no spill files)'}"
+            )
+        else:
+            _say(f"error: {msg}")
+        return 2
+    finally:
+        watch.stop.set()
+    return 0
+
+
+def _sql_query(a: argparse.Namespace) -> str:
+    """The SQL to run: from -f FILE, the argument or stdin, bounded (SqlError)."""
+    from gpu_pipeline.lib.io.warehouse import SQL_MAX_BYTES, SqlError, read_sql_file, sql_text
+
+    if a.file:
+        return read_sql_file(a.file)
+    if a.query is not None:
+        try:
+            return sql_text(a.query.encode("utf-8"), "the query")
+        except UnicodeEncodeError:
+            raise SqlError("the query is not UTF-8 text") from None
+    return sql_text(sys.stdin.buffer.read(SQL_MAX_BYTES + 1), "standard input")
+
+
+def cmd_sql(a: argparse.Namespace) -> int:
+    s = _settings(a)
+    from gpu_pipeline.lib.io.warehouse import SqlError, is_lake
+
+    try:
+        query = _sql_query(a)
+    except SqlError as e:
+        _say(f"error: {e}")
+        return 2
     lake = s.lake
     if "://" in lake or not is_lake(lake):
         _say(
@@ -539,29 +706,14 @@ def cmd_sql(a: argparse.Namespace) -> int:
         )
         return 2
     try:
-        # no spill files: DuckDB works in memory (a query larger than memory fails, it does not
-        # write); from here on this process cannot write any file, whatever the SQL (Linux
-        # Landlock; where the kernel lacks it, the statement gate alone refuses writes)
-        con = connect_readonly(lake, settings.warehouse_path(lake), spill=False)
-        deny_writes()
-        first = True
-        # each statement's result is printed before the next statement runs
-        for rel in run_queries(con, query):
-            if rel is None:
-                continue
-            if not first and a.format != "json":
-                sys.stdout.write("\n")
-            first = False
-            if a.format == "table":
-                rel.show(max_width=200, max_rows=200)
-            elif a.format == "csv":
-                sys.stdout.write(flat_frame(rel).write_csv())
-            else:
-                sys.stdout.write(rel.pl().write_json() + "\n")
+        session = open_sql_session(s)
     except SqlError as e:
         _say(f"error: {e}")
         return 2
-    return 0
+    try:
+        return run_sql_session(session, query, a.format)
+    finally:
+        session.close()
 
 
 def cmd_pull(a: argparse.Namespace) -> int:

@@ -46,6 +46,10 @@ ENV_VARS = {
     "csv_timezone": "GPU_PIPELINE_CSV_TIMEZONE",
     "max_file_mb": "GPU_PIPELINE_MAX_FILE_MB",
     "sensor_interval_s": "GPU_PIPELINE_SENSOR_INTERVAL",
+    "sql_memory_mb": "GPU_PIPELINE_SQL_MEMORY_MB",
+    "sql_threads": "GPU_PIPELINE_SQL_THREADS",
+    "sql_timeout_s": "GPU_PIPELINE_SQL_TIMEOUT_S",
+    "sql_spill_mb": "GPU_PIPELINE_SQL_SPILL_MB",
 }
 
 # the Prometheus-compatible server to pull from: name -> (environment variable, type)
@@ -394,6 +398,11 @@ class Settings:
     csv_timezone: str = "UTC"  # the zone of zone-less CSV times
     max_file_mb: int = 1024  # larger landing files are quarantined whole
     sensor_interval_s: int = 60
+    # `gpu-pipeline sql`: DuckDB's memory limit, worker threads, spill files; seconds per run (0: none)
+    sql_memory_mb: int = 1024
+    sql_threads: int = 2
+    sql_timeout_s: int = 300
+    sql_spill_mb: int = 4096  # 0: no spill files (a query larger than memory fails)
     prom: Mapping[str, object] = field(default_factory=dict)  # PROM_SETTINGS that are set
     # the fields whose value came from their environment variable (bound as dg.EnvVar);
     # pull settings as "prom.<name>"

@@ -1,7 +1,7 @@
 -- Curated views for analysts, over the per-table views (one per lake table, generated from the
 -- column contract by gpu_pipeline.lib.io.warehouse: a typed empty relation unioned by name with the
--- table's `<lake>/<table>/*/data.parquet`, re-read at every query). `fleet_daily` is such a
--- table now (computed in the staging pass, with the rules in force and the day's coverage).
+-- table's `<lake>/<table>/date=YYYY-MM-DD/data.parquet` files that read as Parquet). `fleet_daily`
+-- is such a table (computed in the staging pass, with the rules in force and the day's coverage).
 
 -- Waste per namespace and day across clusters and models.
 CREATE OR REPLACE VIEW namespace_waste AS

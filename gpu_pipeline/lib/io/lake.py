@@ -32,6 +32,7 @@ DATA_FILE = "data.parquet"
 # nothing but its `date=` partitions (any engine reads `<table>/*/*.parquet` with hive partitioning)
 LEGACY_SCHEMA_DIR = "_schema"
 _SAFE = re.compile(r"^[a-z_][a-z0-9_]*$")
+_PARTITION = re.compile(r"date=(\d{4}-\d{2}-\d{2})")
 # zstd level 2, not Polars' default 3: on a day of gpu_minutes (benchmarks/README.md) it encodes
 # 15 % faster for 4 % more bytes (level 1: 20 % faster, 32 % more bytes)
 WRITE_OPTIONS = {
@@ -68,6 +69,18 @@ def _remove_stray(folder: Path, pattern: str) -> None:
                 stray.unlink()
         except OSError:
             pass  # another writer took care of it
+
+
+def partition_day(name: str) -> date | None:
+    """The day a partition folder's name holds: exactly `date=YYYY-MM-DD`, a real day (not
+    `date=2024-01-02.bak`, `date=20240102` or `date=2024-02-30`); None for any other name."""
+    m = _PARTITION.fullmatch(name)
+    if m is None:
+        return None
+    try:
+        return date.fromisoformat(m.group(1))
+    except ValueError:
+        return None
 
 
 class Lake:
@@ -289,10 +302,4 @@ class Lake:
         else:
             d = self.table_dir(table)
             names = [p.parent.name for p in d.glob(f"date=*/{DATA_FILE}")] if d.is_dir() else []
-        out = []
-        for n in names:
-            try:
-                out.append(date.fromisoformat(n.removeprefix("date=")))
-            except ValueError:
-                continue
-        return sorted(out)
+        return sorted(d for d in map(partition_day, names) if d is not None)

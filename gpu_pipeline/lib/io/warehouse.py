@@ -1,16 +1,25 @@
 """DuckDB over the lake: the views file (views only) and read-only analyst queries.
 
 One view per lake table, generated from the column contract (`schemas.TABLES`): a typed empty
-relation unioned by name with the table's partitions (`<lake>/<table>/*/data.parquet`), so every
-view has every contract column whether or not a partition exists yet or was written before a
-column was added. DuckDB cannot glob nothing, so a table with no partition gets the typed empty
-relation alone; the views file records which tables had data when it was written, and a file
-that no longer matches its lake is rebuilt (`materialize`, the `warehouse_views` asset) or, by
-`gpu-pipeline sql`, replaced by the same views built in memory.
+relation unioned by name with the table's partitions, so every view has every contract column
+whether or not a partition exists yet or was written before a column was added.
 
-The `.duckdb` file holds only views, so it is rebuilt freely; analysts open it read-only. Queries
-run with file access restricted to the lake and only read statements allowed, so SQL can read the
-marts but never write a file or change the database.
+Which files a view reads (`scan_partitions`): `<lake>/<table>/date=YYYY-MM-DD/data.parquet` with a
+real day in the name and a Parquet file behind it (the PAR1 magic at both ends and a footer length
+that fits; DuckDB's own read of the footer when the view cannot be built). Anything else in a
+table's folder (`date=2024-01-02.bak`, `date=20240102`, a truncated file) is skipped with a
+warning naming it. A table folder or partition that is a link to outside the lake makes the lake
+refused (`LakeError`).
+
+- `gpu-pipeline sql` builds the views in memory, each listing its table's checked files; SQL may
+  read exactly those files (DuckDB `allowed_paths`) and nothing else.
+- The views file (`build_views_file`, for any DuckDB client) globs
+  `<table>/date=[0-9]…/data.parquet`, so days written later are read without a rebuild; a table
+  with a partition the glob would match but cannot be read lists its good files instead. The
+  file records (in a view's comment) which tables had data and which were listed; a file that no
+  longer matches its lake is rebuilt (`materialize`, the `warehouse_views` asset).
+
+The `.duckdb` file holds only views, so it is rebuilt freely; analysts open it read-only.
 """
 
 from __future__ import annotations
@@ -18,13 +27,16 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
 import polars as pl
 
-from gpu_pipeline.lib.io.lake import Lake
+from gpu_pipeline.lib.io.lake import DATA_FILE, LEGACY_SCHEMA_DIR, partition_day
 from gpu_pipeline.lib.schemas import TABLES
 
 # shipped inside the package (`sql/` at the repository root links here)
@@ -45,17 +57,36 @@ READ_PRAGMAS = {
     "functions",
 }
 _LEADING = re.compile(r"^(\s+|--[^\n]*\n?|/\*.*?\*/)*", re.S)
-# a view (the file holds views only) naming the lake and which tables had data when it was written
-STATE_VIEW = "_gpu_pipeline_lake"
+# the views file's record of its lake, kept in the comment of one table's view: a view of its
+# own would show in SHOW TABLES
+STATE_ON = "gpu_samples"
+STATE_PREFIX = "gpu_pipeline lake state: "
+# the partitions a views-file glob reads: the digits of date=YYYY-MM-DD (DuckDB globs have no
+# repetition; a name like date=2024-02-30 matches, and its table is then listed instead)
+PARTITION_GLOB = "date=[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]/" + DATA_FILE
+_GLOBBED = re.compile(r"date=\d{4}-\d{2}-\d{2}")
+# an error shows DuckDB's hints (Did you mean, candidate columns, the line and caret), bounded
+ERROR_LINES, ERROR_WIDTH = 8, 300
+# analyst SQL read from a file or stdin: at most this many bytes
+SQL_MAX_BYTES = 1 << 20
+
+assert STATE_ON in TABLES
 
 
 class SqlError(ValueError):
     """A query the analyst interface refuses or DuckDB cannot run."""
 
 
+class LakeError(SqlError):
+    """A lake the analyst interface refuses to read (a link out of it)."""
+
+
+_NOT_IN_PATHS = "\n\r\x00*?[]{}"  # line breaks, NUL and what DuckDB reads as a glob
+
+
 def _quote_path(root: Path) -> str:
-    s = root.resolve().as_posix()
-    if any(ch in s for ch in "\n\r\x00*?[]{}"):
+    s = root.as_posix()
+    if any(ch in s for ch in _NOT_IN_PATHS):
         raise SqlError(f"lake path has characters not allowed in a path glob: {s!r}")
     return s.replace("'", "''")
 
@@ -83,85 +114,343 @@ def duck_type(dt: pl.DataType) -> str:
     }[dt.base_type()]
 
 
-def table_view_sql(table: str, lake_root: str | Path, has_data: bool) -> str:
-    cols = ", ".join(f'CAST(NULL AS {duck_type(t)}) AS "{c}"' for c, t in TABLES[table].items())
-    typed = f"SELECT {cols} WHERE false"
-    if not has_data:
-        return f"CREATE OR REPLACE VIEW {table} AS {typed}"
-    glob = f"{_quote_path(Path(lake_root))}/{table}/*/data.parquet"
-    return (
-        f"CREATE OR REPLACE VIEW {table} AS {typed} UNION ALL BY NAME "
-        f"SELECT * FROM read_parquet('{glob}', union_by_name = true, hive_partitioning = false)"
+# -- which files the views read --------------------------------------------------------------
+
+
+@dataclass
+class Partitions:
+    """What the views of a lake read: each table's partition files (real paths, by day), the
+    entries skipped and why, and the tables a glob cannot stand for."""
+
+    root: Path  # the lake's real path
+    files: dict[str, list[str]] = field(default_factory=dict)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, why)
+    listed: set[str] = field(default_factory=set)
+
+    def table_dirs(self) -> list[Path]:
+        """The table folders (real paths) of the tables with data."""
+        return [self.root / t for t in TABLES if self.files.get(t)]
+
+    def all_files(self) -> list[str]:
+        return [f for t in TABLES for f in self.files.get(t, [])]
+
+
+def parquet_problem(path: str | os.PathLike) -> str | None:
+    """Why `path` is not a Parquet file DuckDB can open (None: it looks like one). Cheap: the
+    PAR1 magic at both ends and a footer length that fits, two small reads."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        return f"cannot be read ({e.strerror})"
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return "not a regular file"
+        if st.st_size < 12:
+            return f"not Parquet ({st.st_size} bytes)"
+        head, tail = os.pread(fd, 4, 0), os.pread(fd, 8, st.st_size - 8)
+    except OSError as e:
+        return f"cannot be read ({e.strerror})"
+    finally:
+        os.close(fd)
+    if head != b"PAR1" or tail[4:] != b"PAR1":
+        return "not Parquet (no PAR1 magic at both ends: truncated or another format)"
+    if not 0 < int.from_bytes(tail[:4], "little") <= st.st_size - 12:
+        return "not Parquet (its footer length does not fit the file)"
+    return None
+
+
+def _real(path: str | os.PathLike) -> Path:
+    return Path(os.path.realpath(path))
+
+
+def _link_out(path: str | Path, real: str | Path, root: Path) -> LakeError:
+    return LakeError(
+        f"{path} is a link to {real}, outside the lake {root}: a lake's table folders and "
+        "partitions must be inside it (replace the link with the folder or file itself)"
     )
 
 
-def lake_state(lake_root: str | Path) -> str:
-    """The lake's path and the tables that have at least one partition, as one string."""
-    lake = Lake(lake_root)
-    with_data = [t for t in TABLES if lake.days(t)]
-    return json.dumps({"lake": Path(lake_root).resolve().as_posix(), "tables": with_data})
+def _inside(path: str, folder: str) -> bool:
+    return path.startswith(folder.rstrip("/") + "/")
 
 
-def create_views(con: duckdb.DuckDBPyConnection, lake_root: str | Path) -> None:
-    """One view per table (typed; the partitions where there are any), then `sql/views.sql`."""
-    state = lake_state(lake_root)
-    with_data = set(json.loads(state)["tables"])
+def scan_partitions(lake_root: str | Path) -> Partitions:
+    """Each table's readable partitions; what is skipped and why. LakeError when a table folder,
+    a `date=` folder or a `data.parquet` is a link to outside the lake.
+
+    Links are resolved only where there are links (a `date=` folder or `data.parquet` that is
+    one): a lake without links costs one open and two small reads per partition."""
+    root = _real(lake_root)
+    _quote_path(root)
+    parts = Partitions(root)
+    root_s = root.as_posix()
     for table in TABLES:
-        con.execute(table_view_sql(table, lake_root, table in with_data))
+        parts.files[table] = []
+        td = root / table
+        if not os.path.lexists(td):
+            continue
+        real_td = _real(td)
+        if not _inside(real_td.as_posix(), root_s):
+            raise _link_out(td, real_td, root)
+        if real_td != td:  # a link to another folder of the lake (another table's, the cache)
+            parts.skipped.append((str(td), f"a link to {real_td}, not a table folder"))
+            continue
+        try:
+            entries = sorted(os.scandir(td), key=lambda e: e.name)
+        except OSError as e:
+            parts.skipped.append((str(td), f"cannot be listed ({e.strerror})"))
+            continue
+        td_s = td.as_posix()
+        seen: dict[str, str] = {}
+        for entry in entries:
+            if entry.name == LEGACY_SCHEMA_DIR:
+                continue  # an earlier version's schema folder, dropped at the next write
+            if partition_day(entry.name) is None:
+                parts.skipped.append((entry.path, "not a date=YYYY-MM-DD partition"))
+                if _GLOBBED.fullmatch(entry.name):
+                    parts.listed.add(table)
+                continue
+            file = f"{entry.path}/{DATA_FILE}"
+            try:
+                linked = entry.is_symlink() or stat.S_ISLNK(os.lstat(file).st_mode)
+            except OSError:
+                continue  # no data.parquet: a day being written for the first time
+            real = os.path.realpath(file) if linked else file
+            if not _inside(real, root_s):  # a broken link too: it may be made to work later
+                raise _link_out(entry.path if entry.is_symlink() else file, real, root)
+            why = None
+            if not _inside(real, td_s):
+                why = f"a link to {real}, outside its table folder"
+            elif any(ch in real for ch in _NOT_IN_PATHS):
+                why = f"a link to {real}, a path DuckDB would read as a glob"
+            elif real in seen:
+                why = f"the same file as {seen[real]}"
+            else:
+                why = parquet_problem(real)
+            if why is not None:
+                parts.skipped.append((file, why))
+                parts.listed.add(table)
+                continue
+            seen[real] = file
+            parts.files[table].append(real)
+    return parts
+
+
+# -- the views -----------------------------------------------------------------------------------
+
+
+def _file_literal(path: str) -> str:
+    """A file path as a SQL string literal (a glob character would make DuckDB glob it)."""
+    if any(ch in path for ch in _NOT_IN_PATHS):
+        raise SqlError(f"a partition path has characters not allowed in a path: {path!r}")
+    return "'" + path.replace("'", "''") + "'"
+
+
+def table_view_sql(table: str, source: str | list[str] | None) -> str:
+    """The view of `table` over `source`: a glob (SQL-quoted already), a list of files, or
+    nothing (the typed empty relation alone: DuckDB cannot glob nothing)."""
+    cols = ", ".join(f'CAST(NULL AS {duck_type(t)}) AS "{c}"' for c, t in TABLES[table].items())
+    typed = f"SELECT {cols} WHERE false"
+    if not source:
+        return f"CREATE OR REPLACE VIEW {table} AS {typed}"
+    files = (
+        f"'{source}'" if isinstance(source, str) else f"[{', '.join(map(_file_literal, source))}]"
+    )
+    return (
+        f"CREATE OR REPLACE VIEW {table} AS {typed} UNION ALL BY NAME "
+        f"SELECT * FROM read_parquet({files}, union_by_name = true, hive_partitioning = false)"
+    )
+
+
+def _readable(con: duckdb.DuckDBPyConnection, parts: Partitions, table: str) -> list[str]:
+    """The files of `table` whose footer DuckDB reads (the others skipped with its reason)."""
+    good = []
+    for f in parts.files[table]:
+        try:
+            con.execute(f"DESCRIBE SELECT * FROM read_parquet({_file_literal(f)})")
+        except duckdb.Error as e:
+            parts.skipped.append((f, f"not readable as Parquet: {str(e).splitlines()[0]}"))
+        else:
+            good.append(f)
+    return good
+
+
+def create_views(
+    con: duckdb.DuckDBPyConnection, lake: str | Path | Partitions, glob: bool = False
+) -> Partitions:
+    """One view per table (typed; its partitions where there are any), then `sql/views.sql`.
+
+    Views list their tables' checked files; with `glob`, a table whose every partition is
+    readable globs its folder instead. A table DuckDB still cannot read (a footer the cheap check
+    let through) has its files read one by one and the unreadable ones skipped. Returns the
+    partitions read (with what was skipped)."""
+    parts = lake if isinstance(lake, Partitions) else scan_partitions(lake)
+    for table in TABLES:
+        files = parts.files[table]
+        source: str | list[str] | None = files or None
+        if glob and files and table not in parts.listed:
+            source = f"{_quote_path(parts.root)}/{table}/{PARTITION_GLOB}"
+        try:
+            con.execute(table_view_sql(table, source))
+        except duckdb.Error:
+            if not files:
+                raise
+            parts.files[table] = files = _readable(con, parts, table)
+            parts.listed.add(table)
+            con.execute(table_view_sql(table, files or None))
     for stmt in con.extract_statements(VIEWS_SQL.read_text()):
         con.execute(stmt.query)
-    quoted = state.replace("'", "''")
-    con.execute(f"CREATE OR REPLACE VIEW {STATE_VIEW} AS SELECT '{quoted}' AS state")
+    return parts
+
+
+def lake_state(parts: Partitions) -> str:
+    """The lake's path, the tables with data and the files of the listed tables, as one string."""
+    rel = {t: [Path(f).relative_to(parts.root).as_posix() for f in parts.files[t]] for t in TABLES}
+    return json.dumps(
+        {
+            "lake": parts.root.as_posix(),
+            "tables": [t for t in TABLES if parts.files[t]],
+            "listed": {t: rel[t] for t in sorted(parts.listed)},
+        }
+    )
 
 
 def views_current(db_path: str | Path, lake_root: str | Path) -> bool:
-    """Does the views file exist, point at this lake, and know which of its tables have data?"""
+    """Does the views file exist, point at this lake, and read what the lake holds now (the
+    tables with data; for a table it lists, the same files)?"""
     if not Path(db_path).is_file():
         return False
     try:
         with duckdb.connect(str(db_path), read_only=True) as con:
-            row = con.execute(f"SELECT state FROM {STATE_VIEW}").fetchone()
-    except duckdb.Error:
+            rows = con.execute(
+                "SELECT comment FROM duckdb_views() WHERE schema_name = 'main' AND view_name = ?",
+                [STATE_ON],
+            ).fetchall()
+        now = lake_state(scan_partitions(lake_root))
+    except (duckdb.Error, SqlError, OSError):
         return False
-    return bool(row) and row[0] == lake_state(lake_root)
+    return bool(rows) and rows[0][0] == STATE_PREFIX + now
 
 
-def build_views_file(lake_root: str | Path, db_path: str | Path) -> Path:
+def build_views_file(
+    lake_root: str | Path,
+    db_path: str | Path,
+    warn: Callable[[str], None] | None = None,
+) -> Path:
     """(Re)write the views-only DuckDB file for `lake_root`: written under a unique name and
-    renamed into place, so readers keep the version they opened and two writers never meet."""
+    renamed into place, so readers keep the version they opened and two writers never meet.
+    `warn` gets one line per skipped file or folder."""
     db_path = Path(db_path)
     db_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = db_path.with_name(f".{db_path.name}.{uuid.uuid4().hex}.tmp")
     try:
         with duckdb.connect(str(tmp)) as con:
-            create_views(con, lake_root)
+            parts = create_views(con, scan_partitions(lake_root), glob=True)
+            state = (STATE_PREFIX + lake_state(parts)).replace("'", "''")
+            con.execute(f"COMMENT ON VIEW {STATE_ON} IS '{state}'")
         os.replace(tmp, db_path)
     finally:
         tmp.unlink(missing_ok=True)
         tmp.with_name(tmp.name + ".wal").unlink(missing_ok=True)
+    for path, why in parts.skipped if warn else ():
+        warn(f"skipped {path}: {why}")
     return db_path
 
 
+@dataclass(frozen=True)
+class SqlLimits:
+    """What one analyst query may take: DuckDB's memory and threads, and spill files (at most
+    `spill_mb` in `temp_dir`; none without a folder or with 0)."""
+
+    memory_mb: int = 1024
+    threads: int = 2
+    spill_mb: int = 4096
+    temp_dir: str | None = None
+
+
 def connect_readonly(
-    lake_root: str | Path, db_path: str | Path | None = None, spill: bool = True
+    lake_root: str | Path | Partitions,
+    db_path: str | Path | None = None,
+    limits: SqlLimits | None = None,
 ) -> duckdb.DuckDBPyConnection:
-    """Read-only connection that can read the lake's tables and nothing else.
+    """Read-only connection that can read the lake's partition files and nothing else.
 
     The views are built in a fresh in-memory database (a few milliseconds), never taken from a
     file: nothing on disk is opened for writing, a stale or foreign views file cannot mislead,
     and DuckDB's per-process database cache cannot hand back another connection's settings.
-    (`db_path` is accepted for callers that name the views file; it is not opened.)
+    (`db_path` is accepted for callers that name the views file; it is not opened.) Memory,
+    threads and spill files are bounded by `limits`; the configuration is then locked.
     """
-    con = duckdb.connect(":memory:")
-    create_views(con, lake_root)
-    if not spill:  # DuckDB writes nothing, not even temporary files of a large sort
-        con.execute("SET temp_directory = ''")
-    # SQL may read the tables' folders, nothing else of the lake (cache, reports) or beyond
-    root = Path(lake_root).resolve()
-    con.execute("SET allowed_directories = ?", [[(root / t).as_posix() + "/" for t in TABLES]])
+    lim = limits or SqlLimits()
+    spill = lim.temp_dir if lim.temp_dir and lim.spill_mb > 0 else ""
+    con = duckdb.connect(
+        ":memory:",
+        config={
+            "memory_limit": f"{max(lim.memory_mb, 1)}MiB",
+            "threads": max(lim.threads, 1),
+            "temp_directory": spill,
+            "max_temp_directory_size": f"{max(lim.spill_mb, 0) if spill else 0}MiB",
+        },
+    )
+    parts = create_views(con, lake_root)
+    # SQL may read the checked partition files, nothing else (their folders, the cache,
+    # reports, anything beyond); DuckDB compares the path strings, Landlock the files
+    con.execute("SET allowed_directories = ?", [[]])
+    con.execute("SET allowed_paths = ?", [parts.all_files()])
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
     return con
+
+
+def error_text(e: BaseException, context: bool = True) -> str:
+    """DuckDB's message with its hints (Did you mean …, candidate bindings; with `context` the
+    line and caret), blank lines dropped, at most ERROR_LINES lines of ERROR_WIDTH characters.
+    Errors raised while a result is fetched point into the text DuckDB's Python layer ran, not
+    the query as written: they are shown without `context`."""
+    lines = [ln.rstrip() for ln in str(e).splitlines() if ln.strip()]
+    if not context:
+        cut = next((i for i, ln in enumerate(lines) if re.match(r"LINE \d+:", ln)), len(lines))
+        lines = lines[:cut]
+    lines = [ln if len(ln) <= ERROR_WIDTH else ln[: ERROR_WIDTH - 1] + "…" for ln in lines]
+    if len(lines) > ERROR_LINES:
+        lines = [*lines[: ERROR_LINES - 1], f"… ({len(lines) - ERROR_LINES + 1} more lines)"]
+    return "\n".join(lines) or type(e).__name__
+
+
+def sql_text(data: bytes, source: str) -> str:
+    """Analyst SQL from bytes read from `source`: UTF-8 text (a BOM allowed), else SqlError."""
+    if len(data) > SQL_MAX_BYTES:
+        raise SqlError(f"{source} is larger than 1 MiB: not read as SQL")
+    if b"\x00" in data:
+        raise SqlError(f"{source} is not UTF-8 text (it holds NUL bytes: a binary file?)")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise SqlError(
+            f"{source} is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})"
+        ) from None
+
+
+def read_sql_file(path: str | os.PathLike) -> str:
+    """The SQL in file `path`: a regular file (not a FIFO, a device like /dev/zero or a folder)
+    of at most SQL_MAX_BYTES of UTF-8 text; else SqlError."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not block
+    except OSError as e:
+        raise SqlError(f"{path} cannot be read: {e.strerror}") from None
+    try:
+        kind = os.fstat(fd).st_mode
+        if not stat.S_ISREG(kind):
+            what = "a folder" if stat.S_ISDIR(kind) else "a FIFO, device or socket"
+            raise SqlError(f"{path} is not a regular file ({what}): give a file of SQL")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(SQL_MAX_BYTES + 1)
+    except OSError as e:
+        raise SqlError(f"{path} cannot be read: {e.strerror}") from None
+    finally:
+        os.close(fd)
+    return sql_text(data, str(path))
 
 
 def _strip(sql: str) -> str:
@@ -206,7 +495,7 @@ def statements(con: duckdb.DuckDBPyConnection, sql: str) -> list:
     try:
         stmts = con.extract_statements(sql)
     except duckdb.Error as e:
-        raise SqlError(str(e).splitlines()[0]) from None
+        raise SqlError(error_text(e)) from None
     except Exception:  # noqa: BLE001 - a statement this DuckDB cannot even classify is refused
         raise SqlError(
             "only read queries are allowed here, not a statement of unknown type"
@@ -237,9 +526,10 @@ def run_queries(con: duckdb.DuckDBPyConnection, sql: str):
     before asking for the next: the next statement runs then."""
     for s in statements(con, sql):
         try:
-            yield con.sql(s.query)
+            rel = con.sql(s.query)
         except duckdb.Error as e:
-            raise SqlError(str(e).splitlines()[0]) from None
+            raise SqlError(error_text(e)) from None
+        yield rel
 
 
 def run_query(con: duckdb.DuckDBPyConnection, sql: str) -> duckdb.DuckDBPyRelation | None:
@@ -252,23 +542,83 @@ def run_query(con: duckdb.DuckDBPyConnection, sql: str) -> duckdb.DuckDBPyRelati
                 rel.fetchall()
         return con.sql(stmts[-1].query)
     except duckdb.Error as e:
-        raise SqlError(str(e).splitlines()[0]) from None
+        raise SqlError(error_text(e)) from None
 
 
 NESTED_TYPES = {"list", "struct", "map", "array", "union", "variant"}
+# types Polars cannot take from Arrow or write as JSON: printed as DuckDB's text of them
+AS_TEXT_TYPES = {"interval", "blob", "bit", "bignum", "time with time zone"}
+BATCH_ROWS = 50_000
+
+
+def _printable(rel: duckdb.DuckDBPyRelation, nested_as_json: bool) -> duckdb.DuckDBPyRelation:
+    """The relation with the columns Polars cannot write as text (and with `nested_as_json`,
+    nested columns as JSON text, for CSV)."""
+    cols, changed = [], False
+    for c, t in zip(rel.columns, rel.types, strict=True):
+        q = '"' + c.replace('"', '""') + '"'
+        if nested_as_json and t.id in NESTED_TYPES:
+            cols.append(duckdb.SQLExpression(f"to_json({q})::VARCHAR AS {q}"))
+        elif t.id in AS_TEXT_TYPES:
+            cols.append(duckdb.SQLExpression(f"{q}::VARCHAR AS {q}"))
+        else:
+            cols.append(duckdb.ColumnExpression(c))
+            continue
+        changed = True
+    return rel.select(*cols) if changed else rel
 
 
 def flat_frame(rel: duckdb.DuckDBPyRelation) -> pl.DataFrame:
     """The relation as a frame whose nested columns (lists, structs, maps, variants) are JSON
     text, so it can be written as CSV."""
-    nested = [t.id in NESTED_TYPES for t in rel.types]
-    cols = [
-        duckdb.SQLExpression(f'to_json("{c}")::VARCHAR AS "{c}"')
-        if n
-        else duckdb.ColumnExpression(c)
-        for c, n in zip(rel.columns, nested, strict=True)
-    ]
     try:
-        return (rel.select(*cols) if any(nested) else rel).pl()
+        return _printable(rel, nested_as_json=True).pl()
     except duckdb.Error as e:
-        raise SqlError(str(e).splitlines()[0]) from None
+        raise SqlError(error_text(e, context=False)) from None
+
+
+def _unique(names: list[str]) -> list[str]:
+    """Column names made unique for CSV and JSON (`SELECT a.x, b.x`: x, x_1), as DuckDB does."""
+    out: list[str] = []
+    for n in names:
+        m, i = n, 0
+        while m in out or (m != n and m in names):
+            i += 1
+            m = f"{n}_{i}"
+        out.append(m)
+    return out
+
+
+def write_result(rel: duckdb.DuckDBPyRelation, fmt: str, out) -> None:
+    """Print a result as a table (DuckDB's box, at most 200 rows shown), CSV or JSON (an array
+    of row objects). CSV and JSON are streamed BATCH_ROWS rows at a time, so a large result
+    never sits whole in this process's memory. SqlError (one message) if DuckDB fails."""
+    try:
+        if fmt == "table":
+            rel.show(max_width=200, max_rows=200)
+            return
+        reader = _printable(rel, nested_as_json=fmt == "csv").to_arrow_reader(BATCH_ROWS)
+        first = True
+        if fmt == "json":
+            out.write("[")
+        names = _unique(reader.schema.names)
+        for batch in reader:
+            df = pl.from_arrow(batch.rename_columns(names))
+            if fmt == "csv":
+                out.write(df.write_csv(include_header=first))
+            elif df.height:
+                out.write(("" if first else ",") + df.write_json()[1:-1])
+            else:
+                continue
+            first = False
+        if fmt == "csv" and first:
+            empty = reader.schema.empty_table().rename_columns(names)
+            out.write(pl.from_arrow(empty).write_csv())
+        if fmt == "json":
+            out.write("]\n")
+    except duckdb.Error as e:
+        raise SqlError(error_text(e, context=False)) from None
+    except BrokenPipeError:  # `sql … | head`: the reader has gone (the CLI exits quietly)
+        raise
+    except (OSError, pl.exceptions.PolarsError) as e:  # DuckDB's error through Arrow's reader
+        raise SqlError(error_text(e, context=False)) from None
