@@ -346,6 +346,16 @@ CHECKS: dict[str, Check] = {
     "GPU_PIPELINE_PROM_REQUEST_TIMEOUT_S": Check(
         "a whole number of seconds from 1 to 86400", _whole(1, 86400)
     ),
+    "GPU_PIPELINE_SQL_MEMORY_MB": Check(
+        "a whole number of MiB from 64 to 1048576", _whole(64, 2**20)
+    ),
+    "GPU_PIPELINE_SQL_THREADS": Check("a whole number from 1 to 256", _whole(1, 256)),
+    "GPU_PIPELINE_SQL_TIMEOUT_S": Check(
+        "a whole number of seconds from 0 (no limit) to 86400", _whole(0, 86400)
+    ),
+    "GPU_PIPELINE_SQL_SPILL_MB": Check(
+        "a whole number of MiB from 0 (no spill) to 1048576", _whole(0, 2**20)
+    ),
 }
 
 

@@ -106,6 +106,10 @@ BAD = {
     "GPU_PIPELINE_PROM_CLUSTER": ("../east", "not a folder name"),
     "GPU_PIPELINE_PROM_MAX_RESPONSE_MB": ("0", "out of range"),
     "GPU_PIPELINE_PROM_REQUEST_TIMEOUT_S": ("soon", "not a whole number"),
+    "GPU_PIPELINE_SQL_MEMORY_MB": ("8", "out of range"),
+    "GPU_PIPELINE_SQL_THREADS": ("two", "not a whole number"),
+    "GPU_PIPELINE_SQL_TIMEOUT_S": ("-1", "out of range"),
+    "GPU_PIPELINE_SQL_SPILL_MB": ("lots", "not a whole number"),
 }
 # and a value each allows
 GOOD = {
@@ -137,6 +141,10 @@ GOOD = {
     "GPU_PIPELINE_PROM_CONCURRENCY": "8",
     "GPU_PIPELINE_PROM_MAX_RESPONSE_MB": "64",
     "GPU_PIPELINE_PROM_REQUEST_TIMEOUT_S": "600",
+    "GPU_PIPELINE_SQL_MEMORY_MB": "2048",
+    "GPU_PIPELINE_SQL_THREADS": "4",
+    "GPU_PIPELINE_SQL_TIMEOUT_S": "0",
+    "GPU_PIPELINE_SQL_SPILL_MB": "0",
     "GPU_PIPELINE_PROM_CLUSTER": "east-1.prod",
 }
 
