@@ -236,9 +236,8 @@ def cmd_materialize(a: argparse.Namespace) -> int:
                 instance=instance, raise_on_error=False, run_config=QUIET
             )
             if not views.success:
-                _say(
-                    f"  note: views file {db} not written; `gpu-pipeline sql` still works without it"
-                )
+                causes = [cause for _, cause in _step_failures(views.all_events)]
+                _say(f"  note: views file {db} not written: {causes[0] if causes else 'failed'}")
     _print_ledger(res, parsed, days)
     _say_rejected_elsewhere(parsed, days)
     _say(f"done in {time.perf_counter() - t0:.1f}s; lake {s.lake}, views {db}")

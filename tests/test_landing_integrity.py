@@ -240,6 +240,10 @@ def test_paths_with_glob_characters_are_read_as_written(tmp_path):
     )
     assert f"{D}..{D}  ok" in p.stdout
     assert Lake(str(lake)).read("gpu_samples", D).height == 10
+    # DuckDB reads such a path as a glob (`a[b]` reads `ab`): SQL refuses the lake, and says so
+    assert "characters not allowed in a path glob" in p.stdout
+    q = cli("sql", "--lake", str(lake), "SELECT 1", env=cli_env(tmp_path), check=False)
+    assert q.returncode == 2 and "characters not allowed in a path glob" in q.stdout + q.stderr
 
 
 # --- 8. the run's summary tells its own truth; a day made of two ingests is caught ------------
