@@ -1,5 +1,7 @@
 """Raw layer: landing files -> gpu_samples, quarantine, ingest_log, one UTC day at a time."""
 
+import hashlib
+
 import dagster as dg
 from pydantic import Field
 
@@ -74,6 +76,19 @@ def build_ingest(upstream: tuple[str, ...] = ()) -> dg.AssetsDefinition:
         yield from ingest_days(context, landing, lake, config.replace_missing)
 
     return _ingest
+
+
+def ingest_identity(parsed: list, day, opts) -> str:
+    """Which ingest of `day` this is, by what it is made of: the day, the parser and its options,
+    and the name and content of every landing file with a record of the day. The same files
+    make the same id (a re-run writes the same bytes); other files, another."""
+    from gpu_pipeline.lib.ingest.cache import PARSER_VERSION
+
+    h = hashlib.sha256(f"{day}\0{PARSER_VERSION}\0{opts}".encode())
+    for pf in parsed:
+        if day in pf.touched_days():
+            h.update(f"\0{pf.file.source_file}\0{pf.file.sha256}".encode())
+    return f"{day}/{h.hexdigest()[:16]}"
 
 
 def ledger_metadata(log, ingest_id: str | None) -> dict:
@@ -155,7 +170,7 @@ def ingest_days(
         # a range of GPUs at a time (memory follows the chunk budget, not the fleet), validated
         # a few ranges at a time and streamed into the day's gpu_samples file
         day_in = DayAssembly(parsed, day, max_rows)
-        ingest_id = f"{context.run_id}/{day}"  # every table made from this day names it
+        ingest_id = ingest_identity(parsed, day, opts)  # every table made from it names it
         writers["gpu_samples"].write_frames(
             day, validated_batches("gpu_samples", day_in.gpu_samples()), ingest_id
         )
