@@ -125,8 +125,9 @@ def _ours(gpus: int, sink: Path | None) -> dict:
     import polars as pl
 
     from gpu_pipeline.lib.io.lake import Lake
+    from gpu_pipeline.lib.marts.day_tables import DayTables
     from gpu_pipeline.lib.reference import load_catalog, load_prices
-    from gpu_pipeline.lib.staging.chunked import DayTables, minutes_by_chunk
+    from gpu_pipeline.lib.staging.chunked import minutes_by_chunk
 
     samples = pl.scan_parquet(minutes_file(gpus))
     tables = DayTables()

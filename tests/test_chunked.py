@@ -14,6 +14,7 @@ from gpu_pipeline.lib.ingest.cache import load_or_parse
 from gpu_pipeline.lib.ingest.gpu_samples import assemble_day
 from gpu_pipeline.lib.ingest.landing import list_landing
 from gpu_pipeline.lib.io.lake import Lake
+from gpu_pipeline.lib.marts.day_tables import DayTables
 from gpu_pipeline.lib.marts.fleet_daily import fleet_daily
 from gpu_pipeline.lib.marts.hourly_fleet_metrics import hourly_fleet_metrics
 from gpu_pipeline.lib.marts.priced_waste import priced_waste
@@ -73,7 +74,7 @@ def _one_pass(samples: pl.DataFrame) -> dict[str, pl.DataFrame]:
 
 
 def _chunked(samples: pl.DataFrame, **kw) -> dict[str, pl.DataFrame]:
-    tables = chunked.DayTables()
+    tables = DayTables()
     m = pl.concat(
         [tables.add(c) for c in chunked.minutes_by_chunk(samples.lazy(), CAT, PRICES, **kw)]
     )
@@ -197,7 +198,7 @@ def test_the_plan_of_a_large_in_memory_day(pieces):
 
 
 def test_an_empty_day_gives_empty_typed_tables():
-    tables = chunked.DayTables()
+    tables = DayTables()
     empty = pl.LazyFrame(schema=GPU_SAMPLES_SCHEMA)
     assert list(chunked.minutes_by_chunk(empty, CAT, PRICES)) == []
     assert tables.gpu_daily().height == 0 and tables.hourly_fleet_metrics().height == 0
@@ -263,7 +264,7 @@ def test_fleet_daily_gives_the_old_views_numbers_and_follows_the_rules(samples, 
     plus the day's coverage: twelve GPUs the whole day and a MIG GPU for 30 minutes."""
     import duckdb
 
-    tables = chunked.DayTables(t=t)
+    tables = DayTables(t=t)
     minutes = pl.concat(
         [tables.add(c) for c in chunked.minutes_by_chunk(samples.lazy(), CAT, PRICES, t, 5)]
     )
@@ -302,7 +303,7 @@ def test_fleet_daily_idle_bound_is_the_rules_not_10(samples):
     """pct_active_bottlenecked counts active minutes by the rules' idle bound (the view
     hard-coded 10): with idle below 25 %, minutes at 10-25 % are no longer active."""
     t = Thresholds(idle_below=25.0)
-    tables = chunked.DayTables(t=t)
+    tables = DayTables(t=t)
     minutes = pl.concat(
         [tables.add(c) for c in chunked.minutes_by_chunk(samples.lazy(), CAT, PRICES, t)]
     ).filter(pl.col("gpu_instance_id").is_null())

@@ -9,9 +9,10 @@ from helpers import minutes_frame
 from gpu_pipeline.lib.marts.hourly_fleet_metrics import hourly_fleet_metrics
 from gpu_pipeline.lib.marts.persistent_bottlenecks import persistent_bottlenecks
 from gpu_pipeline.lib.marts.priced_waste import priced_waste
+from gpu_pipeline.lib.money import minute_costs
 from gpu_pipeline.lib.samples import conform
 from gpu_pipeline.lib.schemas import GPU_DAILY_SCHEMA
-from gpu_pipeline.lib.staging.minute_runs import minute_costs, minute_runs
+from gpu_pipeline.lib.staging.minute_runs import minute_runs
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 

@@ -239,6 +239,7 @@ def test_days_with_missing_fields_complete_and_count_each_gpu_once(tmp_path_fact
     from gpu_pipeline.lib.ingest.landing import list_landing
     from gpu_pipeline.lib.io.lake import Lake
     from gpu_pipeline.lib.io.report import build_report
+    from gpu_pipeline.lib.marts.day_tables import DayTables
     from gpu_pipeline.lib.marts.efficiency_roi import efficiency_roi
     from gpu_pipeline.lib.marts.gpu_health import gpu_health
     from gpu_pipeline.lib.marts.namespace_efficiency import namespace_efficiency
@@ -247,7 +248,7 @@ def test_days_with_missing_fields_complete_and_count_each_gpu_once(tmp_path_fact
     from gpu_pipeline.lib.reference import load_catalog, load_prices
     from gpu_pipeline.lib.samples import collect_stable
     from gpu_pipeline.lib.schemas import validate
-    from gpu_pipeline.lib.staging.chunked import DayTables, minutes_by_chunk
+    from gpu_pipeline.lib.staging.chunked import minutes_by_chunk
 
     lines, physical = day_fleet
     tmp = tmp_path_factory.mktemp("fleet")

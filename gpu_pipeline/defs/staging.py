@@ -16,8 +16,9 @@ from gpu_pipeline.defs.daily import BACKFILL_POLICY, DayWriter, partition_days
 from gpu_pipeline.defs.metadata import spec_metadata
 from gpu_pipeline.defs.partitions import daily_partitions
 from gpu_pipeline.defs.resources import LakeResource, ReferenceResource
+from gpu_pipeline.lib.marts.day_tables import DayTables
 from gpu_pipeline.lib.schemas import GPU_MINUTES_SCHEMA, validate
-from gpu_pipeline.lib.staging.chunked import DayTables, minutes_by_chunk
+from gpu_pipeline.lib.staging.chunked import minutes_by_chunk
 
 TABLES = {
     "gpu_minutes": (

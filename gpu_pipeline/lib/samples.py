@@ -27,6 +27,24 @@ def floor_ms(ts: pl.Expr, ms: int) -> pl.Expr:
     return (ts.dt.epoch("ms") // ms * ms).cast(pl.Datetime("ms", "UTC"))
 
 
+# the row of a physical GPU (a MIG instance's row carries its instance id)
+PHYSICAL = pl.col("gpu_instance_id").is_null()
+
+
+def ratio(num: str, den: str, scale: float = 1.0) -> pl.Expr:
+    """num / den, null (not NaN) where nothing was counted."""
+    return pl.when(pl.col(den) > 0).then(scale * pl.col(num) / pl.col(den))
+
+
+def phase_share(columns: list[str], p: str) -> pl.Expr:
+    """The minute's share of phase `p`: its sub-minute share where the minutes (`columns`) carry
+    one, else 1 or 0 by the minute's own phase."""
+    own = indicator(pl.col("phase") == p)
+    if f"phase_share_{p}" in columns:
+        return pl.coalesce(pl.col(f"phase_share_{p}"), own)
+    return own
+
+
 def indicator(cond: pl.Expr) -> pl.Expr:
     """1.0 where `cond` holds, else 0.0 (null counts as not holding). A when/then: casting the
     boolean to a float costs 15x as much."""

@@ -10,9 +10,8 @@ from __future__ import annotations
 import polars as pl
 
 from gpu_pipeline.lib.rules import PHASES
-from gpu_pipeline.lib.samples import MINUTES_PER_DAY, conform_lazy
+from gpu_pipeline.lib.samples import MINUTES_PER_DAY, PHYSICAL, conform_lazy, ratio
 from gpu_pipeline.lib.schemas import FLEET_DAILY_SCHEMA
-from gpu_pipeline.lib.staging.minute_runs import PHYSICAL, ratio
 
 FLEET_MEANS = {
     "gpu_util_pct": "avg_gpu_util_pct",

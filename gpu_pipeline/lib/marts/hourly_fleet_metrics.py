@@ -8,11 +8,11 @@ import polars as pl
 from gpu_pipeline.lib.rules import (
     PHASES,
 )
-from gpu_pipeline.lib.samples import conform_lazy
+from gpu_pipeline.lib.samples import PHYSICAL, conform_lazy, ratio
 from gpu_pipeline.lib.schemas import (
     HOURLY_FLEET_METRICS_SCHEMA,
 )
-from gpu_pipeline.lib.staging.minute_runs import HOURLY_KEYS, HOURLY_MEANS, PHYSICAL, ratio
+from gpu_pipeline.lib.staging.minute_runs import HOURLY_KEYS, HOURLY_MEANS
 
 
 def hourly_fleet_metrics(runs: pl.LazyFrame) -> pl.LazyFrame:

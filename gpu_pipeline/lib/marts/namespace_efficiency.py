@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import polars as pl
 
-from gpu_pipeline.lib.reference import energy_rates, load_energy
-from gpu_pipeline.lib.rules import DEFAULT, Thresholds
-from gpu_pipeline.lib.samples import conform_lazy
-from gpu_pipeline.lib.schemas import NAMESPACE_EFFICIENCY_SCHEMA
-from gpu_pipeline.lib.staging.minute_runs import (
+from gpu_pipeline.lib.money import (
     allocated_minutes,
     weighted_mean,
     weighted_share,
     with_gpu_power,
 )
+from gpu_pipeline.lib.reference import energy_rates, load_energy
+from gpu_pipeline.lib.rules import DEFAULT, Thresholds
+from gpu_pipeline.lib.samples import conform_lazy
+from gpu_pipeline.lib.schemas import NAMESPACE_EFFICIENCY_SCHEMA
 
 
 def namespace_efficiency(

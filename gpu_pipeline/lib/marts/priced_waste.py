@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import polars as pl
 
+from gpu_pipeline.lib.money import MONEY
 from gpu_pipeline.lib.rules import HOURS_PER_MONTH, HOURS_PER_YEAR
 from gpu_pipeline.lib.samples import conform_lazy
 from gpu_pipeline.lib.schemas import (
     PRICED_WASTE_SCHEMA,
 )
-from gpu_pipeline.lib.staging.minute_runs import MONEY, WASTE_KEYS
+
+# the grain of priced_waste
+WASTE_KEYS = ("date", "cluster", "namespace", "gpu_model")
 
 
 def priced_total(column: str) -> pl.Expr:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from gpu_pipeline.lib.money import allocated_minutes, weighted_share
 from gpu_pipeline.lib.reference import model_key
 from gpu_pipeline.lib.rules import (
     BOTTLENECK_DIAGNOSES,
@@ -29,7 +30,6 @@ from gpu_pipeline.lib.rules import (
     Thresholds,
 )
 from gpu_pipeline.lib.schemas import RECOMMENDATIONS_SCHEMA
-from gpu_pipeline.lib.staging.minute_runs import allocated_minutes, weighted_share
 
 VOCABULARY = (
     "DALI",

@@ -23,19 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import polars as pl
 
-from gpu_pipeline.lib.marts.fleet_daily import fleet_daily
-from gpu_pipeline.lib.marts.hourly_fleet_metrics import hourly_fleet_metrics
-from gpu_pipeline.lib.marts.priced_waste import priced_waste
 from gpu_pipeline.lib.rules import DEFAULT, DIAGNOSIS, DiagnosisThresholds, Thresholds
-from gpu_pipeline.lib.samples import MINUTE_MS, SAMPLE_ORDER, collect_all_stable, collect_stable
-from gpu_pipeline.lib.schemas import GPU_MINUTES_SCHEMA
-from gpu_pipeline.lib.staging.gpu_daily import gpu_daily
+from gpu_pipeline.lib.samples import MINUTE_MS, SAMPLE_ORDER, collect_stable
 from gpu_pipeline.lib.staging.gpu_minutes import gpu_minutes
-from gpu_pipeline.lib.staging.minute_runs import minute_runs
 
 DEFAULT_CHUNK_MB = 640
 # working memory per sample row of a chunk, two chunks in flight, freed buffers kept for reuse
@@ -190,65 +184,6 @@ def inspect(df: pl.DataFrame) -> tuple[pl.DataFrame, Shape]:
         df = df.sort(*SAMPLE_ORDER, nulls_last=False)
         f = flags(df)
     return df, Shape(presorted, not f["repeats"], bool(f["mig"]))
-
-
-@dataclass
-class DayTables:
-    """What a day's chunks add up to: their minute runs, from which gpu_daily and the three
-    marts are computed (runs never span two chunks: they belong to one GPU).
-
-    A chunk's runs are all that is computed when it is added (on the thread that hands the next
-    chunk over, the critical path); the four tables are small group-bys of all the runs,
-    computed together at the end, in one call."""
-
-    t: Thresholds = DEFAULT
-    runs: list[pl.DataFrame] = field(default_factory=list)
-    minutes_rows: int = 0
-    chunks: int = 0
-    _tables: tuple[pl.DataFrame, ...] | None = field(default=None, init=False, repr=False)
-
-    def add(self, minutes: pl.DataFrame) -> pl.DataFrame:
-        """Take in one chunk's gpu_minutes (whole GPUs); returns it unchanged."""
-        self.runs.append(collect_stable(minute_runs(minutes.lazy(), self.t)))
-        self.minutes_rows += minutes.height
-        self.chunks += 1
-        self._tables = None
-        return minutes
-
-    def _runs(self) -> pl.LazyFrame:
-        if not self.runs:
-            return minute_runs(pl.LazyFrame(schema=GPU_MINUTES_SCHEMA), self.t)
-        return pl.concat(self.runs).lazy()
-
-    def _all(self) -> tuple[pl.DataFrame, ...]:
-        if self._tables is None:
-            runs = self._runs()
-            # one call, so the group-bys run side by side (each still sums in row order)
-            self._tables = tuple(
-                collect_all_stable(
-                    [
-                        gpu_daily(runs, self.t),
-                        hourly_fleet_metrics(runs),
-                        priced_waste(runs),
-                        fleet_daily(runs),
-                    ]
-                )
-            )
-        return self._tables
-
-    def gpu_daily(self) -> pl.DataFrame:
-        """gpu_daily in (GPU, instance) order."""
-        return self._all()[0]
-
-    def hourly_fleet_metrics(self) -> pl.DataFrame:
-        return self._all()[1]
-
-    def priced_waste(self) -> pl.DataFrame:
-        return self._all()[2]
-
-    def fleet_daily(self) -> pl.DataFrame:
-        """One row for the day (none for a day without GPU-minutes)."""
-        return self._all()[3]
 
 
 def minutes_by_chunk(

@@ -11,10 +11,9 @@ from gpu_pipeline.lib.rules import (
     PHASES,
     Thresholds,
 )
-from gpu_pipeline.lib.samples import MINUTES_PER_DAY, conform_lazy
+from gpu_pipeline.lib.samples import MINUTES_PER_DAY, conform_lazy, ratio
 from gpu_pipeline.lib.schemas import GPU_DAILY_SCHEMA
 from gpu_pipeline.lib.staging.gpu_minutes import GPU_KEY
-from gpu_pipeline.lib.staging.minute_runs import ratio
 
 DAILY_MEANS = {"gpu_util_pct": "avg_gpu_util_pct", "pif": "avg_pif", "rfu_pct": "avg_rfu_pct"}
 

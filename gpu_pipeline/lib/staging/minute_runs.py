@@ -7,25 +7,23 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from gpu_pipeline.lib.money import MONEY, minute_costs
 from gpu_pipeline.lib.rules import (
     CLASS_ENUM,
     DEFAULT,
-    DIAGNOSIS_ENUM,
     EFFICIENCY_CLASSES,
     PHASE_ENUM,
     PHASES,
     Thresholds,
 )
-from gpu_pipeline.lib.samples import HOUR_MS, collect_stable, floor_ms, indicator
+from gpu_pipeline.lib.samples import (
+    HOUR_MS,
+    PHYSICAL,
+    collect_stable,
+    floor_ms,
+    phase_share,
+)
 from gpu_pipeline.lib.schemas import GPU_MINUTES_SCHEMA
-
-PHYSICAL = pl.col("gpu_instance_id").is_null()
-
-
-def ratio(num: str, den: str, scale: float = 1.0) -> pl.Expr:
-    """num / den, null (not NaN) where nothing was counted."""
-    return pl.when(pl.col(den) > 0).then(scale * pl.col(num) / pl.col(den))
-
 
 # Marts over GPU-minutes are built from minute runs: consecutive minutes of one GPU within one
 # hour whose attributes do not change, summed and counted once. Runs add up exactly over
@@ -45,19 +43,6 @@ HOURLY_MEANS = {
 
 
 RUN_KEYS = ("date", "gpu_uuid", "gpu_instance_id", "cluster", "gpu_model", "namespace", "hostname")
-
-
-WASTE_KEYS = ("date", "cluster", "namespace", "gpu_model")
-
-
-MONEY = (
-    "cost_usd",
-    "productive_usd",
-    "idle_waste_usd",
-    "stall_waste_usd",
-    "headroom_waste_usd",
-    "unmeasured_usd",
-)
 
 
 _COUNT, _SUM = pl.UInt32, pl.Float64
@@ -81,15 +66,6 @@ RUNS_SCHEMA = {
     "_idle_energy_wh": _SUM,
     **{c: _SUM for c in MONEY},
 }
-
-
-def phase_share(columns: list[str], p: str) -> pl.Expr:
-    """The minute's share of phase `p`: its sub-minute share where the minutes (`columns`) carry
-    one, else 1 or 0 by the minute's own phase."""
-    own = indicator(pl.col("phase") == p)
-    if f"phase_share_{p}" in columns:
-        return pl.coalesce(pl.col(f"phase_share_{p}"), own)
-    return own
 
 
 def _sums(columns: list[str]) -> dict[str, pl.Expr]:
@@ -204,121 +180,3 @@ def minute_runs(minutes: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
         .select(list(RUNS_SCHEMA))
         .cast(RUNS_SCHEMA)
     )
-
-
-def mig_unallocated() -> pl.Expr:
-    """The physical GPU's row of a MIG GPU with instances: it stands for the free slices only."""
-    return PHYSICAL & (pl.col("gpu_share") < 1.0)
-
-
-def minute_costs(minutes: pl.LazyFrame) -> pl.LazyFrame:
-    """Split each GPU-minute's price into productive / idle / stall / headroom, nothing twice.
-
-    A row costs price x gpu_share / 60 (a whole GPU: its price; a MIG instance: its slices).
-    idle minute -> all idle; otherwise productive = rfu, stall = max(0, util - rfu), headroom = the
-    rest. A non-idle minute lacking utilization or power can't be split: `unmeasured`. The free
-    slices of a MIG GPU (its physical row) are idle waste of the GPU's owner.
-    """
-    cost = pl.col("price_usd_per_hour") * pl.col("gpu_share").fill_null(1.0) / 60.0
-    # the idle share of the minute: its idle samples (sub-minute phase shares), all of it for the
-    # free slices of a MIG GPU; 0 or 1 when the minute's samples share one phase
-    idle_share = phase_share(minutes.collect_schema().names(), "idle")
-    idle_share = pl.when(mig_unallocated()).then(1.0).otherwise(idle_share).fill_null(0.0)
-    measured = pl.col("gpu_util_pct").is_not_null() & pl.col("rfu_pct").is_not_null()
-    # in steps, each intermediate once (Polars' common-subexpression pass does not reach the
-    # ones nested in others: idle_share was computed eight times)
-    c, idle, busy = pl.col("_cost"), pl.col("_idle"), pl.col("_busy")
-    productive, stalled = pl.col("_productive"), pl.col("_stalled")
-    split = (idle < 1.0) & pl.col("_measured")
-    steps = (
-        minutes.with_columns(
-            cost.alias("_cost"), idle_share.alias("_idle"), measured.alias("_measured")
-        )
-        # what is not idle: productive (RFU) first, then stall, then headroom
-        .with_columns((1.0 - idle).alias("_busy"))
-        .with_columns(
-            pl.min_horizontal(pl.col("rfu_pct") / 100.0, busy).alias("_productive"),
-            (
-                pl.max_horizontal(pl.col("gpu_util_pct") - pl.col("rfu_pct"), pl.lit(0.0)) / 100.0
-            ).alias("_stall"),
-        )
-        .with_columns(pl.min_horizontal(pl.col("_stall"), busy - productive).alias("_stalled"))
-    )
-    return steps.with_columns(
-        c.alias("cost_usd"),
-        pl.when(split).then(c * productive).otherwise(0.0).alias("productive_usd"),
-        (c * idle).fill_null(0.0).alias("idle_waste_usd"),
-        pl.when(split).then(c * stalled).otherwise(0.0).alias("stall_waste_usd"),
-        pl.when(split)
-        .then(c * (busy - productive - stalled))
-        .otherwise(0.0)
-        .alias("headroom_waste_usd"),
-        pl.when((idle < 1.0) & ~pl.col("_measured"))
-        .then(c * busy)
-        .otherwise(0.0)
-        .alias("unmeasured_usd"),
-    ).drop("_cost", "_idle", "_measured", "_busy", "_productive", "_stall", "_stalled")
-
-
-def allocated_minutes(minutes: pl.LazyFrame) -> pl.LazyFrame:
-    """Minutes as namespaces own them, with their costs and a weight `_w` (the GPU share).
-
-    A whole GPU's minute weighs 1, a MIG instance's its slices; the physical row of a MIG GPU
-    stands for its free slices, idle by definition (no utilization, RFU or diagnosis of its own).
-    Means over namespaces are weighted by `_w`, so a MIG GPU counts once however it is split.
-    """
-    free = mig_unallocated()
-    return minute_costs(minutes).with_columns(
-        pl.col("gpu_share").fill_null(1.0).alias("_w"),
-        pl.when(free).then(0.0).otherwise(pl.col("gpu_util_pct")).alias("gpu_util_pct"),
-        *[
-            pl.when(free).then(None).otherwise(pl.col(c)).alias(c)
-            for c in ("pif", "rfu_pct", "efficiency_gap_pct", "realized_tflops")
-        ],
-        pl.when(free).then(pl.lit("idle", PHASE_ENUM)).otherwise(pl.col("phase")).alias("phase"),
-        pl.when(free)
-        .then(pl.lit("idle", CLASS_ENUM))
-        .otherwise(pl.col("efficiency_class"))
-        .alias("efficiency_class"),
-        pl.when(free)
-        .then(pl.lit("idle", DIAGNOSIS_ENUM))
-        .otherwise(pl.col("diagnosis"))
-        .alias("diagnosis"),
-    )
-
-
-def with_gpu_power(minutes: pl.LazyFrame) -> pl.LazyFrame:
-    """Minutes with `_gpu_power_w`: the power of the row's physical GPU in that minute.
-
-    A MIG instance has no power of its own (power cannot be split among instances; the device's
-    power is kept once, on the physical GPU's row): its row takes the physical GPU's, so that
-    weighted by `gpu_share` like the price, the GPU's energy is allocated to its instances'
-    namespaces by slice share and the free slices keep the rest. A whole GPU's row keeps its own.
-    """
-    device = minutes.filter(mig_unallocated()).select(
-        "gpu_uuid", "minute", pl.col("power_w").alias("_device_power_w")
-    )
-    return (
-        minutes.join(device, on=["gpu_uuid", "minute"], how="left", maintain_order="left")
-        .with_columns(
-            pl.when(PHYSICAL)
-            .then(pl.col("power_w"))
-            .otherwise(pl.coalesce("_device_power_w", "power_w"))
-            .alias("_gpu_power_w")
-        )
-        .drop("_device_power_w")
-    )
-
-
-def weighted_mean(col: str, w: str = "_w") -> pl.Expr:
-    """Mean of `col` weighted by `w` over rows where `col` has a value (null if none)."""
-    has = pl.col(col).is_not_null()
-    den = pl.col(w).filter(has).sum()
-    return pl.when(den > 0).then((pl.col(col) * pl.col(w)).filter(has).sum() / den)
-
-
-def weighted_share(cond: pl.Expr, among: pl.Expr | None = None, w: str = "_w") -> pl.Expr:
-    """Weighted share of rows meeting `cond` among rows meeting `among` (all rows if None)."""
-    base = pl.col(w) if among is None else pl.col(w).filter(among)
-    num = pl.col(w).filter(cond if among is None else cond & among)
-    return pl.when(base.sum() > 0).then(num.sum() / base.sum())
