@@ -6,12 +6,12 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, timedelta
 from pathlib import Path
 
 import dagster as dg
 import polars as pl
-from helpers import MODELS, expo_lines, minutes_frame, start_materialize, write_file
+from helpers import MODELS, expo_lines, start_materialize, write_file
 
 from gpu_pipeline.definitions import defs
 from gpu_pipeline.defs import checks, marts, raw, report, staging
@@ -46,8 +46,10 @@ def test_checks_fail_on_wrong_numbers():
     res = checks.validation_pass_rate(log.with_columns(rows_quarantined=pl.Series([9, 0])), q)
     assert not res.passed and res.severity == dg.AssetCheckSeverity.WARN
     assert "bad" in res.metadata["failure_cases"].value
-    m = minutes_frame([{"minute": datetime(2024, 1, 1, tzinfo=UTC)}] * 2)
-    assert not checks.one_row_per_gpu_minute(m).passed
+    daily = pl.DataFrame({"minutes": [1440, 720]})
+    assert checks.minutes_add_up(2160, daily).passed
+    assert not checks.minutes_add_up(2159, daily).passed  # a row lost on its way to the file
+    assert not checks.minutes_add_up(None, daily).passed
     h = pl.DataFrame(
         {
             "pct_idle": [50.0],
@@ -114,7 +116,7 @@ def test_every_check_passes_on_a_real_run(tmp_path):
         "row_conservation": True,
         "validation_pass_rate": True,
         "utilization_present": True,
-        "one_row_per_gpu_minute": True,
+        "minutes_add_up": True,
         "phase_shares_sum_to_100": True,
         "cost_split_sums_to_cost": True,
         "savings_within_measured_waste": True,

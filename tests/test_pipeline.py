@@ -31,7 +31,7 @@ def test_definitions_load():
     assert {
         "row_conservation",
         "validation_pass_rate",
-        "one_row_per_gpu_minute",
+        "minutes_add_up",
         "phase_shares_sum_to_100",
         "cost_split_sums_to_cost",
         "savings_within_measured_waste",

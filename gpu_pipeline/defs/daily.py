@@ -18,6 +18,7 @@ from gpu_pipeline.defs.metadata import spec_metadata, table_metadata
 from gpu_pipeline.defs.partitions import daily_partitions
 from gpu_pipeline.lib.io.lake import Lake
 from gpu_pipeline.lib.rules import Rules
+from gpu_pipeline.lib.schemas import validate
 
 # a range of days runs as one run; steps of different assets still run in parallel processes.
 # Dagster 1.13 marks `backfill_policy` beta; single-run is what `--partition-range` requires.
@@ -70,6 +71,8 @@ class DayWriter:
         return lineage
 
     def write(self, day: date, df: pl.DataFrame, lineage: str | None = None) -> pl.DataFrame:
+        """Validate `df` against its table's model and write it as the day's partition."""
+        df = validate(self.table, df)
         path = self.lake.write(self.table, day, df, self._lineage(day, lineage))
         self.rows[day] = df.height
         self.days[day] = (df.head(10), path)
@@ -78,7 +81,8 @@ class DayWriter:
     def write_frames(
         self, day: date, frames: Iterable[pl.DataFrame], lineage: str | None = None
     ) -> None:
-        """Stream a day written a chunk at a time (see Lake.write_frames)."""
+        """Stream a day written a chunk at a time, each frame validated by the caller (in
+        batches: `schemas.validated_batches`, or a chunk at a time)."""
         first: list[pl.DataFrame] = []
 
         def keep_first(frames: Iterable[pl.DataFrame]) -> Iterator[pl.DataFrame]:

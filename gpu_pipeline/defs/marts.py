@@ -22,7 +22,6 @@ from gpu_pipeline.lib.marts.recommendations import recommendations as recommend
 from gpu_pipeline.lib.marts.stragglers import stragglers as stragglers_table
 from gpu_pipeline.lib.rules import Rules, load_rules
 from gpu_pipeline.lib.samples import collect_stable
-from gpu_pipeline.lib.schemas import validate
 from gpu_pipeline.settings import current
 
 # D's persistence reads the GPU-days D-6..D; days before the first partition simply don't exist.
@@ -100,9 +99,7 @@ def recommendations(
         context,
         lake.lake(),
         "recommendations",
-        lambda m: validate(
-            "recommendations", recommend(m, prices, catalog, rules.d, rules.r, rules.t)
-        ),
+        lambda m: recommend(m, prices, catalog, rules.d, rules.r, rules.t),
         checks.savings_within_measured_waste,
         rules=rules,
     )

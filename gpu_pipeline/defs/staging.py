@@ -17,7 +17,7 @@ from gpu_pipeline.defs.metadata import spec_metadata
 from gpu_pipeline.defs.partitions import daily_partitions
 from gpu_pipeline.defs.resources import LakeResource, ReferenceResource
 from gpu_pipeline.lib.marts.day_tables import DayTables
-from gpu_pipeline.lib.schemas import GPU_MINUTES_SCHEMA, validate
+from gpu_pipeline.lib.schemas import validate
 from gpu_pipeline.lib.staging.chunked import minutes_by_chunk
 
 TABLES = {
@@ -63,7 +63,11 @@ TABLES = {
     partitions_def=daily_partitions,
     backfill_policy=BACKFILL_POLICY,
     check_specs=[
-        checks.spec("gpu_minutes", "one_row_per_gpu_minute", "no GPU-minute appears twice"),
+        checks.spec(
+            "gpu_minutes",
+            "minutes_add_up",
+            "the day's gpu_minutes file holds as many rows as gpu_daily counts GPU-minutes",
+        ),
         checks.spec(
             "hourly_fleet_metrics",
             "phase_shares_sum_to_100",
@@ -96,18 +100,16 @@ def staging(context: dg.AssetExecutionContext, lake: LakeResource, reference: Re
     results: dict[str, list] = {"minutes": [], "hourly": [], "waste": [], "coverage": []}
     for day in partition_days(context):
         samples = the_lake.scan_days("gpu_samples", [day])
-        tables, unique = DayTables(t=rules.t), []
+        tables = DayTables(t=rules.t)
         chunks = minutes_by_chunk(samples, catalog, prices, rules.t, d=rules.d, chunking=chunking)
-        writers["gpu_minutes"].write_frames(day, _checked(chunks, tables, unique))
-        results["minutes"].append(
-            checks.merge(unique, "chunks")
-            if unique
-            else checks.one_row_per_gpu_minute(pl.DataFrame(schema=GPU_MINUTES_SCHEMA))
-        )
+        writers["gpu_minutes"].write_frames(day, _checked(chunks, tables))
         daily = writers["gpu_daily"].write(day, tables.gpu_daily())
+        results["minutes"].append(
+            checks.minutes_add_up(the_lake.row_count("gpu_minutes", day), daily)
+        )
         hourly = writers["hourly_fleet_metrics"].write(day, tables.hourly_fleet_metrics())
         waste = writers["priced_waste"].write(day, tables.priced_waste())
-        fleet = writers["fleet_daily"].write(day, validate("fleet_daily", tables.fleet_daily()))
+        fleet = writers["fleet_daily"].write(day, tables.fleet_daily())
         results["hourly"].append(checks.phase_shares_sum_to_100(hourly))
         results["waste"].append(checks.cost_split_sums_to_cost(waste))
         results["coverage"].append(checks.fleet_coverage(fleet, daily, rules.t.coverage_warn_below))
@@ -121,11 +123,8 @@ def staging(context: dg.AssetExecutionContext, lake: LakeResource, reference: Re
         yield checks.merge(results[name], labels=partition_days(context))
 
 
-def _checked(
-    chunks: Iterator[pl.DataFrame], tables: DayTables, unique: list[dg.AssetCheckResult]
-) -> Iterator[pl.DataFrame]:
-    """Validate each chunk's minutes, check it, and add it to the day's tables on its way out."""
+def _checked(chunks: Iterator[pl.DataFrame], tables: DayTables) -> Iterator[pl.DataFrame]:
+    """Validate each chunk's minutes (its model enforces one row per GPU-minute: a chunk holds
+    whole GPUs) and add it to the day's tables on its way out."""
     for m in chunks:
-        m = validate("gpu_minutes", m)
-        unique.append(checks.one_row_per_gpu_minute(m))  # chunks never share a GPU
-        yield tables.add(m)
+        yield tables.add(validate("gpu_minutes", m))

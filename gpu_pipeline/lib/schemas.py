@@ -413,18 +413,113 @@ RECOMMENDATIONS_MODEL = _model(
             "measured_waste_frac",
         )
     },
-    {"date"},
+    {"date", "gpus", "gpu_hours"},
     ["namespace"],
 )
 
+# money may be a rounding error below zero (a split's remainder), never more
+_MONEY = [pa.Check.ge(-1e-6)]
+_PCT = [pa.Check.in_range(0, 100)]
+
+
+def _money(schema: dict[str, pl.DataType]) -> dict[str, list[pa.Check]]:
+    return {c: _MONEY for c in schema if c.endswith("_usd") or c.endswith("_kwh")}
+
+
+GPU_DAILY_MODEL = _model(
+    GPU_DAILY_SCHEMA,
+    {
+        **_money(GPU_DAILY_SCHEMA),
+        **{c: _PCT for c in ("avg_gpu_util_pct", "avg_rfu_pct", "coverage_pct")},
+        "avg_pif": [pa.Check.in_range(0, 1)],
+        "minutes": [pa.Check.in_range(1, 1440)],
+    },
+    {"date", "gpu_uuid", "cluster", "minutes", "active_minutes", "bottlenecked_day"},
+    ["gpu_uuid", "gpu_instance_id"],
+)
+HOURLY_FLEET_METRICS_MODEL = _model(
+    HOURLY_FLEET_METRICS_SCHEMA,
+    {
+        **{c: _PCT for c in HOURLY_FLEET_METRICS_SCHEMA if c.startswith("pct_")},
+        **{c: _PCT for c in ("avg_gpu_util_pct", "avg_rfu_pct")},
+        "avg_pif": [pa.Check.in_range(0, 1)],
+        "gpus": [pa.Check.ge(1)],
+        "gpu_minutes": [pa.Check.ge(1)],
+    },
+    {"date", "hour", "cluster", "gpus", "gpu_minutes"},
+    ["hour", "cluster", "gpu_model"],
+)
+PERSISTENT_BOTTLENECKS_MODEL = _model(
+    PERSISTENT_BOTTLENECKS_SCHEMA,
+    {"bottleneck_share": [pa.Check.in_range(0, 1)], "days_bottlenecked": [pa.Check.ge(1)]},
+    {"date", "gpu_uuid", "window_days", "days_bottlenecked"},
+    ["gpu_uuid", "gpu_instance_id"],
+)
+PRICED_WASTE_MODEL = _model(
+    PRICED_WASTE_SCHEMA,
+    {
+        **_money(PRICED_WASTE_SCHEMA),
+        "gpu_hours": [pa.Check.ge(0)],
+        "waste_frac": [pa.Check.in_range(0, 1 + 1e-9)],
+    },
+    {"date", "cluster", "gpu_hours"},  # an unpriced model has no cost (null, never 0)
+    ["cluster", "namespace", "gpu_model"],
+)
+GPU_HEALTH_MODEL = _model(
+    GPU_HEALTH_SCHEMA,
+    {"status": [pa.Check.isin(["ok", "warn", "drain"])], "minutes": [pa.Check.ge(1)]},
+    {"date", "gpu_uuid", "minutes", "status"},
+    ["gpu_uuid"],
+)
+STRAGGLERS_MODEL = _model(
+    STRAGGLERS_SCHEMA,
+    {"rule": [pa.Check.isin(["below_median", "spread"])], "pod_gpus": [pa.Check.ge(2)]},
+    {"date", "hour", "gpu_uuid", "metric", "value", "rule"},
+    ["hour", "namespace", "pod", "gpu_uuid", "gpu_instance_id", "metric"],
+)
+EFFICIENCY_ROI_MODEL = _model(
+    EFFICIENCY_ROI_SCHEMA,
+    {
+        "scope": [pa.Check.isin(["model", "fleet"])],
+        **{c: _PCT for c in ("avg_rfu_pct", "target_rfu_pct")},
+    },
+    {"date", "scope", "gpus"},
+    ["scope", "gpu_model"],
+)
+NAMESPACE_EFFICIENCY_MODEL = _model(
+    NAMESPACE_EFFICIENCY_SCHEMA,
+    {
+        **_money(NAMESPACE_EFFICIENCY_SCHEMA),
+        **{
+            c: _PCT
+            for c in NAMESPACE_EFFICIENCY_SCHEMA
+            if c.startswith("pct_") or c in ("avg_gpu_util_pct", "avg_rfu_pct")
+        },
+        "waste_frac": [pa.Check.in_range(0, 1 + 1e-9)],
+        "co2_kg": _MONEY,
+    },
+    {"date", "gpus", "gpu_hours"},
+    ["namespace"],
+)
+
+# every table's model: checked on every write (`validate`, by the writer of each partition)
 MODELS: dict[str, pa.DataFrameSchema] = {
     "gpu_samples": GPU_SAMPLES_MODEL,
     "quarantine": QUARANTINE_MODEL,
     "ingest_log": INGEST_LOG_MODEL,
     "gpu_minutes": GPU_MINUTES_MODEL,
+    "gpu_daily": GPU_DAILY_MODEL,
+    "hourly_fleet_metrics": HOURLY_FLEET_METRICS_MODEL,
     "fleet_daily": FLEET_DAILY_MODEL,
+    "persistent_bottlenecks": PERSISTENT_BOTTLENECKS_MODEL,
+    "priced_waste": PRICED_WASTE_MODEL,
     "recommendations": RECOMMENDATIONS_MODEL,
+    "gpu_health": GPU_HEALTH_MODEL,
+    "stragglers": STRAGGLERS_MODEL,
+    "efficiency_roi": EFFICIENCY_ROI_MODEL,
+    "namespace_efficiency": NAMESPACE_EFFICIENCY_MODEL,
 }
+assert set(MODELS) == set(TABLES), "every table needs a model"
 
 
 class ContractError(ValueError):
@@ -436,6 +531,31 @@ class ContractError(ValueError):
         super().__init__(
             f"{table}: {failure_cases.height} contract failure(s):\n{failure_cases.head(10)}"
         )
+
+
+class MissingColumns(ValueError):
+    """A table computed without some of its contract's columns (a mart that forgot one)."""
+
+
+# columns a table's rows may lack (filled with nulls): the telemetry fields and labels a landing
+# file does not give
+OPTIONAL_COLUMNS: dict[str, frozenset[str]] = {
+    "gpu_samples": frozenset(FIELD_COLUMNS)
+    | frozenset(c for c in GPU_SAMPLES_SCHEMA if c not in ("date", "timestamp", "gpu_uuid"))
+}
+
+
+def to_contract(lf: pl.LazyFrame, table: str) -> pl.LazyFrame:
+    """`lf` as `table`'s contract: its columns in order and types. A contract column `lf` lacks
+    is an error (MissingColumns), never a column of nulls, except those OPTIONAL_COLUMNS allows."""
+    schema = TABLES[table]
+    have = set(lf.collect_schema().names())
+    missing = [c for c in schema if c not in have and c not in OPTIONAL_COLUMNS.get(table, ())]
+    if missing:
+        raise MissingColumns(f"{table} computed without its column(s) {', '.join(missing)}")
+    return lf.select(
+        [(pl.col(c) if c in have else pl.lit(None)).cast(t).alias(c) for c, t in schema.items()]
+    )
 
 
 # a validation costs ~40 ms whatever the frame's size (pandera runs a query per check): frames
@@ -460,9 +580,7 @@ def validated_batches(
 
 def validate(table: str, df: pl.DataFrame) -> pl.DataFrame:
     """Validate a collected frame against its pandera model; raise ContractError with all failures."""
-    model = MODELS.get(table)
-    if model is None:
-        return df
+    model = MODELS[table]
     try:
         return model.validate(df, lazy=True)
     except pa.errors.SchemaErrors as e:

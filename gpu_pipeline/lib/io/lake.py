@@ -207,6 +207,17 @@ class Lake:
         self._replace(final, df, lineage)
         return final
 
+    def row_count(self, table: str, day: date) -> int | None:
+        """The rows of the day's partition, from its file's footer (None: no partition)."""
+        import pyarrow.parquet as pq
+
+        path = self.partition_file(table, day)
+        try:
+            fs = {"filesystem": self.fs} if self.remote else {}
+            return pq.read_metadata(path, **fs).num_rows
+        except (OSError, ValueError):
+            return None
+
     def lineage(self, table: str, day: date) -> str | None:
         """Which ingest of the day the partition was made from (written by `write`): an id of
         the day's raw tables' run and day; None without a partition or an id."""

@@ -6,8 +6,7 @@ from __future__ import annotations
 import polars as pl
 
 from gpu_pipeline.lib.rules import HOURS_PER_MONTH, ROI_TARGET_RFU_PCT
-from gpu_pipeline.lib.samples import conform_lazy
-from gpu_pipeline.lib.schemas import EFFICIENCY_ROI_SCHEMA
+from gpu_pipeline.lib.schemas import to_contract
 
 
 def efficiency_roi(
@@ -57,4 +56,4 @@ def efficiency_roi(
             )
         )
     )
-    return conform_lazy(out, EFFICIENCY_ROI_SCHEMA).sort("scope", "gpu_model", nulls_last=False)
+    return to_contract(out, "efficiency_roi").sort("scope", "gpu_model", nulls_last=False)

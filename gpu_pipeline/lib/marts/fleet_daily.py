@@ -10,8 +10,8 @@ from __future__ import annotations
 import polars as pl
 
 from gpu_pipeline.lib.rules import PHASES
-from gpu_pipeline.lib.samples import MINUTES_PER_DAY, PHYSICAL, conform_lazy, ratio
-from gpu_pipeline.lib.schemas import FLEET_DAILY_SCHEMA
+from gpu_pipeline.lib.samples import MINUTES_PER_DAY, PHYSICAL, ratio
+from gpu_pipeline.lib.schemas import to_contract
 
 FLEET_MEANS = {
     "gpu_util_pct": "avg_gpu_util_pct",
@@ -61,4 +61,4 @@ def fleet_daily(runs: pl.LazyFrame) -> pl.LazyFrame:
             ratio("observed_gpu_minutes", "expected_gpu_minutes", 100.0).alias("coverage_pct")
         )
     )
-    return conform_lazy(d, FLEET_DAILY_SCHEMA).sort("date")
+    return to_contract(d, "fleet_daily").sort("date")

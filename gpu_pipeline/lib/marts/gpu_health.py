@@ -7,8 +7,8 @@ import polars as pl
 
 from gpu_pipeline.lib.reference import model_key
 from gpu_pipeline.lib.rules import HEALTH, HealthThresholds
-from gpu_pipeline.lib.samples import MINUTE_MS, conform_lazy, floor_ms
-from gpu_pipeline.lib.schemas import GPU_HEALTH_SCHEMA
+from gpu_pipeline.lib.samples import MINUTE_MS, floor_ms
+from gpu_pipeline.lib.schemas import to_contract
 
 # clock-event reason bits that mean "held back by power": SW power cap, HW power brake
 POWER_CAP_BITS = 0x4 | 0x80
@@ -78,4 +78,4 @@ def gpu_health(
             ).alias("reasons"),
         )
     )
-    return conform_lazy(h, GPU_HEALTH_SCHEMA).sort("gpu_uuid")
+    return to_contract(h, "gpu_health").sort("gpu_uuid")

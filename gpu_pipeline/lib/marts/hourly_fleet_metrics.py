@@ -8,9 +8,9 @@ import polars as pl
 from gpu_pipeline.lib.rules import (
     PHASES,
 )
-from gpu_pipeline.lib.samples import PHYSICAL, conform_lazy, ratio
+from gpu_pipeline.lib.samples import PHYSICAL, ratio
 from gpu_pipeline.lib.schemas import (
-    HOURLY_FLEET_METRICS_SCHEMA,
+    to_contract,
 )
 from gpu_pipeline.lib.staging.minute_runs import HOURLY_KEYS, HOURLY_MEANS
 
@@ -36,6 +36,6 @@ def hourly_fleet_metrics(runs: pl.LazyFrame) -> pl.LazyFrame:
             *[ratio(f"_sh_{p}", "_n_phase", 100.0).alias(f"pct_{p}") for p in PHASES],
         )
     )
-    return conform_lazy(h, HOURLY_FLEET_METRICS_SCHEMA).sort(
+    return to_contract(h, "hourly_fleet_metrics").sort(
         "hour", "cluster", "gpu_model", nulls_last=False
     )

@@ -13,8 +13,7 @@ from gpu_pipeline.lib.money import (
 )
 from gpu_pipeline.lib.reference import energy_rates, load_energy
 from gpu_pipeline.lib.rules import DEFAULT, Thresholds
-from gpu_pipeline.lib.samples import conform_lazy
-from gpu_pipeline.lib.schemas import NAMESPACE_EFFICIENCY_SCHEMA
+from gpu_pipeline.lib.schemas import to_contract
 
 
 def namespace_efficiency(
@@ -76,4 +75,4 @@ def namespace_efficiency(
             .alias("waste_frac")
         )
     )
-    return conform_lazy(out, NAMESPACE_EFFICIENCY_SCHEMA).sort("namespace", nulls_last=False)
+    return to_contract(out, "namespace_efficiency").sort("namespace", nulls_last=False)

@@ -11,9 +11,8 @@ from gpu_pipeline.lib.rules import (
     DEFAULT,
     Thresholds,
 )
-from gpu_pipeline.lib.samples import conform_lazy
 from gpu_pipeline.lib.schemas import (
-    PERSISTENT_BOTTLENECKS_SCHEMA,
+    to_contract,
 )
 
 
@@ -49,6 +48,6 @@ def persistent_bottlenecks(daily: pl.LazyFrame, day: date, t: Thresholds = DEFAU
             pl.lit(day).alias("date"),
         )
     )
-    return conform_lazy(p, PERSISTENT_BOTTLENECKS_SCHEMA).sort(
+    return to_contract(p, "persistent_bottlenecks").sort(
         "gpu_uuid", "gpu_instance_id", nulls_last=False
     )

@@ -7,9 +7,8 @@ import polars as pl
 
 from gpu_pipeline.lib.money import MONEY
 from gpu_pipeline.lib.rules import HOURS_PER_MONTH, HOURS_PER_YEAR
-from gpu_pipeline.lib.samples import conform_lazy
 from gpu_pipeline.lib.schemas import (
-    PRICED_WASTE_SCHEMA,
+    to_contract,
 )
 
 # the grain of priced_waste
@@ -52,6 +51,6 @@ def priced_waste(runs: pl.LazyFrame) -> pl.LazyFrame:
             (pl.col("hourly_waste_usd") * HOURS_PER_YEAR).round(2).alias("yearly_waste_usd"),
         )
     )
-    return conform_lazy(w, PRICED_WASTE_SCHEMA).sort(
+    return to_contract(w, "priced_waste").sort(
         "cluster", "namespace", "gpu_model", nulls_last=False
     )

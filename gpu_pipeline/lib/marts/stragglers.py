@@ -5,8 +5,8 @@ from __future__ import annotations
 import polars as pl
 
 from gpu_pipeline.lib.rules import HEALTH, HealthThresholds
-from gpu_pipeline.lib.samples import HOUR_MS, conform_lazy, floor_ms
-from gpu_pipeline.lib.schemas import STRAGGLERS_SCHEMA
+from gpu_pipeline.lib.samples import HOUR_MS, floor_ms
+from gpu_pipeline.lib.schemas import to_contract
 
 
 def stragglers(minutes: pl.LazyFrame, h: HealthThresholds = HEALTH) -> pl.LazyFrame:
@@ -61,4 +61,4 @@ def stragglers(minutes: pl.LazyFrame, h: HealthThresholds = HEALTH) -> pl.LazyFr
             ).alias("rule")
         )
     )
-    return conform_lazy(per_hour, STRAGGLERS_SCHEMA).sort("hour", "pod", "gpu_uuid")
+    return to_contract(per_hour, "stragglers").sort("hour", "pod", "gpu_uuid")

@@ -11,8 +11,8 @@ from gpu_pipeline.lib.rules import (
     PHASES,
     Thresholds,
 )
-from gpu_pipeline.lib.samples import MINUTES_PER_DAY, conform_lazy, ratio
-from gpu_pipeline.lib.schemas import GPU_DAILY_SCHEMA
+from gpu_pipeline.lib.samples import MINUTES_PER_DAY, ratio
+from gpu_pipeline.lib.schemas import to_contract
 from gpu_pipeline.lib.staging.gpu_minutes import GPU_KEY
 
 DAILY_MEANS = {"gpu_util_pct": "avg_gpu_util_pct", "pif": "avg_pif", "rfu_pct": "avg_rfu_pct"}
@@ -56,4 +56,4 @@ def gpu_daily(runs: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
             ).alias("bottlenecked_day"),
         )
     )
-    return conform_lazy(d, GPU_DAILY_SCHEMA).sort("gpu_uuid", "gpu_instance_id", nulls_last=False)
+    return to_contract(d, "gpu_daily").sort("gpu_uuid", "gpu_instance_id", nulls_last=False)

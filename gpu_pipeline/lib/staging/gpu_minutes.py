@@ -25,11 +25,10 @@ from gpu_pipeline.lib.samples import (
     MINUTE_MS,
     SAMPLE_ORDER,
     collect_stable,
-    conform_lazy,
     floor_ms,
     indicator,
 )
-from gpu_pipeline.lib.schemas import GPU_MINUTES_SCHEMA
+from gpu_pipeline.lib.schemas import to_contract
 
 GPU_KEY = ("gpu_uuid", "gpu_instance_id")
 
@@ -466,7 +465,7 @@ def gpu_minutes(
             .alias("note"),
         )
     )
-    return conform_lazy(m.with_columns(*phase_shares()), GPU_MINUTES_SCHEMA)
+    return to_contract(m.with_columns(*phase_shares()), "gpu_minutes")
 
 
 def phase_shares() -> list[pl.Expr]:
