@@ -1,4 +1,4 @@
-"""Every setting in one place: defaults from SPEC.md, overridable by `GPU_PIPELINE_*` variables.
+"""Every setting in one place: defaults documented in README "Where data goes", overridable by `GPU_PIPELINE_*` variables.
 
 This module is where the process environment is read (`Settings.from_env`), never written (the
 one write in the package is Polars' allocator variable, `allocator.py`, not a setting). The

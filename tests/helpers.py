@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
@@ -104,4 +105,24 @@ def start_materialize(day, raw: Path, lake: Path, env: dict) -> subprocess.Popen
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+    )
+
+
+@dataclass
+class DayIngest:
+    gpu_samples: pl.DataFrame
+    quarantine: pl.DataFrame
+    ingest_log: pl.DataFrame
+
+
+def assemble_day(files: list, day: date, max_rows: int | None = None) -> DayIngest:
+    """The whole day at once: the chunks of `DayAssembly` put together, with the day's
+    quarantine and ingest_log (what the ingest step writes)."""
+    from gpu_pipeline.lib.ingest.gpu_samples import DayAssembly
+
+    a = DayAssembly(files, day, max_rows)
+    samples = pl.concat(list(a.gpu_samples()))
+    quarantine = a.quarantine()
+    return DayIngest(
+        gpu_samples=samples, quarantine=quarantine, ingest_log=a.ingest_log(quarantine)
     )

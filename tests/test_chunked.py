@@ -6,12 +6,12 @@ import dagster as dg
 import numpy as np
 import polars as pl
 import pytest
+from helpers import assemble_day
 from polars.testing import assert_frame_equal
 
 from gpu_pipeline.definitions import build_definitions
 from gpu_pipeline.lib.generate import generate
 from gpu_pipeline.lib.ingest.cache import load_or_parse
-from gpu_pipeline.lib.ingest.gpu_samples import assemble_day
 from gpu_pipeline.lib.ingest.landing import list_landing
 from gpu_pipeline.lib.io.lake import Lake
 from gpu_pipeline.lib.marts.day_tables import DayTables
@@ -94,7 +94,7 @@ def _chunked(samples: pl.DataFrame, **kw) -> dict[str, pl.DataFrame]:
 )
 def test_chunks_give_the_tables_of_one_pass(samples, max_gpus, split, chunks):
     one = _one_pass(samples)
-    got = _chunked(samples, max_gpus=max_gpus, split=split)
+    got = _chunked(samples, chunking=chunked.Chunking(gpus=max_gpus, split=split))
     if chunks is None:  # each cluster's GPUs cut into threes
         per_cluster = samples.group_by("cluster").agg(pl.col("gpu_uuid").n_unique())["gpu_uuid"]
         chunks = sum(-(-n // max_gpus) for n in per_cluster)
@@ -118,10 +118,12 @@ def test_chunks_give_the_tables_of_one_pass(samples, max_gpus, split, chunks):
 
 
 def test_cluster_split_never_mixes_clusters(samples):
-    for chunk in chunked.plan(samples.lazy(), max_gpus=3, split="cluster"):
+    for chunk in chunked.plan(samples.lazy(), chunked.Chunking(gpus=3, split="cluster")):
         clusters = samples.filter(chunk.predicate)["cluster"].unique().to_list()
         assert clusters == [chunk.cluster]
-    planned = {c.cluster for c in chunked.plan(samples.lazy(), 3, "cluster")}
+    planned = {
+        c.cluster for c in chunked.plan(samples.lazy(), chunked.Chunking(gpus=3, split="cluster"))
+    }
     assert planned == set(samples["cluster"].unique()) and len(planned) == 4
 
 
@@ -137,7 +139,7 @@ def test_unsorted_30s_samples_are_regrouped_per_minute(samples):
     assert df.equals(both.sort(*SAMPLE_ORDER, nulls_last=False))
     _, shape = chunked.inspect(plain)
     assert (shape.presorted, shape.one_per_minute) == (True, True)
-    got = _chunked(both, max_gpus=2, split="gpus")["minutes"]
+    got = _chunked(both, chunking=chunked.Chunking(gpus=2))["minutes"]
     assert got.height == 1440 * 3 and got["samples"].unique().to_list() == [2]
     assert_frame_equal(got, _one_pass(both)["minutes"])
     # utilization is the mean of the minute's two samples
@@ -208,7 +210,9 @@ def test_an_empty_day_gives_empty_typed_tables():
 
 def test_streamed_write_is_one_file_and_an_error_keeps_the_previous_version(tmp_path, samples):
     lake = Lake(tmp_path / "lake")
-    frames = list(chunked.minutes_by_chunk(samples.lazy(), CAT, PRICES, max_gpus=4))
+    frames = list(
+        chunked.minutes_by_chunk(samples.lazy(), CAT, PRICES, chunking=chunked.Chunking(gpus=4))
+    )
     path, rows = lake.write_frames("gpu_minutes", D, iter(frames))
     # twelve GPUs a day, and the MIG GPU's physical row and two instances for 30 minutes
     assert rows == sum(f.height for f in frames) == 12 * 1440 + 3 * 30
@@ -266,7 +270,12 @@ def test_fleet_daily_gives_the_old_views_numbers_and_follows_the_rules(samples, 
 
     tables = DayTables(t=t)
     minutes = pl.concat(
-        [tables.add(c) for c in chunked.minutes_by_chunk(samples.lazy(), CAT, PRICES, t, 5)]
+        [
+            tables.add(c)
+            for c in chunked.minutes_by_chunk(
+                samples.lazy(), CAT, PRICES, t, chunking=chunked.Chunking(gpus=5)
+            )
+        ]
     )
     got = tables.fleet_daily()
     con = duckdb.connect()

@@ -13,12 +13,11 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from helpers import cli, cli_env, expo_lines, write_file
+from helpers import assemble_day, cli, cli_env, expo_lines, write_file
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpu_pipeline.lib.ingest.cache import load_or_parse
-from gpu_pipeline.lib.ingest.gpu_samples import assemble_day
 from gpu_pipeline.lib.ingest.landing import LandingFile, list_landing, parse_landing_file
 from gpu_pipeline.lib.io.lake import Lake
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from helpers import assemble_day
 
 from gpu_pipeline.lib.generate import generate
 from gpu_pipeline.lib.ingest.cache import is_cached, load_or_parse
-from gpu_pipeline.lib.ingest.gpu_samples import assemble_day
 from gpu_pipeline.lib.ingest.landing import (
     DEFAULT_PARSE,
     LandingFile,

@@ -4,10 +4,10 @@ from collections import Counter
 from datetime import date
 
 import polars as pl
+from helpers import assemble_day
 
 from gpu_pipeline.lib.generate import build_fleet, generate
 from gpu_pipeline.lib.ingest.cache import load_or_parse
-from gpu_pipeline.lib.ingest.gpu_samples import assemble_day
 from gpu_pipeline.lib.ingest.landing import list_landing
 from gpu_pipeline.lib.reference import load_catalog, load_prices
 from gpu_pipeline.lib.samples import collect_stable

@@ -5,10 +5,9 @@ import os
 from datetime import date
 
 import polars as pl
-from helpers import MODELS, expo_lines, write_file
+from helpers import MODELS, assemble_day, expo_lines, write_file
 
 from gpu_pipeline.lib.ingest.cache import load_or_parse
-from gpu_pipeline.lib.ingest.gpu_samples import assemble_day
 from gpu_pipeline.lib.ingest.landing import DEFAULT_PARSE, list_landing
 from gpu_pipeline.lib.schemas import validate
 

@@ -336,7 +336,7 @@ def test_stragglers_fifteen_points_below_the_pod_median():
 
 
 def test_stragglers_by_spread_name_the_slowest_gpu():
-    """DOMAIN.md: a pod whose GPUs' SM activity spreads with a std dev above 0.15 straggles."""
+    """A pod whose GPUs' SM activity spreads with a std dev above 0.15 straggles."""
     pods = {
         # median 72, the slowest 12 below (not below_median); population std dev:
         # mean 80.8, squares 432.64 + 2 x 77.44 + 2 x 368.64 = 1324.8, / 5 = 264.96 -> 16.28

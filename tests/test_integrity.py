@@ -26,6 +26,7 @@ import polars as pl
 import pytest
 from helpers import (
     MODELS,
+    assemble_day,
     cli,
     cli_env,
     expo_lines,
@@ -37,7 +38,6 @@ from helpers import (
 
 from gpu_pipeline.defs import checks
 from gpu_pipeline.lib.ingest.cache import load_or_parse
-from gpu_pipeline.lib.ingest.gpu_samples import assemble_day
 from gpu_pipeline.lib.ingest.landing import list_landing
 from gpu_pipeline.lib.io.lake import Lake
 

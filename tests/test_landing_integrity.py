@@ -9,11 +9,10 @@ from datetime import date
 from pathlib import Path
 
 import polars as pl
-from helpers import expo_lines, write_file
+from helpers import assemble_day, expo_lines, write_file
 
 from gpu_pipeline.lib.ingest import cache as cache_mod
 from gpu_pipeline.lib.ingest.cache import load_or_parse, parse_all
-from gpu_pipeline.lib.ingest.gpu_samples import assemble_day
 from gpu_pipeline.lib.ingest.landing import list_landing
 from gpu_pipeline.lib.io.lake import Lake
 

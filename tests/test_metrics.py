@@ -1,4 +1,4 @@
-"""Every metric definition of SPEC.md against hand-computed values, boundaries included."""
+"""Every metric definition of docs/metrics.md against hand-computed values, boundaries included."""
 
 from datetime import UTC, date, datetime, timedelta
 

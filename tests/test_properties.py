@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 import polars as pl
 import pytest
+from helpers import assemble_day
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
@@ -235,7 +236,6 @@ def fleet(draw):
 @given(fleet())
 def test_days_with_missing_fields_complete_and_count_each_gpu_once(tmp_path_factory, day_fleet):
     from gpu_pipeline.lib.ingest.cache import load_or_parse
-    from gpu_pipeline.lib.ingest.gpu_samples import assemble_day
     from gpu_pipeline.lib.ingest.landing import list_landing
     from gpu_pipeline.lib.io.lake import Lake
     from gpu_pipeline.lib.io.report import build_report

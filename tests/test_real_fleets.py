@@ -14,7 +14,7 @@ import dagster as dg
 import duckdb
 import polars as pl
 import pytest
-from helpers import MODELS, cli, cli_env, expo_lines, materialize_args, ms, write_file
+from helpers import MODELS, assemble_day, cli, cli_env, expo_lines, materialize_args, ms, write_file
 
 from gpu_pipeline.defs import marts, raw, report, staging
 from gpu_pipeline.defs.resources import LakeResource, LandingResource, ReferenceResource
@@ -361,7 +361,6 @@ def test_two_lakes_side_by_side_keep_their_own_views_and_reports(tmp_path):
 
 def test_implausible_times_and_values_are_quarantined_not_filed(tmp_path):
     from gpu_pipeline.lib.ingest.cache import load_or_parse
-    from gpu_pipeline.lib.ingest.gpu_samples import assemble_day
     from gpu_pipeline.lib.ingest.landing import list_landing
 
     day = date(2024, 1, 10)

@@ -86,7 +86,7 @@ def test_price_book_override_and_catalog_extension(tmp_path, monkeypatch):
         "gpu_model,on_demand_usd_per_hour,spot_usd_per_hour\nNVIDIA H100 80GB HBM3,9.99,3\n"
     )
     row = load_prices(prices).row(0, named=True)
-    # SPEC's three-column price book still loads: `source` is optional (null when absent)
+    # the three-column price book still loads: `source` is optional (null when absent)
     assert row["on_demand_usd_per_hour"] == 9.99 and row["source"] is None
     sourced = tmp_path / "sourced.csv"
     sourced.write_text(

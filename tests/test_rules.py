@@ -33,7 +33,7 @@ def test_defaults_follow_the_spec_and_domain():
         70.0,
         90.0,
     )
-    assert r["health.hot_from_c"] == 80.0  # DOMAIN.md: temperature alert above 80 C
+    assert r["health.hot_from_c"] == 80.0  # temperature alert above 80 C
     assert r["bottlenecks.window_days"] == 7 and r["bottlenecks.persistent_min_days"] == 3
 
 

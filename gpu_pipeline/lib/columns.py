@@ -1,4 +1,4 @@
-"""What each column means (SPEC.md and docs/metrics.md, in a sentence): the catalog's documentation.
+"""What each column means (docs/metrics.md, in a sentence): the catalog's documentation.
 
 A name means the same thing in every table unless `BY_TABLE` says otherwise; the telemetry
 columns of `gpu_samples` are described from `lib/fields.py` (their DCGM field and unit).

@@ -50,7 +50,7 @@ PRICES_SCHEMA = {
     "gpu_model": pl.String,
     "on_demand_usd_per_hour": pl.Float64,
     "spot_usd_per_hour": pl.Float64,
-    # where the price comes from (list price or estimate); SPEC's price book has the three
+    # where the price comes from (list price or estimate); the price book's contract is the three
     # columns above, so a user's book may leave it out (it is then null)
     "source": pl.String,
 }

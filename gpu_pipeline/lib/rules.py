@@ -1,4 +1,4 @@
-"""The metric thresholds of SPEC.md, defined once; every transform and test reads them here."""
+"""The metric thresholds of docs/metrics.md, defined once; every transform and test reads them here."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ EFFICIENCY_CLASSES = ("idle", "bottlenecked", "efficient", "inefficient", "moder
 
 @dataclass(frozen=True)
 class DiagnosisThresholds:
-    """The profiling decision tree (DOMAIN.md): SM activity first, then DRAM, tensor, occupancy."""
+    """The profiling decision tree (docs/metrics.md, "Diagnosis"): SM activity first, then DRAM, tensor, occupancy."""
 
     sm_underfed_below: float = 0.30  # SM active < 30 %: the GPU is under-fed
     sm_busy_from: float = 0.70  # > 70 %: compute or memory bound
@@ -74,10 +74,10 @@ BOTTLENECK_DIAGNOSES = DIAGNOSES[1:7]
 class HealthThresholds:
     """GPU-level health and stragglers."""
 
-    hot_from_c: float = 80.0  # DOMAIN.md: temperature alert above 80 C (throttling near 85 C)
+    hot_from_c: float = 80.0  # temperature alert above 80 C (throttling near 85 C)
     power_capped_from: float = 0.98  # power at >= 98 % of its limit
     straggler_points: float = 15.0  # an hour this far below its pod's median
-    # DOMAIN.md: a synchronous job straggles when the std dev of its GPUs' SM activity > 0.15
+    # a synchronous job straggles when the std dev of its GPUs' SM activity > 0.15
     straggler_spread_from: float = 0.15
 
 

@@ -1,4 +1,4 @@
-"""Column contracts of every table (SPEC.md names), and the pandera models that enforce them.
+"""Column contracts of every table (the names README and docs/metrics.md document), and the pandera models that enforce them.
 
 The dicts are the single source for writers (`conform`), the Dagster column schema and DuckDB;
 the pandera models add value checks and grain uniqueness on collected frames.

@@ -8,7 +8,6 @@ accounted for."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import date
 
 import polars as pl
@@ -28,13 +27,6 @@ from gpu_pipeline.lib.samples import (
 from gpu_pipeline.lib.schemas import GPU_SAMPLES_SCHEMA
 
 KEY = ("gpu_uuid", "gpu_instance_id", "timestamp")
-
-
-@dataclass
-class DayIngest:
-    gpu_samples: pl.DataFrame
-    quarantine: pl.DataFrame
-    ingest_log: pl.DataFrame
 
 
 def _in_day(day: date) -> pl.Expr:
@@ -251,13 +243,3 @@ class DayAssembly:
     def ingest_log(self, quarantine: pl.DataFrame) -> pl.DataFrame:
         """The day's ingest_log (after `gpu_samples()` is consumed: it counts accepted rows)."""
         return day_ingest_log(self.files, self.day, self._counts, quarantine)
-
-
-def assemble_day(files: list[ParsedFile], day: date, max_rows: int | None = None) -> DayIngest:
-    """The whole day at once (tests, small days): the chunks of `DayAssembly` put together."""
-    a = DayAssembly(files, day, max_rows)
-    samples = pl.concat(list(a.gpu_samples()))
-    quarantine = a.quarantine()
-    return DayIngest(
-        gpu_samples=samples, quarantine=quarantine, ingest_log=a.ingest_log(quarantine)
-    )

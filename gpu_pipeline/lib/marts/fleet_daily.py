@@ -1,5 +1,5 @@
 """Minute runs -> `fleet_daily`: one row per day for the whole fleet, with its data coverage.
-Pure and lazy; definitions from SPEC.md and docs/metrics.md.
+Pure and lazy; definitions in docs/metrics.md.
 
 Fleet totals count each physical GPU once: the physical GPU's rows only (under MIG they carry
 the slice-weighted utilization of the instances and the GPU's power), as hourly_fleet_metrics.

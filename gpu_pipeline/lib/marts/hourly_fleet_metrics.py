@@ -1,5 +1,5 @@
 """Minute runs -> `hourly_fleet_metrics`: hour x cluster x gpu_model fleet averages and phase
-shares (summing to 100). Pure and lazy; definitions from SPEC.md."""
+shares (summing to 100). Pure and lazy; definitions in docs/metrics.md."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ def stragglers(minutes: pl.LazyFrame, h: HealthThresholds = HEALTH) -> pl.LazyFr
 
     `below_median`: the GPU sits `straggler_points` (15) or more below its pod's median that hour.
     `spread`: the pod's GPUs spread with a population std dev of `straggler_spread_from` (0.15 of
-    SM activity: 15 points) or more, and this is its slowest GPU (DOMAIN.md's rule for
+    SM activity: 15 points) or more, and this is its slowest GPU (the usual rule for
     synchronous jobs). A row can carry both.
     """
     metric = (

@@ -107,21 +107,12 @@ class Chunk:
         return rng & uuid.is_in(pl.Series(self.uuids))
 
 
-def plan(
-    samples: pl.LazyFrame,
-    max_gpus: int | None = None,
-    split: str | None = None,
-    max_rows: int | None = None,
-    chunking: Chunking = DEFAULT_CHUNKING,
-) -> list[Chunk]:
-    """The day's chunks: consecutive UUIDs, at most `max_gpus` GPUs each when given (or
-    `chunking.gpus`), else at most `max_rows` sample rows (`chunking.rows`, the memory budget);
-    one cluster each when split by cluster (a GPU seen in two clusters on a day goes with its
-    first). Explicit arguments override `chunking`."""
-    max_gpus = max_gpus or (None if max_rows else chunking.gpus)
-    max_rows = max_rows or chunking.rows
-    split = split or chunking.split
-    if split == "cluster":
+def plan(samples: pl.LazyFrame, chunking: Chunking = DEFAULT_CHUNKING) -> list[Chunk]:
+    """The day's chunks: consecutive UUIDs, at most `chunking.gpus` GPUs each when set, else at
+    most `chunking.rows` sample rows (the memory budget); one cluster each when split by
+    cluster (a GPU seen in two clusters on a day goes with its first)."""
+    max_gpus, max_rows = chunking.gpus, chunking.rows
+    if chunking.split == "cluster":
         gpus = (
             samples.group_by("gpu_uuid")
             .agg(pl.col("cluster").sort_by("timestamp").drop_nulls().first(), pl.len().alias("n"))
@@ -191,8 +182,6 @@ def minutes_by_chunk(
     catalog: pl.DataFrame,
     prices: pl.DataFrame,
     t: Thresholds = DEFAULT,
-    max_gpus: int | None = None,
-    split: str | None = None,
     d: DiagnosisThresholds = DIAGNOSIS,
     chunking: Chunking = DEFAULT_CHUNKING,
 ) -> Iterator[pl.DataFrame]:
@@ -224,7 +213,7 @@ def minutes_by_chunk(
             d=d,
         )
 
-    chunks = plan(samples, max_gpus, split, chunking=chunking)
+    chunks = plan(samples, chunking)
     if not chunks:
         return
     with ThreadPoolExecutor(1, thread_name_prefix="gpu_minutes") as ahead:

@@ -1,5 +1,5 @@
 """gpu_samples -> `gpu_minutes` (PIF, RFU, gap, phase, class, diagnosis, price), one row per
-GPU and minute. Pure and lazy; definitions from SPEC.md."""
+GPU and minute. Pure and lazy; definitions in docs/metrics.md."""
 
 from __future__ import annotations
 
@@ -402,7 +402,7 @@ def gpu_minutes(
     presorted: bool = False,
     d: DiagnosisThresholds = DIAGNOSIS,
 ) -> pl.LazyFrame:
-    """One row per GPU (and MIG instance) per minute with the SPEC metric stack, in SAMPLE_ORDER.
+    """One row per GPU (and MIG instance) per minute with the metric stack of docs/metrics.md, in SAMPLE_ORDER.
 
     `already_minutes`: the input holds one row per GPU-minute (a minute-level export), so the
     per-minute regroup is skipped. `mig=False`: no MIG instances in the input (skips their
