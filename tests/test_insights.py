@@ -297,13 +297,54 @@ def test_gpu_health_statuses():
         gpu_health(conform(pl.DataFrame(rows), GPU_SAMPLES_SCHEMA).lazy(), load_catalog())
     )
     by = {r["gpu_uuid"]: r for r in h.iter_rows(named=True)}
-    assert by["GPU-hot"]["hot_minutes"] == 3 and by["GPU-hot"]["status"] == "warn"
+    # 3 hot minutes: listed, but below the 15 minutes from which a GPU warns
+    assert by["GPU-hot"]["hot_minutes"] == 3 and by["GPU-hot"]["status"] == "ok"
+    assert by["GPU-hot"]["reasons"] == "3 min at or above 80.0 C (max 86.0; warns from 15 min)"
     assert by["GPU-hot"]["power_capped_minutes"] == 5  # 399 of 400 W
     assert by["GPU-ecc"]["status"] == "drain" and by["GPU-ecc"]["xid_codes"] == [79]
     assert "double-bit ECC" in by["GPU-ecc"]["reasons"]
     assert (
         by["GPU-ok"]["status"] == "ok" and by["GPU-ok"]["power_capped_minutes"] == 1
     )  # SW power cap bit
+
+
+def test_a_hot_gpu_warns_only_after_the_minutes_the_rules_set(tmp_path):
+    """A minute at 80 C is not an alert (the demo: 13 of 50 GPUs `warn` for "1 min at or above
+    80.0 C"): a GPU warns from `health.hot_warn_minutes` hot minutes of the day (15, or the
+    rules file's)."""
+    from gpu_pipeline.lib.rules import load_rules
+
+    def day(hot: int) -> pl.DataFrame:
+        return conform(
+            pl.DataFrame(
+                {
+                    "date": [D] * 60,
+                    "timestamp": [T0 + timedelta(minutes=i) for i in range(60)],
+                    "gpu_uuid": [f"GPU-{hot}"] * 60,
+                    "source_file": ["f"] * 60,
+                    "gpu_model": ["A100-SXM4-40GB"] * 60,
+                    "gpu_temp_c": [81.0 if i < hot else 60.0 for i in range(60)],
+                }
+            ),
+            GPU_SAMPLES_SCHEMA,
+        )
+
+    samples = pl.concat([day(n) for n in (1, 14, 15, 30)]).lazy()
+    status = dict(
+        collect_stable(gpu_health(samples, load_catalog())).select("gpu_uuid", "status").rows()
+    )
+    assert status == {"GPU-1": "ok", "GPU-14": "ok", "GPU-15": "warn", "GPU-30": "warn"}
+    rules = tmp_path / "rules.toml"
+    rules.write_text("[health]\nhot_warn_minutes = 30\n")
+    h = load_rules(str(rules)).h
+    assert h.hot_warn_minutes == 30
+    status = dict(
+        collect_stable(gpu_health(samples, load_catalog(), h)).select("gpu_uuid", "status").rows()
+    )
+    assert status == {"GPU-1": "ok", "GPU-14": "ok", "GPU-15": "ok", "GPU-30": "warn"}
+    rules.write_text("[health]\nhot_warn_minutes = 0\n")
+    with pytest.raises(ValueError, match="health.hot_warn_minutes = 0 is out of range"):
+        load_rules(str(rules))
 
 
 def test_stragglers_fifteen_points_below_the_pod_median():
