@@ -765,3 +765,51 @@ def test_what_to_do_first_ranks_actions_by_dollars_a_month():
     )
     assert top_actions(more)["action"].to_list() == ["spot", "MPS", "DALI"]
     assert top["rationale"].to_list()[0] == "why spot"
+
+
+def test_prices_used_names_the_price_book_entries_of_the_days_models(tmp_path):
+    """The $/GPU-hour a day's minutes carry, beside the price book row it came from (file, line,
+    source): what the report's appendix prints and the run's metadata can show."""
+    from gpu_pipeline.lib.reference import DEFAULT_PRICES, prices_used
+
+    m = minutes_frame(
+        # a MIG instance of GPU-a: its physical GPU counts once
+        [
+            {"gpu_uuid": "GPU-a", "gpu_instance_id": 1, "gpu_model": MODELS["A100"]}
+            | {"price_usd_per_hour": 2.5, "minute": T0}
+        ]
+        + [
+            {"gpu_uuid": "GPU-a", "gpu_instance_id": None, "gpu_model": MODELS["A100"]}
+            | {"price_usd_per_hour": 2.5, "minute": T0 + timedelta(minutes=i)}
+            for i in range(90)
+        ]
+        + [
+            {"gpu_uuid": "GPU-x", "gpu_instance_id": None, "gpu_model": "Mystery GPU"}
+            | {"price_usd_per_hour": None, "minute": T0 + timedelta(minutes=i)}
+            for i in range(30)
+        ]
+    )
+    assert m["gpu_instance_id"].null_count() == 120
+    used = {r["gpu_model"]: r for r in prices_used(m).iter_rows(named=True)}
+    a100 = used[MODELS["A100"]]
+    assert (a100["gpu_hours"], a100["usd_per_hour"], a100["on_demand_usd_per_hour"]) == (
+        1.5,
+        2.5,
+        2.5,
+    )
+    assert a100["spot_usd_per_hour"] == 1.0 and a100["source"].startswith("(estimate)")
+    assert a100["file"] == str(DEFAULT_PRICES) and a100["matches"]
+    lines = DEFAULT_PRICES.read_text().splitlines()
+    assert lines[a100["line"] - 1].startswith("A100-SXM4-40GB,2.50,1.00,")
+    mystery = used["Mystery GPU"]
+    assert mystery["on_demand_usd_per_hour"] is None and mystery["source"] is None
+    assert mystery["usd_per_hour"] is None and mystery["matches"]  # unlisted, and unpriced
+    # the user's book (GPU_PIPELINE_PRICES): another price for the A100 than the day carries
+    book = tmp_path / "prices.csv"
+    book.write_text(
+        "gpu_model,on_demand_usd_per_hour,spot_usd_per_hour\nNVIDIA A100-SXM4-40GB,3.10,\n"
+    )
+    a100 = prices_used(m, book).filter(pl.col("gpu_model") == MODELS["A100"]).row(0, named=True)
+    assert (a100["on_demand_usd_per_hour"], a100["spot_usd_per_hour"]) == (3.1, None)
+    assert (a100["file"], a100["line"], a100["source"]) == (str(book), 2, None)
+    assert a100["usd_per_hour"] == 2.5 and not a100["matches"]
