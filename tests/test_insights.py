@@ -635,7 +635,7 @@ def test_report_says_when_a_days_data_is_partial(tmp_path):
     b = banner(build_report(partial, D).html)
     assert "this day's telemetry covers 95.1 % of its GPU-minutes" in b
     assert "2,740 observed of 2,880 expected (2 GPUs seen × 1,440 minutes)" in b
-    assert "1 of 2 GPUs have gaps; the least covered is GPU-b (90.2 %, 1,300 minutes)" in b
+    assert "1 of 2 GPUs has gaps; the least covered is GPU-b (90.2 %, 1,300 minutes)" in b
     assert "class='partial'" in b and "below the" not in b
     # the same day under a stricter rule: a warning
     b = banner(build_report(partial, D, t=Thresholds(coverage_warn_below=99.0)).html)
@@ -712,8 +712,11 @@ def test_mig_tenants_get_the_gpus_energy_by_slice_share():
     assert total == pytest.approx(0.58, rel=1e-12)
 
 
-def test_what_to_do_first_ranks_actions_by_dollars_a_month():
-    from gpu_pipeline.lib.io.report import top_actions
+def test_what_to_do_first_ranks_recoverable_waste_and_spot_apart():
+    """What to do first is waste (idle, stall, headroom: how the GPUs are used), by dollars a
+    month; spot, a lower price for the same work, is ranked on its own (the demo's #1 was "spot
+    for llm-pretrain", its most efficient namespace)."""
+    from gpu_pipeline.lib.io.report import price_actions, top_actions
     from gpu_pipeline.lib.schemas import TABLES
 
     def act(action, group, f):
@@ -724,18 +727,27 @@ def test_what_to_do_first_ranks_actions_by_dollars_a_month():
             [
                 {
                     "namespace": "a",
+                    "cost_usd": 100.0,
                     "monthly_cost_usd": 3000.0,
                     "measured_waste_frac": 0.5,
+                    "utilization_savings_frac": 0.5,
+                    "rate_savings_frac": 0.6,
+                    "total_savings_frac": 0.8,
                     "action_details": [
                         act("DALI", "idle_wallclock", 0.3),
                         act("MPS", "idle_wallclock", 0.6),  # capped by the 50 % measured
-                        act("spot", "rate", 0.6),  # a rate saving: not capped by waste
+                        act("larger_batch", "batching", 0.2),
+                        act("spot", "rate", 0.6),  # a price, not waste: not in the list
                     ],
                 },
                 {
                     "namespace": "b",
+                    "cost_usd": 1000 / 30,
                     "monthly_cost_usd": 1000.0,
                     "measured_waste_frac": 0.9,
+                    "utilization_savings_frac": 0.4,
+                    "rate_savings_frac": 0.5,
+                    "total_savings_frac": 0.7,
                     "action_details": [act("AMP", "precision", 0.2), act("FP8", "precision", 0.4)],
                 },
             ],
@@ -744,27 +756,33 @@ def test_what_to_do_first_ranks_actions_by_dollars_a_month():
         TABLES["recommendations"],
     )
     top = top_actions(rec)
-    # a: spot 0.6 x 3000 = 1800; MPS min(0.6, 0.5) x 3000 = 1500; DALI 0.3 x 3000 = 900;
-    # b: FP8 0.4 x 1000 = 400 is fourth
+    # a: MPS min(0.6, 0.5) x 3000 = 1500 (DALI, 900, recovers the same idle time: one line per
+    # namespace and group); larger_batch 0.2 x 3000 = 600; b: FP8 0.4 x 1000 = 400 (not AMP)
     assert top.select("namespace", "action", "monthly_usd").rows() == [
-        ("a", "spot", 1800.0),
         ("a", "MPS", 1500.0),
-        ("a", "DALI", 900.0),
+        ("a", "larger_batch", 600.0),
+        ("b", "FP8", 400.0),
     ]
-    # three different actions: spot again elsewhere (b, 0.9 x 1000 = 900) does not take a line
+    assert "spot" not in top["action"].to_list()
+    assert top["rationale"].to_list()[0] == "why MPS"
+    # spot, apart: its rate on the cost the waste actions leave, (total - utilization) x month
+    spot = price_actions(rec)
+    assert spot.select("namespace", "rate_savings_frac").rows() == [("a", 0.6), ("b", 0.5)]
+    assert spot["monthly_usd"].to_list() == pytest.approx([0.3 * 3000, 0.3 * 1000])
+    assert spot["remaining_usd"].to_list() == pytest.approx([50.0, 0.6 * 1000 / 30])
+    # three different actions: MPS again elsewhere (c, 0.9 x 1000 = 900) does not take a line
     more = pl.concat(
         [
             rec,
             rec.filter(pl.col("namespace") == "b").with_columns(
                 pl.lit("c").alias("namespace"),
-                pl.lit([act("spot", "rate", 0.9)])
+                pl.lit([act("MPS", "idle_wallclock", 0.9)])
                 .cast(TABLES["recommendations"]["action_details"])
                 .alias("action_details"),
             ),
         ]
     )
-    assert top_actions(more)["action"].to_list() == ["spot", "MPS", "DALI"]
-    assert top["rationale"].to_list()[0] == "why spot"
+    assert top_actions(more)["action"].to_list() == ["MPS", "larger_batch", "FP8"]
 
 
 def test_prices_used_names_the_price_book_entries_of_the_days_models(tmp_path):
