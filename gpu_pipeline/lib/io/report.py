@@ -1059,8 +1059,8 @@ def _first_section(rec: pl.DataFrame, period: Period) -> str:
     return (
         f"<h2>What to do first</h2><p class='{caveat}'>{html.escape(period.note)}</p>"
         f"<ol class='first'>{items}</ol><p class='note'>Recoverable waste: what changes in how "
-        "the GPUs are used (idle, stalled and headroom time). Three different actions, each where "
-        "it is worth the most, ranked by dollars: the action's share of its namespace's cost, "
+        "the GPUs are used (idle, stalled and headroom time). Up to three different actions, each "
+        "where it is worth the most, ranked by dollars: the action's share of its namespace's cost, "
         "capped by the waste measured there. Actions of one namespace and group recover the same "
         "waste and do not add up; the Recommendations table below combines them. Paying less for "
         "the same hours (spot) is not waste: it is ranked on its own, next.</p>"
