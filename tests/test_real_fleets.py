@@ -78,9 +78,9 @@ def test_report_of_minutes_without_rfu(tmp_path):
     # what is unknown says so: no unit after n/a, no $0.00 for a day nobody priced, and the
     # empty charts say why they are empty
     assert "avg RFU<b>n/a</b>" in html and "gap<b>n/a</b>" in html and "n/a %" not in html
-    assert "cost<b>n/a (no price)</b>" in html and "waste<b>n/a (no price)</b>" in html
+    assert "cost / day<b>n/a (no price)</b>" in html and "waste / day<b>n/a (no price)</b>" in html
     # power readings without a max power: the energy is known even though PIF is not
-    assert "energy<b>n/a" not in html and " kWh ($" in html
+    assert "energy / day<b>n/a" not in html and " kWh ($" in html
     # the trend table's waste of the day too (it summed to $0.00 before)
     trend_row = html.split(f"<tr><td>{D}</td>", 1)[1].split("</tr>", 1)[0]
     assert trend_row.endswith("<td>n/a (no price)</td>") and "$" not in trend_row
@@ -91,12 +91,14 @@ def test_report_of_minutes_without_rfu(tmp_path):
     assert scatter_shown(0, 0) == "none of this day's has a PIF"
     assert scatter_shown(4, 4) == "all 4 GPU-minutes"
     assert scatter_shown(30_000, 20_000) == "a random sample of 20,000 of 30,000 GPU-minutes"
-    # the ROI bars' labels (drawn into the chart): an unpriced scope is not "$n/a/mo"
-    from gpu_pipeline.lib.io.report import roi_label
+    # the ROI bars' labels (drawn into the chart): an unpriced scope is not "$n/a/month"
+    from gpu_pipeline.lib.io.report import Period, roi_label
 
     assert roi_label(39.2, None) == "39% RFU\nn/a (no price)"
     assert roi_label(None, None) == "RFU n/a\nn/a (no price)"
-    assert roi_label(45.0, 1234.5) == "45% RFU\n$1,234/mo"
+    assert roi_label(45.0, 1234.5) == "45% RFU\n$1,234/month"
+    # a day too little observed to stand for a month: the day's dollars it is made of
+    assert roi_label(45.0, 1234.5, Period(monthly=False)) == "45% RFU\n$41.15/day"
     # no action anywhere: no empty actions table under the Recommendations chart
     assert "<th>action</th>" not in html
     assert "No RFU or PIF line: PIF (and RFU) need" in html
@@ -142,14 +144,17 @@ def test_report_of_a_day_without_power_readings(tmp_path):
     m = Lake(tmp_path / "lake").read("gpu_minutes", D)
     assert m.height == 30 and m["power_w"].null_count() == 30
     html = (tmp_path / "lake" / "_reports" / f"gpu_report_{D}.html").read_text()
-    assert "energy<b>n/a (no power)</b>" in html and "idle energy<b>n/a (no power)</b>" in html
-    assert "CO₂<b>n/a (no power)</b>" in html and "0.0 kWh" not in html
+    assert "energy / day<b>n/a (no power)</b>" in html
+    assert "idle energy / day<b>n/a (no power)</b>" in html
+    assert "CO₂ / day<b>n/a (no power)</b>" in html and "0.0 kWh" not in html
     # the mart says it does not know either (null, not 0 kWh); the namespace table says why
     nse = Lake(tmp_path / "lake").read("namespace_efficiency", D).row(0, named=True)
     energy = ("energy_kwh", "idle_energy_kwh", "energy_usd", "co2_kg")
     assert [nse[c] for c in energy] == [None] * 4 and nse["cost_usd"] > 0
+    # money first (cost, waste, energy $), the energy quantities last
     ns_row = html.split("<h2>Namespaces</h2>", 1)[1].split("</tr>", 2)[1]
-    assert ns_row.endswith("<td>n/a (no power)</td>" * 4)
+    assert ns_row.count("<td>n/a (no power)</td>") == 4
+    assert ns_row.endswith("<td>n/a (no power)</td>" * 3)
 
 
 # --- 2. utilization [N/A] under MIG: the minute still counts ------------------------------------
@@ -712,7 +717,9 @@ def _captured_figure(monkeypatch, chart, *args):
 
 
 def test_a_day_without_active_gpus_says_so_in_the_bottlenecks_chart(monkeypatch):
-    """The samples' 2026-03-10 (16 H100s, utilization 0 %) drew empty axes from -0.04 to 0.04."""
+    """The samples' 2026-03-10 (16 H100s, utilization 0 %) drew empty axes from -0.04 to 0.04;
+    a partial day whose one GPU was busy at full power drew one bar of 0 minutes: an empty plot.
+    No chart then, the reason instead; a bar for each GPU with bottlenecked minutes."""
     import matplotlib.pyplot as plt
 
     from gpu_pipeline.lib.io import report as rep
@@ -726,17 +733,15 @@ def test_a_day_without_active_gpus_says_so_in_the_bottlenecks_chart(monkeypatch)
             "bottlenecked_day": [False, False],
         }
     )
-    fig = _captured_figure(monkeypatch, rep._bottlenecks, daily)
-    try:
-        (ax,) = fig.axes
-        assert not ax.axison
-        assert [t.get_text() for t in ax.texts] == [
-            "No GPU was active (utilization >= 10 %) on this day:\nnone can be bottlenecked."
-        ]
-    finally:
-        plt.close(fig)
-    busy = daily.with_columns(pl.Series("active_minutes", [60, 0]))
-    fig = _captured_figure(monkeypatch, rep._bottlenecks, busy)
+    chart = rep._bottlenecks(daily)
+    assert chart.png == b"" and chart.empty == (
+        "No GPU was active (utilization >= 10 %) on this day: none can be bottlenecked."
+    )
+    busy = daily.with_columns(pl.Series("active_minutes", [60, 45]))
+    chart = rep._bottlenecks(busy)
+    assert chart.png == b"" and chart.empty.startswith("No GPU had a bottlenecked minute")
+    some = busy.with_columns(pl.Series("bottlenecked_minutes", [30, 0]))
+    fig = _captured_figure(monkeypatch, rep._bottlenecks, some)
     try:
         (ax,) = fig.axes
         assert ax.axison and not ax.texts and len(ax.patches) == 1

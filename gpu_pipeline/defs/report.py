@@ -8,7 +8,7 @@ from gpu_pipeline import settings
 from gpu_pipeline.defs import checks
 from gpu_pipeline.defs.daily import daily, day_metadata, partition_days
 from gpu_pipeline.defs.resources import LakeResource, ReferenceResource
-from gpu_pipeline.lib.io.report import build_report
+from gpu_pipeline.lib.io.report import InForce, build_report
 
 REPORT_INPUTS = [
     "gpu_minutes",
@@ -50,9 +50,15 @@ def daily_report(
 ):
     """Self-contained HTML report of the day: charts, bottlenecks, waste, recommendations, ROI, health."""
     days, catalog = partition_days(context), reference.load_catalog()
-    t = reference.load_rules().t  # the class boundaries the charts draw
+    # what the dollars and thresholds came from: the report's appendix prints them
+    in_force = InForce(
+        prices=reference.prices or None,
+        energy=reference.energy or None,
+        rules=reference.load_rules(),
+        rules_file=reference.rules or None,
+    )
     for day in days:
-        rep = build_report(lake.lake(), day, catalog=catalog, t=t)
+        rep = build_report(lake.lake(), day, catalog=catalog, in_force=in_force)
         out = settings.reports_dir(lake.root) / f"gpu_report_{day.isoformat()}.html"
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name("." + out.name + ".tmp")

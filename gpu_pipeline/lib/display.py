@@ -20,3 +20,51 @@ def text(v: object, none: str) -> str:
 def usd(v: float | None, fmt: str = ",.2f", none: str = "n/a") -> str:
     """Dollars (`$1,234.00`), or `none` when nothing was priced."""
     return none if v is None or v != v else "$" + format(v, fmt)
+
+
+def plural(n: int, word: str, many: str = "") -> str:
+    """`1 GPU`, `2 GPUs` (`many`: an irregular plural)."""
+    return f"{n:,} {word if n == 1 else many or word + 's'}"
+
+
+# what people read in place of the marts' codes (the code stays in a tooltip)
+ACTIONS = {
+    "DALI": "Decode and augment on the GPU (NVIDIA DALI)",
+    "num_workers": "More data-loader workers",
+    "pin_memory": "Pinned host memory for copies",
+    "AMP": "Automatic mixed precision",
+    "BF16": "Train in bfloat16",
+    "FP8": "FP8 on the tensor cores",
+    "torch.compile": "Compile the model (torch.compile)",
+    "larger_batch": "Larger batches per GPU",
+    "gradient_accumulation": "Accumulate gradients, sync less often",
+    "MPS": "Share GPUs between small jobs (MPS)",
+    "MIG": "Split GPUs into right-sized slices (MIG)",
+    "right_size": "Release idle GPUs",
+    "spot": "Run on spot capacity",
+    "fused_kernels": "Fused kernels",
+}
+# an action's overlap group: the waste it recovers
+GROUPS = {
+    "idle_wallclock": "time the GPU waits for work",
+    "batching": "synchronization and batch size",
+    "kernels": "kernel efficiency",
+    "precision": "numeric precision",
+    "rate": "price per GPU-hour",
+}
+DIAGNOSES = {
+    "idle": "idle",
+    "data_starved": "waiting for input data",
+    "communication_bound": "waiting on GPU-to-GPU communication",
+    "memory_bound": "limited by memory bandwidth",
+    "compute_bound": "busy with math (compute-bound)",
+    "tensor_cores_unused": "tensor cores unused",
+    "low_occupancy": "kernels too small for the GPU",
+    "mixed": "mixed",
+    "unknown": "unknown (no profiling data)",
+}
+STRAGGLER_RULES = {
+    "below_median": "far below its pod's median",
+    "spread": "slowest GPU of an uneven pod",
+}
+METRICS = {"sm_active_pct": "SM active %", "gpu_util_pct": "utilization %"}

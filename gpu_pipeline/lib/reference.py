@@ -393,3 +393,60 @@ def energy_rates(energy: pl.DataFrame, cluster: pl.Expr) -> tuple[pl.Expr, pl.Ex
         keys, [rates[k][1] for k in keys], default=default[1], return_dtype=pl.Float64
     )
     return usd, co2
+
+
+def prices_used(
+    minutes: pl.DataFrame | pl.LazyFrame, path: str | os.PathLike | None = None
+) -> pl.DataFrame:
+    """The price book entries a day's GPU-minutes were priced with: one row per model of the
+    physical GPUs in `minutes` (`gpu_minutes` rows), with its GPU-hours, the $/GPU-hour its
+    minutes carry (`usd_per_hour`, the on-demand price applied when the day was computed) and the
+    price book's row for it (`path`, else the shipped one): `on_demand_usd_per_hour`,
+    `spot_usd_per_hour`, `source`, `file` and `line`; those are null for a model the book does
+    not list (its minutes have no price). `matches` is False when the minutes carry another
+    price than the book's on-demand one: the day was computed with another price book (compute
+    it again to price it with this one)."""
+    file = _path(path, DEFAULT_PRICES)
+    book = read_prices(file).select(
+        "model_key",
+        "on_demand_usd_per_hour",
+        "spot_usd_per_hour",
+        "source",
+        pl.lit(str(file)).alias("file"),
+        "line",
+    )
+    applied = pl.col("price_usd_per_hour")
+    used = (
+        minutes.lazy()
+        .filter(pl.col("gpu_instance_id").is_null())  # a MIG GPU counts once, on its own row
+        .group_by("gpu_model")
+        .agg(
+            (pl.len() / 60.0).alias("gpu_hours"),
+            applied.max().alias("usd_per_hour"),
+            applied.min().alias("_lowest"),
+            applied.null_count().alias("_unpriced"),
+            pl.len().alias("_minutes"),
+        )
+        .with_columns(model_key(pl.col("gpu_model")).alias("model_key"))
+        .collect()
+        .join(book, on="model_key", how="left")
+    )
+    book_price = pl.col("on_demand_usd_per_hour")
+    return used.select(
+        "gpu_model",
+        "gpu_hours",
+        "usd_per_hour",
+        "on_demand_usd_per_hour",
+        "spot_usd_per_hour",
+        "source",
+        "file",
+        "line",
+        pl.when(book_price.is_null())
+        .then(pl.col("_unpriced") == pl.col("_minutes"))  # unlisted, and unpriced in the data
+        .otherwise(
+            (pl.col("_unpriced") == 0)
+            & (pl.col("usd_per_hour") == book_price)
+            & (pl.col("_lowest") == book_price)
+        )
+        .alias("matches"),
+    ).sort("gpu_model", nulls_last=True)

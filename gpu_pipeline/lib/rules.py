@@ -28,6 +28,9 @@ class Thresholds:
     persistent_min_days: int = 3
     # data coverage (observed GPU-minutes / (GPUs seen x 1,440) x 100) below which a day warns
     coverage_warn_below: float = 90.0
+    # below this coverage the report does not project the day's dollars to a month: it shows
+    # what the observed hours cost (a few minutes of a day are no month's run rate)
+    coverage_month_from: float = 50.0
 
 
 DEFAULT = Thresholds()
@@ -75,6 +78,8 @@ class HealthThresholds:
     """GPU-level health and stragglers."""
 
     hot_from_c: float = 80.0  # temperature alert above 80 C (throttling near 85 C)
+    # a GPU warns when it is hot this many minutes of the day: a minute's spike is no alert
+    hot_warn_minutes: int = 15
     power_capped_from: float = 0.98  # power at >= 98 % of its limit
     straggler_points: float = 15.0  # an hour this far below its pod's median
     # a synchronous job straggles when the std dev of its GPUs' SM activity > 0.15
@@ -165,6 +170,7 @@ _KEYS: tuple[tuple[str, str, str | None, str, type, tuple[float, float]], ...] =
     ("bottlenecks", "window_days", "t", "", int, (1, 31)),
     ("bottlenecks", "persistent_min_days", "t", "", int, (1, 31)),
     ("coverage", "warn_below", "t", "coverage_warn_below", float, _PCT),
+    ("coverage", "month_from", "t", "coverage_month_from", float, _PCT),
     ("diagnosis", "sm_underfed_below", "d", "", float, _RATIO),
     ("diagnosis", "sm_busy_from", "d", "", float, _RATIO),
     ("diagnosis", "dram_bound_from", "d", "", float, _RATIO),
@@ -173,6 +179,7 @@ _KEYS: tuple[tuple[str, str, str | None, str, type, tuple[float, float]], ...] =
     ("diagnosis", "nvlink_busy_from", "d", "", float, (0.0, 1e13)),
     ("diagnosis", "pcie_busy_from", "d", "", float, (0.0, 1e13)),
     ("health", "hot_from_c", "h", "", float, (0.0, 130.0)),
+    ("health", "hot_warn_minutes", "h", "", int, (1, 1440)),
     ("health", "power_capped_from", "h", "", float, _RATIO),
     ("health", "straggler_points", "h", "", float, _PCT),
     ("health", "straggler_spread_from", "h", "", float, _RATIO),

@@ -6,7 +6,7 @@ import base64
 import html
 import io
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, timedelta
 
 import matplotlib
@@ -19,10 +19,21 @@ warnings.filterwarnings("ignore", message="No artists with labels found", catego
 import matplotlib.pyplot as plt  # noqa: E402
 import polars as pl  # noqa: E402
 
-from gpu_pipeline.lib.display import NO_NAMESPACE, NO_POWER, NO_PRICE, num  # noqa: E402
+from gpu_pipeline.lib.display import (  # noqa: E402
+    ACTIONS,
+    DIAGNOSES,
+    GROUPS,
+    METRICS,
+    NO_NAMESPACE,
+    NO_POWER,
+    NO_PRICE,
+    STRAGGLER_RULES,
+    num,
+    plural,
+)
 from gpu_pipeline.lib.io.lake import Lake  # noqa: E402
 from gpu_pipeline.lib.marts.priced_waste import priced_total  # noqa: E402
-from gpu_pipeline.lib.rules import DEFAULT, Thresholds  # noqa: E402
+from gpu_pipeline.lib.rules import DAYS_PER_MONTH, DEFAULT, RULES, Rules, Thresholds  # noqa: E402
 from gpu_pipeline.lib.samples import MINUTES_PER_DAY  # noqa: E402
 
 CLASS_COLORS = {
@@ -44,6 +55,8 @@ class Chart:
     title: str
     png: bytes
     caption: str = ""
+    # why nothing is drawn (the report then shows the title and this, not an empty plot)
+    empty: str = ""
 
 
 @dataclass
@@ -54,7 +67,55 @@ class Report:
     bottlenecked_namespaces: list[str] = field(default_factory=list)
 
 
-# a GPU whose series carry no namespace label (a bare node, a Prometheus API export)
+@dataclass(frozen=True)
+class Period:
+    """How the report states money that recurs: a month (30 days like this one), or — when too
+    little of the day was observed to stand for a month (`coverage.month_from`) — the day as
+    observed. `note` says which, and how much of the day the figures rest on; `caveat`: the
+    day is partial, the note stands out."""
+
+    monthly: bool = True
+    note: str = ""
+    caveat: bool = False
+
+    @property
+    def unit(self) -> str:
+        return "$/month" if self.monthly else "$/day (observed)"
+
+    def usd(self, monthly_usd: float | None, none: str = NO_PRICE) -> str:
+        """A run rate a month (the day's dollars x 30), or the day's dollars it was made of."""
+        if monthly_usd is None or monthly_usd != monthly_usd:
+            return none
+        if self.monthly:
+            return f"${monthly_usd:,.0f}/month"
+        return f"${monthly_usd / DAYS_PER_MONTH:,.2f}/day"
+
+
+MONTHLY = Period()
+
+
+def money_period(cov: dict, t: Thresholds = DEFAULT) -> Period:
+    """Monthly figures for a day observed enough to stand for a month, with what they assume;
+    the observed day's dollars below `t.coverage_month_from` % coverage."""
+    observed, expected = cov["observed_gpu_minutes"], cov["expected_gpu_minutes"]
+    c = cov["coverage_pct"]
+    if c is None or not expected or observed >= expected:
+        return Period(True, "A month is 30 days like this one: the day's dollars × 30.")
+    seen = f"{_pct_down(c)} of the day's GPU-minutes ({observed:,} of {expected:,})"
+    if c >= t.coverage_month_from:
+        return Period(
+            True,
+            "Monthly figures assume this day is typical: they are its observed dollars × 30, and "
+            f"only {seen} were observed.",
+            caveat=True,
+        )
+    return Period(
+        False,
+        f"Not projected to a month: only {seen} were observed, below the "
+        f"{t.coverage_month_from:g} % from which the report projects a month (rule "
+        "coverage.month_from). The dollars are what the observed hours cost, per day.",
+        caveat=True,
+    )
 
 
 def _label(v: object, n: int = 40, none: str = "(none)") -> str:
@@ -216,7 +277,7 @@ def _models(m: pl.DataFrame) -> Chart:
     ax.set_xticks(
         list(x),
         [
-            f"{_label(mdl, 28)}\n({n} GPUs)"
+            f"{_label(mdl, 28)}\n({plural(n, 'GPU')})"
             for mdl, n in zip(g["gpu_model"], g["gpu_uuid"], strict=True)
         ],
         fontsize=8,
@@ -229,13 +290,29 @@ def _models(m: pl.DataFrame) -> Chart:
 
 
 def _bottlenecks(daily: pl.DataFrame, t: Thresholds = DEFAULT) -> Chart:
+    busy = f"utilization >= {t.productive_from:g} %, PIF < {t.bottleneck_pif_below:g}"
+    if not daily.filter(pl.col("active_minutes") > 0).height:
+        # not empty axes running from -0.04 to 0.04 (the samples' 2026-03-10)
+        return Chart(
+            "Bottlenecked GPUs",
+            b"",
+            empty=f"No GPU was active (utilization >= {t.idle_below:g} %) on this day: none "
+            "can be bottlenecked.",
+        )
     b = (
-        daily.filter(pl.col("active_minutes") > 0)
+        # a GPU without a bottlenecked minute has no bar: bars of length 0 drew an empty plot
+        daily.filter(pl.col("active_minutes") > 0, pl.col("bottlenecked_minutes") > 0)
         .with_columns((pl.col("bottlenecked_minutes") / pl.col("active_minutes")).alias("share"))
         .sort("bottlenecked_minutes", descending=True)
         .head(15)
         .sort("bottlenecked_minutes")
     )
+    if b.height == 0:
+        return Chart(
+            "Bottlenecked GPUs",
+            b"",
+            empty=f"No GPU had a bottlenecked minute ({busy}) on this day: nothing to draw.",
+        )
     fig, ax = plt.subplots(figsize=(8, 5))
     labels = [
         f"{str(u)[:13]}… {_label(ns, 24, NO_NAMESPACE)}"
@@ -243,23 +320,9 @@ def _bottlenecks(daily: pl.DataFrame, t: Thresholds = DEFAULT) -> Chart:
     ]
     colors = ["#e53935" if d else "#ffb74d" for d in b["bottlenecked_day"]]
     ax.barh(labels, _f(b["bottlenecked_minutes"]), color=colors)
-    ax.set_xlabel(
-        f"bottlenecked minutes (util >= {t.productive_from:g} %, PIF < {t.bottleneck_pif_below:g}); "
-        "red: a bottlenecked GPU-day"
-    )
+    ax.set_xlabel(f"bottlenecked minutes ({busy}); red: a bottlenecked GPU-day")
     ax.tick_params(axis="y", labelsize=7)
     ax.set_title("Most bottlenecked GPUs of the day")
-    if b.height == 0:  # not empty axes running from -0.04 to 0.04 (the samples' 2026-03-10)
-        ax.set_axis_off()
-        ax.text(
-            0.5,
-            0.5,
-            f"No GPU was active (utilization >= {t.idle_below:g} %) on this day:\n"
-            "none can be bottlenecked.",
-            ha="center",
-            va="center",
-            transform=ax.transAxes,
-        )
     return Chart("Bottlenecked GPUs", _png(fig))
 
 
@@ -297,7 +360,7 @@ def _waste(w: pl.DataFrame) -> Chart:
     return Chart("Waste by namespace", _png(fig))
 
 
-def _recommendations(r: pl.DataFrame) -> Chart:
+def _recommendations(r: pl.DataFrame, period: Period = MONTHLY) -> Chart:
     g = r.sort("total_savings_frac")
     names = _labels(g["namespace"], 24, NO_NAMESPACE)
     fig, ax = plt.subplots(figsize=(10, 4))  # wider: the legend stands beside the bars
@@ -305,21 +368,20 @@ def _recommendations(r: pl.DataFrame) -> Chart:
         names,
         _f(100 * g["utilization_savings_frac"]),
         color="#1e88e5",
-        label="utilization (capped by the measured waste)",
+        label="waste actions (capped by the measured waste)",
     )
     ax.barh(
         names,
         _f(100 * (g["total_savings_frac"] - g["utilization_savings_frac"])),
         left=_f(100 * g["utilization_savings_frac"]),
         color="#fb8c00",
-        label="+ spot rate saving on the cost that remains",
+        label="+ spot: a lower rate on the cost that remains",
     )
     for i, (t, usd) in enumerate(
         zip(g["total_savings_frac"], g["monthly_savings_usd"], strict=True)
     ):
         # a namespace without a price: no bar, and the label says why
-        label = NO_PRICE if usd is None else f"${num(usd, ',.0f')}/mo"
-        ax.text(100 * (t or 0.0) + 1, i, label, va="center", fontsize=8)
+        ax.text(100 * (t or 0.0) + 1, i, period.usd(usd), va="center", fontsize=8)
     ax.set_xlim(0, 115)
     ax.set_xlabel("savings, % of the namespace's cost")
     # beside the bars: inside, in the lower right corner, it covered the lowest namespace's bar
@@ -328,23 +390,34 @@ def _recommendations(r: pl.DataFrame) -> Chart:
     return Chart(
         "Recommendations",
         _png(fig),
-        "Blue: what the utilization actions recover, never more than the waste measured for the "
+        "Blue: what the waste actions recover, never more than the waste measured for the "
         "namespace. Orange: spot pricing, a cheaper rate for the hours that remain "
-        "(total = 1 − (1 − utilization) × (1 − rate)).",
+        f"(total = 1 − (1 − utilization) × (1 − rate)). Labels: savings in {period.unit}.",
     )
 
 
-def roi_label(rfu: float | None, usd: float | None) -> str:
+def roi_label(rfu: float | None, usd: float | None, period: Period = MONTHLY) -> str:
     """The ROI bar's label: the scope's RFU and what reaching the target is worth a month (a
-    scope without a price: unknown, not "$n/a/mo")."""
-    money = NO_PRICE if usd is None or usd != usd else f"${usd:,.0f}/mo"
-    return num(rfu, ".0f", "RFU n/a", "% RFU") + "\n" + money
+    scope without a price: unknown, not "$n/a/month")."""
+    return num(rfu, ".0f", "RFU n/a", "% RFU") + "\n" + period.usd(usd)
 
 
-def _roi(roi: pl.DataFrame) -> Chart:
+def _roi(roi: pl.DataFrame, period: Period = MONTHLY) -> Chart:
     g = roi.with_columns(pl.coalesce("gpu_model", pl.lit("whole fleet")).alias("label")).sort(
         "scope"
     )
+    target = g["target_rfu_pct"][0] if g.height else 60
+    if not (g["equivalent_gpus"].fill_null(0.0) > 0).any():  # no bar to draw
+        rfu = g.filter(pl.col("scope") == "fleet")["avg_rfu_pct"]
+        why = (
+            "no GPU of this day has an RFU (no power reading, or no max power known)"
+            if g["avg_rfu_pct"].null_count() == g.height
+            else f"every model with an RFU is at or above the {target:.0f} % RFU target on this "
+            f"day (fleet: {num(rfu[0] if rfu.len() else None, '.0f', 'n/a', ' %')})"
+        )
+        return Chart(
+            "Efficiency ROI", b"", empty=f"Nothing to gain by raising RFU to {target:.0f} %: {why}."
+        )
     fig, ax = plt.subplots(figsize=(8, 4))
     ax.bar(
         _labels(g["label"], 28),
@@ -358,13 +431,12 @@ def _roi(roi: pl.DataFrame) -> Chart:
         ax.text(
             i,
             e or 0,
-            roi_label(r, usd),
+            roi_label(r, usd, period),
             ha="center",
             va="bottom",
             fontsize=8,
         )
     ax.margins(y=0.2)  # room above the tallest bar for its two-line label, under the title
-    target = g["target_rfu_pct"][0] if g.height else 60
     ax.set_ylabel(f"equivalent GPUs gained at {target:.0f} % RFU")
     ax.tick_params(axis="x", labelsize=8)
     ax.set_title("What raising RFU to the target is worth")
@@ -416,34 +488,85 @@ def fleet_trend(lake: Lake, day: date, days: int = TREND_DAYS) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schema)
 
 
+def trend_calendar(lake: Lake, trend: pl.DataFrame, day: date) -> pl.DataFrame:
+    """The trend with every calendar day from the first it holds to `day`: a day the lake lacks
+    is a row without GPU-minutes (a gap, never drawn beside its neighbours as if adjacent), and
+    each day's coverage (`fleet_daily.coverage_pct`: a partial day reads as one)."""
+    if trend.height == 0:
+        return trend.with_columns(pl.lit(None, pl.Float64).alias("coverage_pct"))
+    days = pl.date_range(trend["date"].min(), day, "1d", eager=True).alias("date")
+    cov = [
+        lake.read("fleet_daily", d)["coverage_pct"].max() if lake.exists("fleet_daily", d) else None
+        for d in days
+    ]
+    return (
+        pl.DataFrame(days)
+        .join(trend, on="date", how="left")
+        .with_columns(pl.Series("coverage_pct", cov, dtype=pl.Float64))
+    )
+
+
+def _trend_tick(d: date, minutes: int | None, cov: float | None) -> str:
+    if minutes is None:
+        return f"{str(d)[5:]}\nno data"
+    if cov is not None and cov < 100:
+        return f"{str(d)[5:]}\n{_pct_down(cov).replace(' ', '')} of day"
+    return str(d)[5:]
+
+
 def _trend(t: pl.DataFrame) -> Chart:
     fig, ax = plt.subplots(figsize=(8, 3.5))
     x = list(range(t.height))
+    gaps = [i for i, n in enumerate(t["gpu_minutes"]) if n is None]
+    for i in gaps:  # a day the lake lacks: shaded, and the lines break there
+        ax.axvspan(i - 0.45, i + 0.45, color="#bdbdbd", alpha=0.3, lw=0)
     ax.plot(x, _f(t["util"]), marker="o", color="#1e88e5", label="utilization %")
     ax.plot(x, _f(t["rfu"]), marker="o", color="#43a047", label="RFU %")
     ax.set_ylim(0, 100)
     ax.set_ylabel("percent")
-    ax.set_xticks(x, [str(d)[5:] for d in t["date"]], fontsize=8)
+    ticks = [
+        _trend_tick(d, n, c)
+        for d, n, c in zip(t["date"], t["gpu_minutes"], t["coverage_pct"], strict=True)
+    ]
+    ax.set_xticks(x, ticks, fontsize=8)
+    ax.set_xlim(-0.6, max(t.height, 1) - 0.4)
     ax2 = ax.twinx()
     ax2.bar(x, _f(t["waste_usd"]), color="#e53935", alpha=0.25, label="waste $/day")
     ax2.set_ylabel("waste, $ per day")
     ax2.set_ylim(0, max(1.0, float(t["waste_usd"].max() or 0)) * 1.15)
     lines = ax.get_legend_handles_labels()
     bars = ax2.get_legend_handles_labels()
-    ax.legend(lines[0] + bars[0], lines[1] + bars[1], fontsize=8, loc="upper left")
+    # beside the plot: inside, the upper left corner covered the first days' points
+    ax.legend(
+        lines[0] + bars[0],
+        lines[1] + bars[1],
+        fontsize=8,
+        loc="upper left",
+        bbox_to_anchor=(1.1, 1.0),
+    )
     ax.set_title(f"Fleet trend, last {TREND_DAYS} days: utilization vs RFU, waste")
+    held = t.height - len(gaps)
+    missing = ", ".join(str(t["date"][i])[5:] for i in gaps)
     return Chart(
         "Fleet trend",
         _png(fig),
-        f"Days of the last {TREND_DAYS} the lake holds ({t.height}); means over GPU-minutes of "
-        "physical GPUs; waste = idle + stall + headroom dollars.",
+        f"Days of the last {TREND_DAYS} the lake holds ({held}); "
+        + (f"shaded, without a point: days without data ({missing}); " if gaps else "")
+        + "a partial day says how much of it was observed under its date (its waste counts "
+        "only the minutes observed); means over GPU-minutes of physical GPUs; waste = idle + "
+        "stall + headroom dollars.",
     )
 
 
+# the overlap group of actions that change the price of a GPU-hour, not how the GPUs are used
+RATE_GROUP = "rate"
+
+
 def top_actions(rec: pl.DataFrame, n: int = 3) -> pl.DataFrame:
-    """The `n` different actions worth the most dollars a month across the fleet, each where it is
-    worth the most: its fraction of the namespace's monthly run rate, capped by the waste measured
-    there (spot, a rate saving, by its own fraction), with the evidence."""
+    """The `n` different actions on recoverable waste (idle, stall, headroom: what changes in how
+    the GPUs are used) worth the most dollars a month across the fleet, each where it is worth the
+    most: its fraction of the namespace's monthly run rate, capped by the waste measured there,
+    with the evidence. Price actions (spot) are not waste: `price_actions` ranks them apart."""
     if rec.height == 0:
         return pl.DataFrame()
     d = (
@@ -451,23 +574,46 @@ def top_actions(rec: pl.DataFrame, n: int = 3) -> pl.DataFrame:
         .explode("action_details")
         .drop_nulls("action_details")
         .unnest("action_details")
+        .filter(pl.col("group") != RATE_GROUP)
     )
     if d.height == 0:
         return pl.DataFrame()
-    frac = (
-        pl.when(pl.col("group") == "rate")
-        .then(pl.col("fraction"))
-        .otherwise(pl.min_horizontal("fraction", "measured_waste_frac"))
-    )
+    frac = pl.min_horizontal("fraction", "measured_waste_frac")
     return (
         d.with_columns((frac * pl.col("monthly_cost_usd")).alias("monthly_usd"))
         .filter(pl.col("monthly_usd") > 0)
         .sort(["monthly_usd", "namespace", "action"], descending=[True, False, False])
+        # actions of one namespace and group recover the same waste: only its best is listed
+        # (MIG after right_size on the same idle GPUs would count those dollars twice)
+        .unique(["namespace", "group"], keep="first", maintain_order=True)
         # three different actions: each where it is worth the most (the same action elsewhere
         # is in the Recommendations table)
         .unique("action", keep="first", maintain_order=True)
         .head(n)
         .select("namespace", "action", "monthly_usd", "rationale")
+    )
+
+
+def price_actions(rec: pl.DataFrame) -> pl.DataFrame:
+    """Paying less for the same work, per namespace with a spot saving: its spot discount
+    (`rate_savings_frac`), its cost a day, the cost a day left once the waste actions are done
+    (`(1 - utilization savings) x cost`) and what spot saves on that a month
+    (`(total - utilization savings) x monthly cost`, the recommendations' own composition), most
+    first."""
+    cols = ("rate_savings_frac", "cost_usd", "utilization_savings_frac", "total_savings_frac")
+    if rec.height == 0 or not set(cols) <= set(rec.columns):
+        return pl.DataFrame()
+    u = pl.col("utilization_savings_frac")
+    return (
+        rec.filter(pl.col("rate_savings_frac") > 0)
+        .select(
+            "namespace",
+            "rate_savings_frac",
+            "cost_usd",
+            ((1 - u) * pl.col("cost_usd")).alias("remaining_usd"),
+            ((pl.col("total_savings_frac") - u) * pl.col("monthly_cost_usd")).alias("monthly_usd"),
+        )
+        .sort(["monthly_usd", "namespace"], descending=[True, False], nulls_last=True)
     )
 
 
@@ -516,7 +662,7 @@ LABELS = {
     "bottleneck_share": "share bottlenecked",
     "measured_waste_frac": "measured waste",
     "naive_sum_frac": "naive sum",
-    "utilization_savings_frac": "utilization savings",
+    "utilization_savings_frac": "waste actions' savings",
     "rate_savings_frac": "spot (rate) savings",
     "total_savings_frac": "total savings",
     "monthly_savings_usd": "savings $/month",
@@ -527,11 +673,11 @@ LABELS = {
     "pct_idle": "idle %",
     "pct_active_bottlenecked": "active minutes bottlenecked %",
     "dominant_diagnosis": "main diagnosis",
-    "cost_usd": "cost",
-    "waste_usd": "waste",
+    "cost_usd": "cost $/day",
+    "waste_usd": "waste $/day",
     "energy_kwh": "energy kWh",
     "idle_energy_kwh": "idle kWh",
-    "energy_usd": "energy $",
+    "energy_usd": "energy $/day",
     "co2_kg": "CO₂ kg",
     "pod_median": "pod median",
     "points_below": "points below",
@@ -540,31 +686,65 @@ LABELS = {
     "achievable_tflops": "achievable TFLOPS",
     "realized_tflops": "realized TFLOPS",
     "realized_pct_of_achievable": "realized / achievable",
+    "action": "action",
+    "group": "waste it recovers",
+    "fraction": "share of cost",
+    "rationale": "measured evidence",
+    "rule": "why flagged",
+    "metric": "measured as",
+    "status": "status",
+    "reasons": "reasons",
+    "on_day": "on this day",
+    "remaining_usd": "after the waste actions $/day",
 }
 
 
+def coded(code: object, labels: dict[str, str]) -> str:
+    """HTML: the label people read for a mart's code, the code in a tooltip (`<abbr>`); codes
+    joined by ", " (a straggler flagged by two rules) each get theirs; an unknown code as is."""
+    parts = []
+    for c in str(code).split(", "):
+        label = labels.get(c)
+        parts.append(
+            f"<abbr title='code: {html.escape(c)}'>{html.escape(label)}</abbr>"
+            if label
+            else html.escape(c)
+        )
+    return ", ".join(parts)
+
+
 def _table(
-    df: pl.DataFrame, cols: list[str], fmt: dict | None = None, missing: dict | None = None
+    df: pl.DataFrame,
+    cols: list[str],
+    fmt: dict | None = None,
+    missing: dict | None = None,
+    codes: dict[str, dict[str, str]] | None = None,
+    heads: dict[str, str] | None = None,
+    cls: str = "",
 ) -> str:
     """An HTML table of `cols`, each formatted by `fmt[col]`; an empty cell says `missing[col]`
-    (a namespace: "(no namespace)")."""
-    fmt = fmt or {}
+    (a namespace: "(no namespace)"); a column of `codes` reads as its labels (the code in a
+    tooltip); `heads` overrides a column's header (LABELS otherwise)."""
+    fmt, codes, heads = fmt or {}, codes or {}, heads or {}
     missing = {"namespace": NO_NAMESPACE} | (missing or {})
-    head = "".join(f"<th>{html.escape(LABELS.get(c, c))}</th>" for c in cols)
+    head = "".join(f"<th>{html.escape(heads.get(c) or LABELS.get(c, c))}</th>" for c in cols)
     rows = []
     for r in df.select(cols).iter_rows(named=True):
         cells = []
         for c in cols:
             v = r[c]
             if v is None:
-                s = missing.get(c, "")
+                s = html.escape(missing.get(c, ""))
+            elif c in codes:
+                s = coded(v, codes[c])
             elif c in fmt:
-                s = fmt[c](v)
+                s = html.escape(fmt[c](v))
             else:
-                s = str(v)
-            cells.append(f"<td>{html.escape(s)}</td>")
+                s = html.escape(str(v))
+            cells.append(f"<td>{s}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<div class='scroll'><table><tr>{head}</tr>{''.join(rows)}</table></div>"
+    klass = f" class='{cls}'" if cls else ""
+    return f"<div class='scroll'><table{klass}><tr>{head}</tr>{''.join(rows)}</table></div>"
 
 
 CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
@@ -575,6 +755,10 @@ td,th{border:1px solid #ddd;padding:.3em .5em;text-align:left;vertical-align:top
 .note{color:#666;font-size:.85em}.scroll{overflow-x:auto;max-width:100%}
 .partial{background:#fff3e0;border-left:4px solid #fb8c00;padding:.6em 1em;margin:1em 0;overflow-wrap:anywhere}
 .partial.warn{background:#ffebee;border-left-color:#e53935}
+.caveat{background:#fff8e1;border-left:4px solid #ffb300;padding:.4em 1em;margin:.6em 0}
+abbr[title]{text-decoration:underline dotted;cursor:help}ol.first li{margin:.3em 0}
+ul.rules{columns:16em;font-size:.8em;padding-left:0;list-style:none}
+ul.rules li{overflow-wrap:anywhere}ul.rules li.sec{margin-top:.4em;break-after:avoid}.appendix td{overflow-wrap:anywhere}
 @media (max-width:760px){body{margin:.8em}table{font-size:.78em}}
 @media print{body{margin:0;max-width:none}.scroll{overflow:visible}
 img,tr,.kpi,.chart{break-inside:avoid}h2,h3{break-after:avoid}}"""
@@ -620,7 +804,7 @@ def partial_banner(cov: dict, daily: pl.DataFrame, t: Thresholds = DEFAULT) -> s
     ).sort("minutes", "gpu_uuid")
     text = (
         f"<b>Partial data: this day's telemetry covers {_pct_down(coverage)} of its GPU-minutes</b>"
-        f" — {observed:,} observed of {expected:,} expected ({cov['gpus']:,} GPUs seen × "
+        f" — {observed:,} observed of {expected:,} expected ({plural(cov['gpus'], 'GPU')} seen × "
         f"{MINUTES_PER_DAY:,} minutes)."
     )
     if below:
@@ -631,7 +815,8 @@ def partial_banner(cov: dict, daily: pl.DataFrame, t: Thresholds = DEFAULT) -> s
     if gaps.height:
         least = gaps.row(0, named=True)
         text += (
-            f" {gaps.height:,} of {cov['gpus']:,} GPUs have gaps; the least covered is "
+            f" {gaps.height:,} of {plural(cov['gpus'], 'GPU')} {'has' if gaps.height == 1 else 'have'}"
+            " gaps; the least covered is "
             f"{html.escape(_label(least['gpu_uuid'], 60))}"
             f" ({_pct_down(100.0 * least['minutes'] / MINUTES_PER_DAY)}, "
             f"{least['minutes']:,} minutes)."
@@ -679,18 +864,38 @@ def _no_minutes(lake: Lake, day: date) -> str:
     )
 
 
+@dataclass(frozen=True)
+class InForce:
+    """What the day's dollars and thresholds came from, for the report's appendix: the price
+    book and energy rates files (None: the shipped ones), the rules and their file (None: no
+    rules file). `told` is False when the caller did not say (the appendix then shows the
+    shipped files and says so)."""
+
+    prices: str | None = None
+    energy: str | None = None
+    rules: Rules = RULES
+    rules_file: str | None = None
+    told: bool = True
+
+
 def build_report(
     lake: Lake,
     day: date,
     require_data: bool = False,
     catalog: pl.DataFrame | None = None,
     t: Thresholds = DEFAULT,
+    in_force: InForce | None = None,
 ) -> Report:
     """Read the day's marts and build the charts and the HTML.
 
     A day with no GPU-minutes gets a short "no data" report (a backfill may reach days nothing
     landed for); `require_data` makes that a FileNotFoundError instead (the CLI's choice).
+    `in_force`: the price book, energy rates and rules the day was computed with (its rules'
+    thresholds then replace `t`), printed in the appendix.
     """
+    if in_force is None:
+        in_force = InForce(rules=replace(RULES, t=t), told=False)
+    t = in_force.rules.t
     if require_data and not lake.exists("gpu_minutes", day):
         raise FileNotFoundError(
             f"no gpu_minutes for {day} in {lake.root}: materialize the day first"
@@ -709,25 +914,29 @@ def build_report(
     )
 
     rep = Report(day)
+    head = (
+        "<!doctype html><html><head><meta charset='utf-8'><meta name='viewport' "
+        f"content='width=device-width,initial-scale=1'><title>GPU efficiency report {day}</title>"
+        f"<style>{CSS}</style></head><body><h1>GPU efficiency report — {day}</h1>"
+    )
     if m.height == 0:
-        rep.html = (
-            f"<!doctype html><html><head><meta charset='utf-8'><meta name='viewport' content='width=device-width,initial-scale=1'><title>GPU efficiency report {day}</title>"
-            f"<style>{CSS}</style></head><body><h1>GPU efficiency report — {day}</h1>"
-            f"{_no_minutes(lake, day)}</body></html>"
-        )
+        rep.html = f"{head}{_no_minutes(lake, day)}</body></html>"
         return rep
-    trend = fleet_trend(lake, day)
+    trend = trend_calendar(lake, fleet_trend(lake, day), day)
     if catalog is None:
         from gpu_pipeline.lib.reference import load_catalog
 
         catalog = load_catalog()
     capacity = fleet_capacity(m, catalog)
-    rep.charts = [_scatter(m, t), _timeseries(m), _trend(trend), _models(m), _bottlenecks(daily, t)]
-    rep.charts.append(_waste(w))
+    cov = day_coverage(lake, day, m)
+    period = money_period(cov, t)
+    charts = [_scatter(m, t), _timeseries(m), _trend(trend), _models(m), _bottlenecks(daily, t)]
+    charts.append(_waste(w))
     if rec is not None and rec.height:
-        rep.charts.append(_recommendations(rec))
+        charts.append(_recommendations(rec, period))
     if roi is not None and roi.height:
-        rep.charts.append(_roi(roi))
+        charts.append(_roi(roi, period))
+    rep.charts = [c for c in charts if not c.empty]  # what is drawn
 
     bn = (
         daily.filter(pl.col("bottlenecked_day"))
@@ -736,6 +945,61 @@ def build_report(
         .sort("bottlenecked_minutes", descending=True)
     )
     rep.bottlenecked_namespaces = [_label(n, 200, NO_NAMESPACE) for n in bn["namespace"]]
+    parts = [head, partial_banner(cov, daily, t), _kpis(m, w, nse, cov)]
+    if rec is not None:
+        parts += [_first_section(rec, period), _price_section(rec, period)]
+    if bn.height:
+        names = ", ".join(
+            f"<b>{html.escape(_label(r['namespace'], 200, NO_NAMESPACE))}</b> "
+            f"({plural(r['gpus'], 'GPU')})"
+            for r in bn.iter_rows(named=True)
+        )
+        parts.append(
+            f"<p>Bottlenecked today (busy at low power on most active minutes): {names}.</p>"
+        )
+    after = {
+        "Fleet trend": lambda: _trend_table(trend),
+        "GPU model comparison": lambda: _capacity_table(capacity),
+        "Bottlenecked GPUs": lambda: _persistent_table(pb, daily, t),
+        "Recommendations": lambda: _recommendation_tables(rec, period),
+    }
+    for c in charts:
+        parts.append(_chart_html(c))
+        if c.title in after:
+            parts.append(after[c.title]())
+    if nse is not None and nse.height:
+        parts.append(_namespaces(nse))
+    if health is not None:
+        parts.append(_health(health, in_force.rules))
+    if strag is not None and strag.height:
+        parts.append(_stragglers(strag))
+    parts.append(dollars_appendix(m, in_force))
+    parts.append(
+        "<p class='note'>PIF is power draw over the model's max power, a proxy for work: thermal "
+        "throttling, power caps and memory-bound kernels bend it. Generated by gpu_pipeline.</p>"
+        "</body></html>"
+    )
+    rep.html = "\n".join(p for p in parts if p)
+    return rep
+
+
+def _chart_html(c: Chart) -> str:
+    """One block per chart: a printed page never separates a chart from its title and caption;
+    a chart with nothing to draw is its title and why."""
+    title = html.escape(c.title)
+    if c.empty:
+        return (
+            f"<div class='nochart'><h2>{title}</h2><p class='note'>{html.escape(c.empty)}</p></div>"
+        )
+    b64 = base64.b64encode(c.png).decode()
+    caption = f"<p class='note'>{html.escape(c.caption)}</p>" if c.caption else ""
+    return (
+        f"<div class='chart'><h2>{title}</h2><img alt='{title}' "
+        f"src='data:image/png;base64,{b64}'>{caption}</div>"
+    )
+
+
+def _kpis(m: pl.DataFrame, w: pl.DataFrame, nse: pl.DataFrame | None, cov: dict) -> str:
     k = m.select(
         pl.col("gpu_uuid").n_unique().alias("gpus"),
         (pl.len() / 60).alias("hours"),
@@ -748,11 +1012,12 @@ def build_report(
     kpis = [
         ("GPUs", f"{k['gpus']}"),
         ("GPU-hours", f"{k['hours']:,.1f}"),
+        ("coverage", _pct_down(cov["coverage_pct"])),
         ("avg utilization", num(k["util"], ".1f", unit=" %")),
         ("avg RFU", num(k["rfu"], ".1f", unit=" %")),
         ("gap", num(k["gap"], ".1f", unit=" pts")),
-        ("cost", f"${cost:,.2f}" if priced else NO_PRICE),
-        ("waste", f"${waste:,.2f}" if priced else NO_PRICE),
+        ("cost / day", f"${cost:,.2f}" if priced else NO_PRICE),
+        ("waste / day", f"${waste:,.2f}" if priced else NO_PRICE),
     ]
     if nse is not None and nse.height and "energy_kwh" in nse.columns:
         e = nse.select(pl.col("energy_kwh", "idle_energy_kwh", "energy_usd", "co2_kg").sum()).row(
@@ -763,250 +1028,440 @@ def build_report(
         powered = bool(nse.get_column("energy_kwh").is_not_null().any())
         kpis += [
             (
-                "energy",
+                "energy / day",
                 f"{e['energy_kwh']:,.1f} kWh (${e['energy_usd']:,.2f})" if powered else NO_POWER,
             ),
-            ("idle energy", f"{e['idle_energy_kwh']:,.1f} kWh" if powered else NO_POWER),
-            ("CO₂", f"{e['co2_kg']:,.1f} kg" if powered else NO_POWER),
+            ("idle energy / day", f"{e['idle_energy_kwh']:,.1f} kWh" if powered else NO_POWER),
+            ("CO₂ / day", f"{e['co2_kg']:,.1f} kg" if powered else NO_POWER),
         ]
-    cov = day_coverage(lake, day, m)
-    kpis.insert(2, ("coverage", _pct_down(cov["coverage_pct"])))
-    parts = [
-        f"<!doctype html><html><head><meta charset='utf-8'><meta name='viewport' content='width=device-width,initial-scale=1'><title>GPU efficiency report {day}</title>"
-        f"<style>{CSS}</style></head><body><h1>GPU efficiency report — {day}</h1>",
-        partial_banner(cov, daily, t),
+    return (
         "<div class='kpis'>"
         + "".join(f"<div class='kpi'>{n}<b>{v}</b></div>" for n, v in kpis)
-        + "</div>",
-    ]
-    first = top_actions(rec) if rec is not None else pl.DataFrame()
-    if first.height:
-        items = "".join(
-            f"<li><b>{html.escape(str(r['action']))}</b> for <b>{html.escape(_label(r['namespace'], 200, NO_NAMESPACE))}</b>"
-            f": about ${r['monthly_usd']:,.0f} a month — {html.escape(str(r['rationale']))}</li>"
-            for r in first.iter_rows(named=True)
-        )
-        parts.append(
-            f"<h2>What to do first</h2><ol class='first'>{items}</ol><p class='note'>Three "
-            "different actions, each where it is worth the most, ranked by dollars a month: the "
-            "action's share of its namespace's monthly run rate, capped by the waste measured there "
-            "(spot: its rate saving). Actions of one namespace and group recover the same waste; the "
-            "Recommendations table below combines them.</p>"
-        )
-    if bn.height:
-        names = ", ".join(
-            f"<b>{html.escape(_label(r['namespace'], 200, NO_NAMESPACE))}</b> ({r['gpus']} GPUs)"
-            for r in bn.iter_rows(named=True)
-        )
-        parts.append(
-            f"<p>Bottlenecked today (busy at low power on most active minutes): {names}.</p>"
-        )
-    for c in rep.charts:
-        b64 = base64.b64encode(c.png).decode()
-        caption = f"<p class='note'>{html.escape(c.caption)}</p>" if c.caption else ""
-        # one block per chart: a printed page never separates a chart from its title and caption
-        parts.append(
-            f"<div class='chart'><h2>{html.escape(c.title)}</h2><img alt='{html.escape(c.title)}' "
-            f"src='data:image/png;base64,{b64}'>{caption}</div>"
-        )
-        if c.title == "Recommendations" and rec is not None:
-            rec = rec.sort(
-                ["monthly_savings_usd", "namespace"], descending=[True, False], nulls_last=True
-            )
-            details = rec.explode("action_details").unnest("action_details").drop_nulls("action")
-            if details.height:  # no action anywhere (nothing priced, nothing to fix): no table
-                parts.append(
-                    _table(
-                        details,
-                        ["namespace", "action", "group", "fraction", "rationale"],
-                        {"fraction": lambda v: f"{100 * v:.1f} %"},
-                    )
-                )
-            parts.append(
-                _table(
-                    rec,
-                    [
-                        "namespace",
-                        "measured_waste_frac",
-                        "naive_sum_frac",
-                        "utilization_savings_frac",
-                        "rate_savings_frac",
-                        "total_savings_frac",
-                        "monthly_savings_usd",
-                    ],
-                    {
-                        c: (lambda v: f"{100 * v:.1f} %")
-                        for c in (
-                            "measured_waste_frac",
-                            "naive_sum_frac",
-                            "utilization_savings_frac",
-                            "rate_savings_frac",
-                            "total_savings_frac",
-                        )
-                    }
-                    | {"monthly_savings_usd": lambda v: f"${v:,.2f}"},
-                    # a namespace none of whose minutes has a price: nothing to weigh
-                    dict.fromkeys(
-                        (
-                            "measured_waste_frac",
-                            "utilization_savings_frac",
-                            "rate_savings_frac",
-                            "total_savings_frac",
-                            "monthly_savings_usd",
-                        ),
-                        NO_PRICE,
-                    ),
-                )
-            )
-            parts.append(
-                "<p class='note'>Actions in one group recover the same waste and do not add up; groups "
-                "compose as 1 − Π(1 − f), capped by the measured waste; spot composes on the rate axis. "
-                "The naive sum is shown to say why adding fractions is wrong.</p>"
-            )
-        if c.title == "Fleet trend":
-            parts.append(
-                _table(
-                    trend,
-                    ["date", "gpu_minutes", "util", "rfu", "waste_usd"],
-                    {
-                        "util": lambda v: num(v, ".1f"),
-                        "rfu": lambda v: num(v, ".1f"),
-                        "waste_usd": lambda v: f"${v:,.2f}",
-                    },
-                    missing={"waste_usd": NO_PRICE},
-                )
-            )
-        if c.title == "GPU model comparison":
-            parts.append("<p>Fleet capacity per model (TFLOPS, FP16):</p>")
-            parts.append(
-                _table(
-                    capacity,
-                    [
-                        "gpu_model",
-                        "gpus",
-                        "theoretical_tflops",
-                        "achievable_tflops",
-                        "realized_tflops",
-                        "realized_pct_of_achievable",
-                    ],
-                    {
-                        c: (lambda v: num(v, ",.0f"))
-                        for c in ("theoretical_tflops", "achievable_tflops", "realized_tflops")
-                    }
-                    | {"realized_pct_of_achievable": lambda v: num(v, ".1f", unit=" %")},
-                )
-            )
-            parts.append(
-                "<p class='note'>Theoretical: the datasheet's peak; achievable: what real kernels "
-                "reach (the catalog); realized: achievable × PIF, averaged over the day's GPU-minutes. "
-                "Realized / achievable is the model's RFU.</p>"
-            )
-        if c.title == "Bottlenecked GPUs" and pb.height:
-            parts.append("<p>Persistent bottlenecks (≥ 3 of the last 7 days):</p>")
-            parts.append(
-                _table(
-                    pb,
-                    [
-                        "gpu_uuid",
-                        "hostname",
-                        "namespace",
-                        "gpu_model",
-                        "days_bottlenecked",
-                        "bottleneck_share",
-                    ],
-                    {"bottleneck_share": lambda v: f"{100 * v:.0f} %"},
-                )
-            )
-    if nse is not None and nse.height:
-        parts.append("<h2>Namespaces</h2>")
-        pct = lambda v: f"{v:.1f}"  # noqa: E731
-        parts.append(
-            _table(
-                nse,
-                [
-                    "namespace",
-                    "gpus",
-                    "gpu_hours",
-                    "avg_gpu_util_pct",
-                    "avg_rfu_pct",
-                    "pct_idle",
-                    "pct_active_bottlenecked",
-                    "dominant_diagnosis",
-                    "cost_usd",
-                    "waste_usd",
-                    "energy_kwh",
-                    "idle_energy_kwh",
-                    "energy_usd",
-                    "co2_kg",
-                ],
-                {
-                    c: pct
-                    for c in (
-                        "gpu_hours",
-                        "avg_gpu_util_pct",
-                        "avg_rfu_pct",
-                        "pct_idle",
-                        "pct_active_bottlenecked",
-                        "energy_kwh",
-                        "idle_energy_kwh",
-                        "co2_kg",
-                    )
-                }
-                | {
-                    "cost_usd": lambda v: f"${v:,.2f}",
-                    "waste_usd": lambda v: f"${v:,.2f}",
-                    "energy_usd": lambda v: f"${v:,.2f}",
-                },
-                # a namespace on models without a price has no cost; one without power readings
-                # no energy (the mart's null)
-                dict.fromkeys(("cost_usd", "waste_usd"), NO_PRICE)
-                | dict.fromkeys(
-                    # no active minute: no bottleneck share, no diagnosis
-                    (
-                        "avg_gpu_util_pct",
-                        "avg_rfu_pct",
-                        "pct_active_bottlenecked",
-                        "dominant_diagnosis",
-                    ),
-                    "n/a",
-                )
-                | dict.fromkeys(
-                    ("energy_kwh", "idle_energy_kwh", "energy_usd", "co2_kg"), NO_POWER
-                ),
-            )
-        )
-    if health is not None:
-        bad = health.filter(pl.col("status") != "ok")
-        parts.append(
-            f"<h2>Health</h2><p>{health.height - bad.height} of {health.height} GPUs ok.</p>"
-        )
-        if bad.height:
-            parts.append(_table(bad, ["gpu_uuid", "hostname", "status", "reasons"]))
-    if strag is not None and strag.height:
-        parts.append("<h2>Stragglers</h2>")
-        parts.append(
-            _table(
-                strag.head(50),
-                [
-                    "hour",
-                    "pod",
-                    "gpu_uuid",
-                    "rule",
-                    "metric",
-                    "value",
-                    "pod_median",
-                    "points_below",
-                    "pod_stddev",
-                ],
-                {
-                    c: (lambda v: "" if v is None else f"{v:.1f}")
-                    for c in ("value", "pod_median", "points_below", "pod_stddev")
-                },
-            )
-        )
-    parts.append(
-        "<p class='note'>PIF is power draw over the model's max power, a proxy for work: thermal "
-        "throttling, power caps and memory-bound kernels bend it. Generated by gpu_pipeline.</p></body></html>"
+        + "</div>"
     )
-    rep.html = "\n".join(parts)
-    return rep
+
+
+def _first_section(rec: pl.DataFrame, period: Period) -> str:
+    """What to do first: recoverable waste only, by dollars a month (or the observed day's)."""
+    first = top_actions(rec)
+    if first.height == 0:
+        return (
+            "<h2>What to do first</h2><p>No action on wasted GPU time fires on this day: no "
+            "namespace has enough idle, stalled or headroom time priced to act on.</p>"
+        )
+    items = "".join(
+        f"<li><b>{coded(r['action'], ACTIONS)}</b> for "
+        f"<b>{html.escape(_label(r['namespace'], 200, NO_NAMESPACE))}</b>: about "
+        f"<b>{period.usd(r['monthly_usd'])}</b> — {html.escape(str(r['rationale']))}</li>"
+        for r in first.iter_rows(named=True)
+    )
+    caveat = "caveat" if period.caveat else "note"
+    return (
+        f"<h2>What to do first</h2><p class='{caveat}'>{html.escape(period.note)}</p>"
+        f"<ol class='first'>{items}</ol><p class='note'>Recoverable waste: what changes in how "
+        "the GPUs are used (idle, stalled and headroom time). Up to three different actions, each "
+        "where it is worth the most, ranked by dollars: the action's share of its namespace's cost, "
+        "capped by the waste measured there. Actions of one namespace and group recover the same "
+        "waste and do not add up; the Recommendations table below combines them. Paying less for "
+        "the same hours (spot) is not waste: it is ranked on its own, next.</p>"
+    )
+
+
+def _price_section(rec: pl.DataFrame, period: Period) -> str:
+    """Paying less for the same work: spot, per namespace, on the cost left after the waste."""
+    p = price_actions(rec)
+    if p.height == 0:
+        return ""
+    table = _table(
+        p,
+        ["namespace", "monthly_usd", "rate_savings_frac", "cost_usd", "remaining_usd"],
+        {
+            "monthly_usd": period.usd,
+            "rate_savings_frac": lambda v: f"{100 * v:.0f} %",
+            "cost_usd": lambda v: f"${v:,.2f}",
+            "remaining_usd": lambda v: f"${v:,.2f}",
+        },
+        heads={
+            "monthly_usd": f"spot saves {period.unit}",
+            "rate_savings_frac": "spot discount",
+        },
+    )
+    return (
+        "<h2>Paying less for the same work</h2><p>A lower price for the same GPU-hours — not a "
+        "change in how the GPUs are used, so it is ranked apart from the waste above. "
+        f"<b>{coded('spot', ACTIONS)}</b>: the price book's spot rate on the cost left once the "
+        "waste actions are done, for interruption-tolerant work (checkpointed training, batch "
+        f"inference).</p>{table}<p class='note'>Spot saves (total − waste actions' savings) × "
+        "monthly cost, the Recommendations' own composition. Reserved and committed-use rates are "
+        "not in the price book (model, on-demand, spot), so they are not priced here.</p>"
+    )
+
+
+def _recommendation_tables(rec: pl.DataFrame | None, period: Period) -> str:
+    if rec is None:
+        return ""
+    rec = rec.sort(["monthly_savings_usd", "namespace"], descending=[True, False], nulls_last=True)
+    parts = []
+    details = rec.explode("action_details").unnest("action_details").drop_nulls("action")
+    if details.height:  # no action anywhere (nothing priced, nothing to fix): no table
+        parts.append(
+            _table(
+                details,
+                ["namespace", "action", "group", "fraction", "rationale"],
+                {"fraction": lambda v: f"{100 * v:.1f} %"},
+                codes={"action": ACTIONS, "group": GROUPS},
+            )
+        )
+    share = lambda v: f"{100 * v:.1f} %"  # noqa: E731
+    per = 1 if period.monthly else DAYS_PER_MONTH
+    parts.append(
+        _table(
+            rec,
+            [
+                "namespace",
+                "measured_waste_frac",
+                "naive_sum_frac",
+                "utilization_savings_frac",
+                "rate_savings_frac",
+                "total_savings_frac",
+                "monthly_savings_usd",
+            ],
+            dict.fromkeys(
+                (
+                    "measured_waste_frac",
+                    "naive_sum_frac",
+                    "utilization_savings_frac",
+                    "rate_savings_frac",
+                    "total_savings_frac",
+                ),
+                share,
+            )
+            | {"monthly_savings_usd": lambda v: f"${v / per:,.2f}"},
+            # a namespace none of whose minutes has a price: nothing to weigh
+            dict.fromkeys(
+                (
+                    "measured_waste_frac",
+                    "utilization_savings_frac",
+                    "rate_savings_frac",
+                    "total_savings_frac",
+                    "monthly_savings_usd",
+                ),
+                NO_PRICE,
+            ),
+            heads={"monthly_savings_usd": f"savings {period.unit}"},
+        )
+    )
+    parts.append(
+        "<p class='note'>Actions in one group recover the same waste and do not add up; groups "
+        "compose as 1 − Π(1 − f), capped by the measured waste; spot composes on the rate axis. "
+        "The naive sum is shown to say why adding fractions is wrong. Hover a label for its code "
+        "in the recommendations table.</p>"
+    )
+    return "\n".join(parts)
+
+
+def _trend_table(cal: pl.DataFrame) -> str:
+    """The trend's days as a table; a day the lake lacks says so in every cell."""
+    rows = []
+    for r in cal.iter_rows(named=True):
+        if r["gpu_minutes"] is None:
+            rows.append({"date": str(r["date"])} | dict.fromkeys(TREND_COLUMNS[1:], "no data"))
+            continue
+        rows.append(
+            {
+                "date": str(r["date"]),
+                "gpu_minutes": f"{r['gpu_minutes']:,}",
+                "coverage": "n/a" if r["coverage_pct"] is None else _pct_down(r["coverage_pct"]),
+                "util": num(r["util"], ".1f"),
+                "rfu": num(r["rfu"], ".1f"),
+                "waste_usd": NO_PRICE if r["waste_usd"] is None else f"${r['waste_usd']:,.2f}",
+            }
+        )
+    t = pl.DataFrame(rows, schema=dict.fromkeys(TREND_COLUMNS, pl.String))
+    return _table(t, list(TREND_COLUMNS))
+
+
+TREND_COLUMNS = ("date", "gpu_minutes", "coverage", "util", "rfu", "waste_usd")
+
+
+def _capacity_table(capacity: pl.DataFrame) -> str:
+    return (
+        "<p>Fleet capacity per model (TFLOPS, FP16):</p>"
+        + _table(
+            capacity,
+            [
+                "gpu_model",
+                "gpus",
+                "theoretical_tflops",
+                "achievable_tflops",
+                "realized_tflops",
+                "realized_pct_of_achievable",
+            ],
+            {
+                c: (lambda v: num(v, ",.0f"))
+                for c in ("theoretical_tflops", "achievable_tflops", "realized_tflops")
+            }
+            | {"realized_pct_of_achievable": lambda v: num(v, ".1f", unit=" %")},
+        )
+        + "<p class='note'>Theoretical: the datasheet's peak; achievable: what real kernels "
+        "reach (the catalog); realized: achievable × PIF, averaged over the day's GPU-minutes. "
+        "Realized / achievable is the model's RFU.</p>"
+    )
+
+
+def _persistent_table(pb: pl.DataFrame, daily: pl.DataFrame, t: Thresholds) -> str:
+    """Persistent bottlenecks, each saying what it did on this day: a GPU flagged from the days
+    before may have sent no data today."""
+    if pb.height == 0:
+        return ""
+    today = daily.filter(pl.col("gpu_instance_id").is_null()).select(
+        "gpu_uuid", pl.col("minutes").alias("_minutes"), pl.col("bottlenecked_day").alias("_b")
+    )
+    p = pb.join(today, on="gpu_uuid", how="left").with_columns(
+        pl.when(pl.col("_minutes").is_null())
+        .then(pl.lit("not seen: no data this day"))
+        .when(pl.col("_b"))
+        .then(pl.lit("bottlenecked"))
+        .otherwise(pl.lit("seen, not bottlenecked"))
+        .alias("on_day")
+    )
+    unseen = p.filter(pl.col("_minutes").is_null()).height
+    note = (
+        f" {unseen} of these {plural(p.height, 'GPU')} sent no data on this day: they are flagged "
+        "from the days before it."
+        if unseen
+        else ""
+    )
+    return (
+        f"<p>Persistent bottlenecks (≥ {t.persistent_min_days} of the last {t.window_days} "
+        f"days).{note}</p>"
+        + _table(
+            p,
+            [
+                "gpu_uuid",
+                "hostname",
+                "namespace",
+                "gpu_model",
+                "days_bottlenecked",
+                "bottleneck_share",
+                "on_day",
+            ],
+            {"bottleneck_share": lambda v: f"{100 * v:.0f} %"},
+        )
+    )
+
+
+def _namespaces(nse: pl.DataFrame) -> str:
+    """The namespaces, money first: at 700 px the table scrolls, and cost and waste stay in
+    view."""
+    pct = lambda v: f"{v:.1f}"  # noqa: E731
+    dollars = lambda v: f"${v:,.2f}"  # noqa: E731
+    return "<h2>Namespaces</h2>" + _table(
+        nse,
+        [
+            "namespace",
+            "cost_usd",
+            "waste_usd",
+            "energy_usd",
+            "gpus",
+            "gpu_hours",
+            "avg_gpu_util_pct",
+            "avg_rfu_pct",
+            "pct_idle",
+            "pct_active_bottlenecked",
+            "dominant_diagnosis",
+            "energy_kwh",
+            "idle_energy_kwh",
+            "co2_kg",
+        ],
+        dict.fromkeys(
+            (
+                "gpu_hours",
+                "avg_gpu_util_pct",
+                "avg_rfu_pct",
+                "pct_idle",
+                "pct_active_bottlenecked",
+                "energy_kwh",
+                "idle_energy_kwh",
+                "co2_kg",
+            ),
+            pct,
+        )
+        | dict.fromkeys(("cost_usd", "waste_usd", "energy_usd"), dollars),
+        # a namespace on models without a price has no cost; one without power readings
+        # no energy (the mart's null)
+        dict.fromkeys(("cost_usd", "waste_usd"), NO_PRICE)
+        | dict.fromkeys(
+            # no active minute: no bottleneck share, no diagnosis
+            ("avg_gpu_util_pct", "avg_rfu_pct", "pct_active_bottlenecked", "dominant_diagnosis"),
+            "n/a",
+        )
+        | dict.fromkeys(("energy_kwh", "idle_energy_kwh", "energy_usd", "co2_kg"), NO_POWER),
+        codes={"dominant_diagnosis": DIAGNOSES},
+        cls="namespaces",
+    )
+
+
+def _health(health: pl.DataFrame, rules: Rules) -> str:
+    h = rules.h
+    bad = health.filter(pl.col("status") != "ok")
+    out = (
+        f"<h2>Health</h2><p>{health.height - bad.height} of {plural(health.height, 'GPU')} ok. "
+        f"A GPU warns after {plural(h.hot_warn_minutes, 'minute')} of the day at or above "
+        f"{h.hot_from_c:g} °C, or on an XID error; drain it on a double-bit ECC error or a failed "
+        "row remap.</p>"
+    )
+    # hot, but not for long enough to warn: counted, not listed (a minute's spike is no alert)
+    warm = health.filter(pl.col("status") == "ok", pl.col("hot_minutes") > 0)
+    if warm.height:
+        most = int(warm["hot_minutes"].max())
+        out += (
+            f"<p class='note'>{warm.height:,} of the ok GPUs spent up to "
+            f"{plural(most, 'minute')} at or above {h.hot_from_c:g} °C: below the "
+            f"{h.hot_warn_minutes} that warn (rule health.hot_warn_minutes).</p>"
+        )
+    if bad.height:
+        out += _table(bad, ["gpu_uuid", "hostname", "status", "reasons"])
+    return out
+
+
+def _stragglers(strag: pl.DataFrame) -> str:
+    one = lambda v: f"{v:.1f}"  # noqa: E731
+    return "<h2>Stragglers</h2>" + _table(
+        strag.head(50),
+        [
+            "hour",
+            "pod",
+            "gpu_uuid",
+            "rule",
+            "metric",
+            "value",
+            "pod_median",
+            "points_below",
+            "pod_stddev",
+        ],
+        dict.fromkeys(("value", "pod_median", "points_below", "pod_stddev"), one),
+        codes={"rule": STRAGGLER_RULES, "metric": METRICS},
+    )
+
+
+def dollars_appendix(m: pl.DataFrame, f: InForce) -> str:
+    """The appendix a reader checks the dollars against: the price book entries of the day's
+    models (file, line, source; `reference.prices_used`), the energy rates of its clusters and
+    the rules in force, each changed rule beside its default."""
+    from gpu_pipeline.lib.reference import (
+        DEFAULT_ENERGY,
+        DEFAULT_PRICES,
+        ReferenceError,
+        energy_rates,
+        load_energy,
+        prices_used,
+    )
+
+    def where(path: str | None, default) -> str:
+        if path:
+            return f"your file <code>{html.escape(str(path))}</code>"
+        return f"the shipped default <code>gpu_pipeline/reference/{default.name}</code>"
+
+    parts = [
+        "<h2>Appendix: where the dollars come from</h2><p>A GPU-minute costs its model's "
+        "on-demand price per GPU-hour ÷ 60; waste and savings are shares of that cost, energy is "
+        "kWh × the cluster's rate; a month is 30 days.</p>"
+    ]
+    if not f.told:
+        parts.append(
+            "<p class='caveat'>The report was not told which price book, energy rates and rules "
+            "the day was computed with: below are the shipped ones and the default rules (with "
+            "the class boundaries it was given). The $/GPU-hour column is what the day's "
+            "minutes carry, whatever the book.</p>"
+        )
+    try:
+        used = prices_used(m, f.prices)
+    except ReferenceError as e:
+        parts.append(f"<p class='caveat'>The price book cannot be read: {html.escape(str(e))}</p>")
+    else:
+        money = lambda v: f"${v:,.2f}"  # noqa: E731
+        parts.append(
+            f"<h3>Price book entries used</h3><p>From {where(f.prices, DEFAULT_PRICES)} (line: "
+            "its row there).</p>"
+            + _table(
+                used,
+                ["gpu_model", "gpu_hours", "usd_per_hour", "spot_usd_per_hour", "source", "line"],
+                {"gpu_hours": lambda v: f"{v:,.1f}", "usd_per_hour": money}
+                | {"spot_usd_per_hour": money},
+                {
+                    "usd_per_hour": "no price (not in the price book)",
+                    "spot_usd_per_hour": "none",
+                    "source": "not in the price book",
+                    "line": "–",
+                    "gpu_model": "(no model)",
+                },
+                heads={
+                    "usd_per_hour": "on-demand $/GPU-hour",
+                    "spot_usd_per_hour": "spot $/GPU-hour",
+                    "line": "line",
+                },
+                cls="appendix",
+            )
+        )
+        for r in used.filter(~pl.col("matches")).iter_rows(named=True):
+            book = num(r["on_demand_usd_per_hour"], ",.2f", "no price")
+            parts.append(
+                f"<p class='caveat'>{html.escape(_label(r['gpu_model'], 200, '(no model)'))}: the "
+                f"day's minutes were priced at {num(r['usd_per_hour'], ',.2f', 'no price')} $/h, "
+                f"the price book above says {book} $/h: the day was computed with another price "
+                "book; materialize it again to price it with this one.</p>"
+            )
+    try:
+        energy = load_energy(f.energy)
+    except ReferenceError as e:
+        parts.append(
+            f"<p class='caveat'>The energy rates cannot be read: {html.escape(str(e))}</p>"
+        )
+    else:
+        usd, co2 = energy_rates(energy, pl.col("cluster"))
+        own = energy.filter(pl.col("cluster") != "*")["cluster"].implode()
+        rates = (
+            m.select(pl.col("cluster").unique())
+            .with_columns(
+                usd.alias("usd_per_kwh"),
+                co2.alias("co2_g_per_kwh"),
+                pl.when(pl.col("cluster").is_in(own))
+                .then(pl.lit("its own row"))
+                .otherwise(pl.lit("the * row (every other cluster)"))
+                .alias("row"),
+            )
+            .sort("cluster", nulls_last=True)
+        )
+        parts.append(
+            f"<h3>Energy rates</h3><p>From {where(f.energy, DEFAULT_ENERGY)}.</p>"
+            + _table(
+                rates,
+                ["cluster", "usd_per_kwh", "co2_g_per_kwh", "row"],
+                {"usd_per_kwh": lambda v: f"${v:,.3f}", "co2_g_per_kwh": lambda v: f"{v:,.0f}"},
+                {"cluster": "(no cluster)", "usd_per_kwh": "none", "co2_g_per_kwh": "none"},
+                heads={"usd_per_kwh": "$/kWh", "co2_g_per_kwh": "g CO₂/kWh", "row": "rate from"},
+                cls="appendix",
+            )
+        )
+    flat, default = f.rules.flat(), RULES.flat()
+    changed = [k for k in flat if flat[k] != default[k]]
+    src = (
+        f"From the rules file <code>{html.escape(f.rules_file)}</code>"
+        if f.rules_file
+        else "No rules file: the defaults"
+    )
+    items, section = [], ""
+    for k, v in flat.items():
+        sec, _, key = k.partition(".")
+        if sec != section:  # the rules file's [section] headers, keys without the prefix
+            items.append(f"<li class='sec'><b>[{html.escape(sec)}]</b></li>")
+            section = sec
+        was = f" <b>(default {default[k]:g})</b>" if k in changed else ""
+        items.append(f"<li><code>{html.escape(key)}</code> = {v:g}{was}</li>")
+    parts.append(
+        f"<h3>Rules in force</h3><p>{src}; {plural(len(changed), 'rule')} changed from the "
+        f"defaults (config/rules.example.toml lists each with what it does).</p>"
+        f"<ul class='rules'>{''.join(items)}</ul>"
+    )
+    return "\n".join(parts)

@@ -20,7 +20,9 @@ def gpu_health(
     """Per physical GPU-day: hot minutes, power-capped minutes, XID, double-bit ECC, row-remap failures.
 
     Any double-bit ECC error or a failed row remap means the GPU's math can't be trusted: `drain`.
-    Hot minutes or XID errors: `warn`. Running at the power limit is not unhealthy by itself.
+    At least `h.hot_warn_minutes` hot minutes, or an XID error: `warn` (fewer hot minutes are
+    listed in `reasons`, the GPU stays `ok`: a one-minute spike is not an alert). Running at the
+    power limit is not unhealthy by itself.
     """
     minute = floor_ms(pl.col("timestamp"), MINUTE_MS)
     limit = pl.coalesce("power_limit_w", "_cat_power")
@@ -28,6 +30,7 @@ def gpu_health(
         (pl.col("clock_event_reasons").cast(pl.Int64, strict=False) & POWER_CAP_BITS) != 0
     ).fill_null(False)
     cat = catalog.lazy().select("model_key", pl.col("max_power_w").alias("_cat_power"))
+    hot_from, warn_from = h.hot_from_c, h.hot_warn_minutes
     h = (
         samples.filter(pl.col("gpu_instance_id").is_null())
         .with_columns(model_key(pl.col("gpu_model")).alias("model_key"))
@@ -53,7 +56,7 @@ def gpu_health(
         .with_columns(
             pl.when((pl.col("ecc_dbe_errors") > 0) | (pl.col("row_remap_failures") > 0))
             .then(pl.lit("drain"))
-            .when((pl.col("hot_minutes") > 0) | (pl.col("xid_error_samples") > 0))
+            .when((pl.col("hot_minutes") >= warn_from) | (pl.col("xid_error_samples") > 0))
             .then(pl.lit("warn"))
             .otherwise(pl.lit("ok"))
             .alias("status"),
@@ -64,10 +67,11 @@ def gpu_health(
                 pl.when(pl.col("row_remap_failures") > 0).then(pl.lit("row remapping failed")),
                 pl.when(pl.col("hot_minutes") > 0).then(
                     pl.format(
-                        "{} min at or above {} C (max {})",
+                        "{} min at or above {} C (max {}; warns from {} min)",
                         "hot_minutes",
-                        pl.lit(h.hot_from_c),
+                        pl.lit(hot_from),
                         "max_temp_c",
+                        pl.lit(warn_from),
                     )
                 ),
                 pl.when(pl.col("xid_error_samples") > 0).then(

@@ -66,14 +66,17 @@ def _pct(x: float) -> str:
 
 
 def _idle(s: dict) -> str:
-    return f"idle {_pct(s['idle_share'])} of GPU-minutes, ${s['idle_usd']:,.2f} of ${s['cost_usd']:,.2f} idle"
+    return (
+        f"idle {_pct(s['idle_share'])} of GPU-minutes: ${s['idle_usd']:,.2f}/day of the "
+        f"namespace's ${s['cost_usd']:,.2f}/day paid for idle GPUs"
+    )
 
 
 def _starved(s: dict) -> str:
     why = (
         f"{_pct(s['data_starved'])} of active minutes data-starved (SM active < 30 %, or busy at "
         f"low power where no profiling fields exist), {_pct(s['bottlenecked'])} busy at low "
-        f"power; stall ${s['stall_usd']:,.2f}"
+        f"power; stall ${s['stall_usd']:,.2f}/day"
     )
     if s["pcie_known"]:  # PCIe counters tell data loading from CPU work
         if s["pcie_loading"]:
@@ -195,7 +198,7 @@ RULES: tuple[Rule, ...] = (
         ),
         lambda s: (
             f"memory-bound {_pct(s['memory_bound'])}, compute-bound {_pct(s['compute_bound'])} of active "
-            f"minutes; headroom ${s['headroom_usd']:,.2f}: fused kernels (FlashAttention, fused optimizers)"
+            f"minutes; headroom ${s['headroom_usd']:,.2f}/day: fused kernels (FlashAttention, fused optimizers)"
         ),
     ),
     Rule(
@@ -362,8 +365,9 @@ def _recommend(
                 "action": "spot",
                 "group": "rate",
                 "fraction": rate,
-                "rationale": f"spot prices would cut this namespace's ${cost:,.2f} by {_pct(rate)} "
-                "for interruption-tolerant work (checkpointed training, batch inference)",
+                "rationale": f"spot prices would cut this namespace's ${cost:,.2f}/day by "
+                f"{_pct(rate)} for interruption-tolerant work (checkpointed training, batch "
+                "inference): the same work, a lower rate",
             }
         )
     best: dict[str, float] = {}
