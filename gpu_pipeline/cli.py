@@ -1,4 +1,5 @@
-"""`gpu-pipeline`: generate, materialize, sql, summary, init-instance."""
+"""`gpu-pipeline`: GPU telemetry in a landing folder, cost and efficiency marts out (a Parquet
+lake, DuckDB SQL, the Dagster asset graph)."""
 
 from __future__ import annotations
 
@@ -241,6 +242,7 @@ def cmd_materialize(a: argparse.Namespace) -> int:
     _print_ledger(res, parsed, days)
     _say_rejected_elsewhere(parsed, days)
     _say(f"done in {time.perf_counter() - t0:.1f}s; lake {s.lake}, views {db}")
+    _say_reports(s, days)
     if a.summary:
         _print_summary(s, a.start, end)
         me, queries = _cli_command(), _queries_dir()
@@ -257,6 +259,23 @@ def cmd_materialize(a: argparse.Namespace) -> int:
             "  make dev                      (Dagster UI: runs, partitions, backfills)"
         )
     return 0
+
+
+# at most this many report paths are printed one a line; a longer range names its first and last
+MAX_REPORT_LINES = 3
+
+
+def _say_reports(s: settings.Settings, days: list[date]) -> None:
+    """Where the run's HTML reports are (the ones on disk: one a day)."""
+    folder = settings.reports_dir(s.lake)
+    found = [p for d in days if (p := folder / f"gpu_report_{d.isoformat()}.html").is_file()]
+    if not found:
+        return
+    if len(found) <= MAX_REPORT_LINES:
+        for i, path in enumerate(found):
+            _say(f"{'  reports: ' if i == 0 else ' ' * 11}{path}")
+    else:
+        _say(f"  reports: {found[0]} .. {found[-1].name} ({len(found)} files in {folder})")
 
 
 def _cli_command() -> str:
@@ -506,7 +525,32 @@ def _print_summary(s: settings.Settings, start: date, end: date) -> None:
 
 
 def cmd_summary(a: argparse.Namespace) -> int:
-    _print_summary(_settings(a), a.start, a.end or a.start)
+    s = _settings(a)
+    end = a.end or a.start
+    if end < a.start:
+        _say(f"error: --end {end} is before --start {a.start}")
+        return 2
+    from gpu_pipeline.lib.io.lake import Lake, is_uri
+    from gpu_pipeline.lib.summary import fleet_summary, format_summary
+
+    if not is_uri(s.lake) and not Path(s.lake).is_dir():
+        _say(
+            f"error: the lake {s.lake} does not exist: nothing to summarize. Materialize some days "
+            "first (gpu-pipeline materialize --start D), or point --lake at a lake"
+        )
+        return 1
+    lake = Lake(s.lake)
+    summary = fleet_summary(lake, a.start, end)
+    if not summary["head"]["gpus"]:
+        held = lake.days("gpu_minutes")
+        has = (
+            f"its gpu_minutes partitions span {held[0]}..{held[-1]}"
+            if held
+            else "it holds no gpu_minutes partition"
+        )
+        _say(f"error: no GPU-minutes in the lake {s.lake} for {a.start}..{end}; {has}")
+        return 1
+    _say(format_summary(summary, a.start, end))
     return 0
 
 
@@ -812,28 +856,60 @@ EXAMPLES = {
 
 def _command(sub, name: str, **kw) -> argparse.ArgumentParser:
     """A command whose --help ends with an example of it."""
-    return sub.add_parser(name, epilog=f"example: {EXAMPLES[name]}", **kw)
+    return sub.add_parser(
+        name, epilog=f"example: {EXAMPLES[name]}", formatter_class=_Formatter, **kw
+    )
+
+
+class _Formatter(argparse.HelpFormatter):
+    """Help wrapped between words only: a path (`/tmp/pytest-of-root/…`) is never cut at a
+    hyphen, so it can be copied from the terminal as it is."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        import textwrap
+
+        text = " ".join(text.split())
+        return textwrap.wrap(text, width, break_on_hyphens=False, break_long_words=False)
+
+
+class _CommandsFormatter(_Formatter):
+    """The top-level help: every command on a line of its own with its one-line help (at least
+    80 columns wide: no command's help is wrapped onto a second line)."""
+
+    def __init__(self, prog: str) -> None:
+        width = max(shutil.get_terminal_size().columns - 2, 78)
+        super().__init__(prog, max_help_position=20, width=width)
+
+    def _format_action(self, action: argparse.Action) -> str:
+        if isinstance(action, argparse._SubParsersAction):  # the commands, without a header line
+            return "".join(self._format_action(a) for a in action._get_subactions())
+        return super()._format_action(action)
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="gpu-pipeline",
-        description=__doc__,
+        description="GPU telemetry in a landing folder, cost and efficiency marts out: a Parquet "
+        "lake, DuckDB SQL, the Dagster asset graph.",
         epilog="new here? make demo, then: gpu-pipeline <command> --help",
+        formatter_class=_CommandsFormatter,
     )
     from gpu_pipeline import __version__
 
     p.add_argument("--version", action="version", version=f"gpu-pipeline {__version__}")
-    sub = p.add_subparsers(dest="cmd", required=True)
+    sub = p.add_subparsers(dest="cmd", required=True, title="commands", metavar="<command>")
     try:
         start = date.fromisoformat(settings.current().start_date)
+        # the folder `report` writes to without --out (argparse reads % in help as a format)
+        reports = str(settings.reports_dir(settings.current().lake)).replace("%", "%%")
     except settings.SettingsError:  # --help still works; a command is refused by main()
         start = date.fromisoformat(settings.DEFAULT_START_DATE)
+        reports = "<lake>/_reports"
 
     g = _command(
         sub,
         "generate",
-        help="write a synthetic fleet's dcgm-exporter scrapes into the landing zone",
+        help="write a synthetic fleet's scrapes into the landing zone",
     )
     g.add_argument("--start", type=_day, default=start, help="first UTC day (default %(default)s)")
     g.add_argument("--days", type=int, default=7, help="days to write (default %(default)s)")
@@ -885,7 +961,7 @@ def parser() -> argparse.ArgumentParser:
     m.add_argument("--url", help="with --pull: the server URL (default GPU_PIPELINE_PROM_URL)")
     m.set_defaults(fn=cmd_materialize)
 
-    s = _command(sub, "sql", help="read-only DuckDB SQL over the marts (views of sql/views.sql)")
+    s = _command(sub, "sql", help="read-only DuckDB SQL over the marts")
     s.add_argument("query", nargs="?", help="SQL to run (several statements: each result printed)")
     s.add_argument("-f", "--file", help="read the SQL from this file")
     s.add_argument("--lake", help="lake to query (default GPU_PIPELINE_LAKE or data/lake)")
@@ -906,7 +982,7 @@ def parser() -> argparse.ArgumentParser:
     pu = _command(
         sub,
         "pull",
-        help="fetch UTC days of DCGM series from a Prometheus-compatible server into the landing zone",
+        help="fetch UTC days from a Prometheus-compatible server",
     )
     pu.add_argument("--start", type=_day, required=True, help="first UTC day (YYYY-MM-DD)")
     pu.add_argument("--end", type=_day, help="last UTC day (default: --start)")
@@ -925,7 +1001,10 @@ def parser() -> argparse.ArgumentParser:
     r = _command(sub, "report", help="write the day's self-contained HTML report")
     r.add_argument("--date", type=_day, required=True, help="the UTC day (YYYY-MM-DD)")
     r.add_argument("--lake", help="lake root (default GPU_PIPELINE_LAKE or data/lake)")
-    r.add_argument("--out", help="file (default data/reports/gpu_report_<date>.html)")
+    r.add_argument(
+        "--out",
+        help=f"file (default {reports}/gpu_report_DATE.html; with --lake, in that lake's reports)",
+    )
     r.set_defaults(fn=cmd_report)
 
     i = _command(sub, "init-instance", help="create DAGSTER_HOME with the project's dagster.yaml")

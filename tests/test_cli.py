@@ -207,7 +207,118 @@ def test_every_command_has_help_with_an_example():
     sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
     assert set(sub.choices) == set(EXAMPLES)  # every command, each with an example
     for name, sp in sub.choices.items():
-        assert f"    {name} " in top  # the top-level help lists it with its one-line help
+        assert f"  {name} " in top  # the top-level help lists it with its one-line help
         text = " ".join(sp.format_help().split())
         assert f"example: gpu-pipeline {name}" in text, name
         assert all(a.help for a in sp._actions if a.dest != "help"), name  # every option explained
+
+
+def test_top_level_help_lists_every_command_on_a_line_of_its_own(monkeypatch):
+    """`gpu-pipeline --help` in an 80-column terminal: each command and its whole one-line help
+    on one line (none wrapped, none missing: pull, sample and report too)."""
+    import argparse
+
+    from gpu_pipeline.cli import parser
+
+    monkeypatch.setenv("COLUMNS", "80")
+    p = parser()
+    lines = p.format_help().splitlines()
+    sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
+    helps = {a.dest: a.help for a in sub._get_subactions()}
+    assert set(helps) == set(sub.choices)
+    for name, text in helps.items():
+        assert any(ln.split(None, 1) == [name, text] for ln in lines), (name, lines)
+    assert all(len(ln) <= 80 for ln in lines)
+
+
+def test_report_help_names_the_folder_report_writes_to(run):
+    """`report --help` gives the default output as the real path for the lake in use, and
+    `report` without --out writes exactly there."""
+    tmp, env, _ = run
+    env = {**env, "GPU_PIPELINE_LAKE": str(tmp / "lake")}
+    help_text = " ".join(cli("report", "--help", env=env).stdout.split())
+    folder = tmp / "lake" / "_reports"
+    assert f"(default {folder}/gpu_report_DATE.html;" in help_text, help_text
+    out = cli("report", "--date", "2024-01-02", env=env).stdout
+    assert out.startswith(f"wrote {folder / 'gpu_report_2024-01-02.html'} ("), out
+
+
+def test_summary_refuses_what_it_cannot_summarize_with_one_line(run):
+    """Like materialize: exit 2 for a request that cannot be right (--end before --start), 1
+    when there is nothing to summarize (no lake, no GPU-minutes in the range); one line, no
+    traceback."""
+    tmp, env, _ = run
+    lake = str(tmp / "lake")
+    for args, rc, line in (
+        (
+            ("--start", "2024-01-05", "--end", "2024-01-01", "--lake", lake),
+            2,
+            "error: --end 2024-01-01 is before --start 2024-01-05",
+        ),
+        (
+            ("--start", "2024-01-01", "--lake", str(tmp / "no_lake")),
+            1,
+            f"error: the lake {tmp / 'no_lake'} does not exist: nothing to summarize. Materialize "
+            "some days first (gpu-pipeline materialize --start D), or point --lake at a lake",
+        ),
+        (
+            ("--start", "2023-06-01", "--end", "2023-06-07", "--lake", lake),
+            1,
+            f"error: no GPU-minutes in the lake {lake} for 2023-06-01..2023-06-07; its "
+            "gpu_minutes partitions span 2024-01-01..2024-01-02",
+        ),
+    ):
+        p = cli("summary", *args, env=env, check=False)
+        assert (p.returncode, p.stdout, p.stderr) == (rc, line + "\n", ""), (args, p)
+
+
+def test_summary_of_a_range_with_gaps_says_which_days_have_no_data(run):
+    tmp, env, _ = run
+    out = cli(
+        "summary",
+        "--start",
+        "2023-12-30",
+        "--end",
+        "2024-01-03",
+        "--lake",
+        str(tmp / "lake"),
+        env=env,
+    ).stdout
+    lines = out.splitlines()
+    assert lines[0] == "Fleet summary 2023-12-30 .. 2024-01-03"
+    assert lines[1] == ("  5 days asked, 2 with data: 2023-12-30..2023-12-31, 2024-01-03 have none")
+    assert "GPUs: 4" in out  # the days with data, summarized
+    full = cli(
+        "summary",
+        "--start",
+        "2024-01-01",
+        "--end",
+        "2024-01-02",
+        "--lake",
+        str(tmp / "lake"),
+        env=env,
+    )
+    assert "with data" not in full.stdout  # every day has data: nothing to say
+
+
+def test_plain_materialize_prints_where_the_reports_are(run, tmp_path):
+    """Without --summary, materialize still says where each day's report is."""
+    tmp, env, _ = run
+    env = {**env, "DAGSTER_HOME": str(tmp_path / "dh")}
+    lake = tmp_path / "lake"
+    out = cli(
+        "materialize",
+        "--start",
+        "2024-01-01",
+        "--end",
+        "2024-01-02",
+        "--raw",
+        str(tmp / "raw"),
+        "--lake",
+        str(lake),
+        env=env,
+    ).stdout
+    reports = [lake / "_reports" / f"gpu_report_2024-01-0{i}.html" for i in (1, 2)]
+    assert all(r.is_file() for r in reports)
+    assert f"  reports: {reports[0]}\n           {reports[1]}\n" in out, out
+    assert "Fleet summary" not in out

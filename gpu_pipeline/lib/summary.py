@@ -63,6 +63,7 @@ def fleet_summary(lake: Lake, start: date, end: date) -> dict:
         .collect()
     )
     totals = lake.scan_days("priced_waste", days).select(*_priced_sums()).collect()
+    with_data = m.select(pl.col("date").unique().sort()).collect()["date"].to_list()
     persistent = (
         lake.scan_days("persistent_bottlenecks", days)
         .group_by("gpu_uuid", "hostname", "namespace", "gpu_model")
@@ -71,6 +72,8 @@ def fleet_summary(lake: Lake, start: date, end: date) -> dict:
         .collect()
     )
     return {
+        "days": days,
+        "days_with_data": with_data,
         "head": head,
         "waste": waste,
         "totals": totals.row(0, named=True),
@@ -78,10 +81,40 @@ def fleet_summary(lake: Lake, start: date, end: date) -> dict:
     }
 
 
+def _spans(days: list[date]) -> list[str]:
+    """Days as runs of consecutive days: `2024-01-03`, `2024-01-05..2024-01-07`."""
+    runs: list[list[date]] = []
+    for d in sorted(days):
+        if runs and d - runs[-1][-1] == timedelta(days=1):
+            runs[-1].append(d)
+        else:
+            runs.append([d])
+    return [f"{r[0]}" if len(r) == 1 else f"{r[0]}..{r[-1]}" for r in runs]
+
+
+# at most this many runs of days without data are named, then a count
+MAX_GAPS = 8
+
+
+def coverage_line(days: list[date], with_data: list[date]) -> str | None:
+    """`7 days asked, 5 with data: 2024-01-03, 2024-01-06 have none`; None when every day has
+    data."""
+    missing = sorted(set(days) - set(with_data))
+    if not missing:
+        return None
+    spans = _spans(missing)
+    named = ", ".join(spans[:MAX_GAPS]) + (
+        f", … ({len(missing)} days in all)" if len(spans) > MAX_GAPS else ""
+    )
+    verb = "has" if len(missing) == 1 else "have"
+    return f"{len(days)} days asked, {len(days) - len(missing)} with data: {named} {verb} none"
+
+
 def format_summary(s: dict, start: date, end: date) -> str:
     h = s["head"]
     if not h["gpus"]:
         return f"No GPU-minutes in the lake for {start}..{end}."
+    gaps = coverage_line(s["days"], s["days_with_data"])
     t = s["totals"]
     priced = t["cost_usd"] is not None  # a sum over no priced minute is null
     cost = (
@@ -91,6 +124,7 @@ def format_summary(s: dict, start: date, end: date) -> str:
     )
     out = [
         f"Fleet summary {start} .. {end}",
+        *([f"  {gaps}"] if gaps else []),
         f"  GPUs: {h['gpus']}    GPU-hours: {h['gpu_hours']:,.1f}",
         f"  avg utilization {num(h['util'], '.1f', unit=' %')}  vs  avg RFU "
         f"{num(h['rfu'], '.1f', unit=' %')}  ->  gap {num(h['gap'], '.1f', unit=' points')}",

@@ -1,5 +1,11 @@
 """The Parquet lake: `<root>/<table>/date=YYYY-MM-DD/data.parquet`, one file per partition.
 
+A partition's day is its folder's name: the file holds every column of the table's contract but
+`date`, which readers add from the folder (`read`, `read_days`, `scan_days` here; hive
+partitioning in DuckDB, pandas/pyarrow, Polars and Spark). A file that also held `date` would
+make pyarrow (and so pandas) refuse the folder: the column in the files and the one from the
+folder names would not merge. Partitions written before still hold it, and still read.
+
 A partition is one file. On a local disk it is written beside its final name and swapped in with
 an atomic rename; on an object store (`s3://bucket/prefix`, credentials and endpoint from the
 usual AWS_* variables) it is written locally and uploaded in one go, which stores publish
@@ -28,6 +34,8 @@ from gpu_pipeline.lib.samples import conform
 from gpu_pipeline.lib.schemas import TABLES
 
 DATA_FILE = "data.parquet"
+# the column a partition's folder names (`date=YYYY-MM-DD`), not stored in its file
+PARTITION_COLUMN = "date"
 # earlier versions kept a zero-row schema file in `<table>/_schema/`; a table's folder now holds
 # nothing but its `date=` partitions (any engine reads `<table>/*/*.parquet` with hive partitioning)
 LEGACY_SCHEMA_DIR = "_schema"
@@ -81,6 +89,19 @@ def partition_day(name: str) -> date | None:
         return date.fromisoformat(m.group(1))
     except ValueError:
         return None
+
+
+def _stored_schema(schema: dict[str, pl.DataType]) -> dict[str, pl.DataType]:
+    """A table's contract as its files hold it: without the partition's `date`."""
+    return {c: t for c, t in schema.items() if c != PARTITION_COLUMN}
+
+
+def _with_day(lf: pl.LazyFrame, table: str, day: date) -> pl.LazyFrame:
+    """A partition's frame with its `date` first, as the table's contract has it: the day of its
+    folder, or the file's own `date` (partitions written before the day left the files)."""
+    if table not in TABLES or PARTITION_COLUMN in lf.collect_schema().names():
+        return lf
+    return lf.select(pl.lit(day, dtype=pl.Date).alias(PARTITION_COLUMN), pl.all())
 
 
 class Lake:
@@ -168,20 +189,21 @@ class Lake:
         from polars.io.plugins import register_io_source
 
         schema = TABLES[table]
+        stored = _stored_schema(schema)
         self._drop_legacy(table)
         rows = 0
 
         def source(*_):
             nonlocal rows
             for df in frames:
-                df = conform(df.with_columns(pl.lit(day).alias("date")), schema)
+                df = conform(df, stored)
                 rows += df.height
                 yield df
 
         final = self.partition_file(table, day)
         self._publish(
             final,
-            lambda path: register_io_source(source, schema=schema).sink_parquet(
+            lambda path: register_io_source(source, schema=stored).sink_parquet(
                 path, **WRITE_OPTIONS, **_lineage_meta(lineage)
             ),
         )
@@ -198,10 +220,11 @@ class Lake:
     def write(
         self, table: str, day: date, df: pl.DataFrame, lineage: str | None = None
     ) -> Path | str:
-        """Replace the day's partition of `table` with `df` (conformed to the table's contract).
-        `lineage`: the ingest the partition was made from, kept in the file (`lineage()`)."""
+        """Replace the day's partition of `table` with `df` (conformed to the table's contract,
+        without `date`: the folder names the day). `lineage`: the ingest the partition was made
+        from, kept in the file (`lineage()`)."""
         if table in TABLES:
-            df = conform(df.with_columns(pl.lit(day).alias("date")), TABLES[table])
+            df = conform(df, _stored_schema(TABLES[table]))
             self._drop_legacy(table)
         final = self.partition_file(table, day)
         self._replace(final, df, lineage)
@@ -270,17 +293,21 @@ class Lake:
         return Path(path).is_file()
 
     def _read(self, path: Path | str) -> pl.DataFrame:
+        """The file's columns as stored (a partition's day is not among them: see `read`)."""
         if self.remote:
             import pyarrow.parquet as pq
 
-            return pl.from_arrow(pq.read_table(path, filesystem=self.fs))
+            # one file: no partitioning is discovered from its path
+            return pl.from_arrow(pq.read_table(path, filesystem=self.fs, partitioning=None))
         return pl.read_parquet(path, glob=False)  # a path is a path, never a pattern
 
     def exists(self, table: str, day: date) -> bool:
         return self._exists(self.partition_file(table, day))
 
     def read(self, table: str, day: date) -> pl.DataFrame:
-        return self._read(self.partition_file(table, day))
+        """The day's partition with its `date` (from the folder; a file written before `date`
+        left the files keeps its own)."""
+        return _with_day(self._read(self.partition_file(table, day)).lazy(), table, day).collect()
 
     def read_days(self, table: str, days: list[date]) -> pl.DataFrame:
         """The given days of `table`, read now (one version of each, even if a run replaces a
@@ -293,13 +320,20 @@ class Lake:
         )
 
     def scan_days(self, table: str, days: list[date]) -> pl.LazyFrame:
-        """The given days of `table` that exist, as one frame (an empty, typed frame if none do)."""
-        files = [self.partition_file(table, d) for d in days if self.exists(table, d)]
-        if not files:
+        """The given days of `table` that exist, as one frame (an empty, typed frame if none do),
+        each with its `date` (see `read`)."""
+        found = [(d, self.partition_file(table, d)) for d in days if self.exists(table, d)]
+        if not found:
             return pl.LazyFrame(schema=TABLES[table])
-        if self.remote:
-            return pl.concat([self._read(f) for f in files]).lazy()
-        return pl.scan_parquet(files, glob=False)
+        frames = [
+            _with_day(
+                self._read(f).lazy() if self.remote else pl.scan_parquet(f, glob=False), table, d
+            )
+            for d, f in found
+        ]
+        # partitions of one version have one schema (a plain concat); older ones may lack columns
+        same = all(f.collect_schema() == frames[0].collect_schema() for f in frames[1:])
+        return pl.concat(frames, how="vertical" if same else "diagonal_relaxed")
 
     def days(self, table: str) -> list[date]:
         if self.remote:

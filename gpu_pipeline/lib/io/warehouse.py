@@ -3,6 +3,10 @@
 One view per lake table, generated from the column contract (`schemas.TABLES`): a typed empty
 relation unioned by name with the table's partitions, so every view has every contract column
 whether or not a partition exists yet or was written before a column was added.
+A partition's `date` is its folder's day (DuckDB's hive partitioning, typed DATE; files written
+before the day left them hold it too, and the folder's day wins), or, for a lake below a
+`key=value` folder of its own, read from the file's `date=` folder by name. A link from a
+partition to a file in any other folder is skipped: its day would be read from that folder.
 
 Which files a view reads (`scan_partitions`): `<lake>/<table>/date=YYYY-MM-DD/data.parquet` with a
 real day in the name and a Parquet file behind it (the PAR1 magic at both ends and a footer length
@@ -24,6 +28,7 @@ The `.duckdb` file holds only views, so it is rebuilt freely; analysts open it r
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -222,6 +227,9 @@ def scan_partitions(lake_root: str | Path) -> Partitions:
             why = None
             if not _inside(real, td_s):
                 why = f"a link to {real}, outside its table folder"
+            elif linked and os.path.dirname(real) != f"{td_s}/{entry.name}":
+                # the day is read from the folder the file is in (hive partitioning)
+                why = f"a link to {real}, outside its own {entry.name} folder"
             elif any(ch in real for ch in _NOT_IN_PATHS):
                 why = f"a link to {real}, a path DuckDB would read as a glob"
             elif real in seen:
@@ -247,9 +255,28 @@ def _file_literal(path: str) -> str:
     return "'" + path.replace("'", "''") + "'"
 
 
-def table_view_sql(table: str, source: str | list[str] | None) -> str:
+def hive_safe(root: Path) -> bool:
+    """Can DuckDB's hive partitioning read the partitions below `root`: no folder of its path
+    is named like `key=value` (DuckDB reads every such folder of a file's path as a column, the
+    first one of a name winning: `/backup/date=2020-01-01/lake` would give every row that day)."""
+    return not any("=" in part for part in Path(root).parts)
+
+
+# the column naming a file, in views over a lake whose path is not hive-safe
+_FILE_COLUMN = "gpu_pipeline_file"
+_DAY_OF_FILE = r"/date=([0-9]{4}-[0-9]{2}-[0-9]{2})/[^/]*$"
+
+
+def table_view_sql(
+    table: str, source: str | list[str] | None, root: str | Path | None = None
+) -> str:
     """The view of `table` over `source`: a glob (SQL-quoted already), a list of files, or
-    nothing (the typed empty relation alone: DuckDB cannot glob nothing)."""
+    nothing (the typed empty relation alone: DuckDB cannot glob nothing).
+
+    A partition's `date` is its folder's day (hive partitioning, typed DATE); files written
+    before the day left them still hold a `date` column, which the folder's day overrides. Over a
+    lake `root` whose path has `key=value` folders of its own, the day is taken from the file's
+    `date=` folder by name instead."""
     cols = ", ".join(f'CAST(NULL AS {duck_type(t)}) AS "{c}"' for c, t in TABLES[table].items())
     typed = f"SELECT {cols} WHERE false"
     if not source:
@@ -257,9 +284,17 @@ def table_view_sql(table: str, source: str | list[str] | None) -> str:
     files = (
         f"'{source}'" if isinstance(source, str) else f"[{', '.join(map(_file_literal, source))}]"
     )
+    if root is None or hive_safe(Path(root)):
+        return (
+            f"CREATE OR REPLACE VIEW {table} AS {typed} UNION ALL BY NAME "
+            f"SELECT * FROM read_parquet({files}, union_by_name = true, "
+            "hive_partitioning = true, hive_types = {'date': DATE})"
+        )
     return (
-        f"CREATE OR REPLACE VIEW {table} AS {typed} UNION ALL BY NAME "
-        f"SELECT * FROM read_parquet({files}, union_by_name = true, hive_partitioning = false)"
+        f"CREATE OR REPLACE VIEW {table} AS SELECT * EXCLUDE ({_FILE_COLUMN}) REPLACE "
+        f"(CAST(regexp_extract({_FILE_COLUMN}, '{_DAY_OF_FILE}', 1) AS DATE) AS date) FROM "
+        f"({typed} UNION ALL BY NAME SELECT * FROM read_parquet({files}, union_by_name = true, "
+        f"hive_partitioning = false, filename = '{_FILE_COLUMN}'))"
     )
 
 
@@ -292,26 +327,36 @@ def create_views(
         if glob and files and table not in parts.listed:
             source = f"{_quote_path(parts.root)}/{table}/{PARTITION_GLOB}"
         try:
-            con.execute(table_view_sql(table, source))
+            con.execute(table_view_sql(table, source, parts.root))
         except duckdb.Error:
             if not files:
                 raise
             parts.files[table] = files = _readable(con, parts, table)
             parts.listed.add(table)
-            con.execute(table_view_sql(table, files or None))
+            con.execute(table_view_sql(table, files or None, parts.root))
     for stmt in con.extract_statements(VIEWS_SQL.read_text()):
         con.execute(stmt.query)
     return parts
 
 
+def views_version(root: Path) -> str:
+    """A digest of how this version writes the views of a lake at `root` (how a view reads its
+    partitions, the contract's columns, `sql/views.sql`): a views file written otherwise (before
+    `date` came from the partition's folder, say) no longer matches its lake."""
+    text = "\n".join(table_view_sql(t, "?", root) for t in TABLES) + VIEWS_SQL.read_text()
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def lake_state(parts: Partitions) -> str:
-    """The lake's path, the tables with data and the files of the listed tables, as one string."""
+    """The lake's path, the tables with data, the files of the listed tables and the views'
+    version, as one string."""
     rel = {t: [Path(f).relative_to(parts.root).as_posix() for f in parts.files[t]] for t in TABLES}
     return json.dumps(
         {
             "lake": parts.root.as_posix(),
             "tables": [t for t in TABLES if parts.files[t]],
             "listed": {t: rel[t] for t in sorted(parts.listed)},
+            "views": views_version(parts.root),
         }
     )
 
