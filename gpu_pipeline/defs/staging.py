@@ -13,7 +13,7 @@ import polars as pl
 
 from gpu_pipeline.defs import checks
 from gpu_pipeline.defs.daily import BACKFILL_POLICY, DayWriter, partition_days
-from gpu_pipeline.defs.metadata import spec_metadata
+from gpu_pipeline.defs.metadata import pricing_metadata, spec_metadata
 from gpu_pipeline.defs.partitions import daily_partitions
 from gpu_pipeline.defs.resources import LakeResource, ReferenceResource
 from gpu_pipeline.lib.schemas import GPU_MINUTES_SCHEMA, validate
@@ -85,14 +85,16 @@ def staging(context: dg.AssetExecutionContext, lake: LakeResource, reference: Re
     """Each day's samples -> gpu_minutes (streamed) and gpu_daily, hourly_fleet_metrics,
     priced_waste and fleet_daily, one chunk of GPUs at a time."""
     the_lake = lake.lake()
-    catalog, prices, rules = (
+    catalog, prices, rules, energy = (
         reference.load_catalog(),
         reference.load_prices(),
         reference.load_rules(),
+        reference.load_energy(),
     )
     writers = {t: DayWriter(the_lake, t, source="gpu_samples") for t in TABLES}
     chunking = lake.chunking()
     results: dict[str, list] = {"minutes": [], "hourly": [], "waste": [], "coverage": []}
+    priced_with: dict = {}  # per day: the price book entries and energy rates in force
     for day in partition_days(context):
         samples = the_lake.scan_days("gpu_samples", [day])
         tables, unique = DayTables(t=rules.t), []
@@ -106,6 +108,9 @@ def staging(context: dg.AssetExecutionContext, lake: LakeResource, reference: Re
         daily = writers["gpu_daily"].write(day, tables.gpu_daily())
         hourly = writers["hourly_fleet_metrics"].write(day, tables.hourly_fleet_metrics())
         waste = writers["priced_waste"].write(day, tables.priced_waste())
+        priced_with[day] = pricing_metadata(
+            waste, prices, energy, reference.prices, reference.energy
+        )
         fleet = writers["fleet_daily"].write(day, validate("fleet_daily", tables.fleet_daily()))
         results["hourly"].append(checks.phase_shares_sum_to_100(hourly))
         results["waste"].append(checks.cost_split_sums_to_cost(waste))
@@ -114,8 +119,8 @@ def staging(context: dg.AssetExecutionContext, lake: LakeResource, reference: Re
             f"{day}: {tables.minutes_rows} GPU-minutes in {tables.chunks} chunk(s) of at most "
             f"{chunking} (split by {chunking.split})"
         )
-    for w in writers.values():
-        yield w.result(context, rules)
+    for name, w in writers.items():
+        yield w.result(context, rules, priced_with if name == "priced_waste" else None)
     for name in ("minutes", "hourly", "waste", "coverage"):
         yield checks.merge(results[name], labels=partition_days(context))
 
