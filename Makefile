@@ -5,8 +5,13 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 export DAGSTER_HOME ?= $(CURDIR)/data/dagster_home
-START ?= 2024-01-01
+# the demo: the DAYS UTC days ending yesterday (the last day that can be materialized), so the
+# UI's partitions and its "last 90 days" range show them; computed once (`make demo START=...`
+# picks other days). The generated numbers do not depend on the dates, only the timestamps do.
 DAYS ?= 7
+ifeq ($(origin START), undefined)
+START := $(shell $(PYTHON) -c "import datetime as d;print(d.datetime.now(d.timezone.utc).date()-d.timedelta(days=$(DAYS)))")
+endif
 END ?= $(shell $(PYTHON) -c "import datetime as d;print(d.date.fromisoformat('$(START)')+d.timedelta(days=$(DAYS)-1))")
 
 NATIVE := gpu_pipeline/native/libgpu_pipeline_native.so

@@ -194,8 +194,17 @@ def cmd_materialize(a: argparse.Namespace) -> int:
                 run_config=run_config,
                 run_id=run_id,
                 tags={
-                    "dagster/asset_partition_range_start": days[0].isoformat(),
-                    "dagster/asset_partition_range_end": days[-1].isoformat(),
+                    # as the UI tags its runs: one day, its partition (the runs list shows it);
+                    # a range, its bounds, and the days as a tag the runs list shows
+                    **(
+                        job.get_tags_for_partition_key(days[0].isoformat(), None)
+                        if len(days) == 1
+                        else {
+                            "dagster/asset_partition_range_start": days[0].isoformat(),
+                            "dagster/asset_partition_range_end": days[-1].isoformat(),
+                            "gpu_pipeline/days": f"{days[0]} → {days[-1]}",
+                        }
+                    ),
                     # who runs it: a run left STARTED by a killed process is marked failed later
                     HOST_TAG: socket.gethostname(),
                     PID_TAG: str(os.getpid()),

@@ -11,6 +11,8 @@ try:
 except SettingsError as e:
     raise SettingsError(e.lines) from None
 
+from pathlib import Path
+
 import dagster as dg
 
 from gpu_pipeline.defs import marts, report, staging, warehouse
@@ -22,6 +24,7 @@ from gpu_pipeline.defs.resources import (
     LandingResource,
     PromResource,
     ReferenceResource,
+    described,
 )
 from gpu_pipeline.defs.sensors import (
     freshness_checks,
@@ -29,7 +32,7 @@ from gpu_pipeline.defs.sensors import (
     landing_files,
     landing_zone_sensor,
 )
-from gpu_pipeline.settings import ENV_VARS, PROM_SETTINGS
+from gpu_pipeline.settings import CHECKS, DEFAULT_LAKE, ENV_VARS, PROM_SETTINGS, _no_password
 
 EXECUTORS = ("in_process", "multiprocess", "k8s")
 
@@ -65,6 +68,70 @@ def _bind(s: Settings, name: str) -> object:
     return dg.EnvVar.int(var) if isinstance(value, int) else dg.EnvVar(var)
 
 
+# what each setting's default is, as the UI's resource page says it beside the variable
+DEFAULTS = {
+    "raw": "data/raw",
+    "lake": DEFAULT_LAKE,
+    "cache": "beside the lake",
+    "prices": "the shipped price book",
+    "catalog": "the shipped GPU catalog alone",
+    "energy": "the shipped energy rates",
+    "rules": "the built-in rules",
+    "chunk_mb": "640",
+    "chunk_gpus": "0: chunks follow chunk_mb",
+    "split": "gpus",
+    "csv_timezone": "UTC",
+    "max_file_mb": "1024",
+}
+
+
+def in_force(s: Settings, name: str) -> str:
+    """The value of setting `name` a run uses, resolved: paths absolute, an empty path the
+    shipped file it stands for."""
+    from gpu_pipeline.lib.reference import DEFAULT_CATALOG, DEFAULT_ENERGY, DEFAULT_PRICES
+
+    value = getattr(s, name)
+    if name in ("raw", "lake", "cache", "prices", "catalog", "energy", "rules") and value:
+        path = value if "://" in value else str(Path(value).resolve())
+        return f"{path}, over the shipped catalog" if name == "catalog" else path
+    shipped = {"prices": DEFAULT_PRICES, "energy": DEFAULT_ENERGY, "catalog": DEFAULT_CATALOG}
+    if name in shipped:
+        return f"shipped: {shipped[name]}"
+    if name == "cache":  # as Lake.cache_dir has it (not made here: it may reach an object store)
+        if "://" in s.lake:
+            return "a folder under data/cache named by the lake's URI"
+        return str(Path(s.lake).resolve() / "_ingest_cache")
+    if name == "rules":
+        return "built-in (every rule: config/rules.example.toml)"
+    return str(value)
+
+
+def describe(s: Settings, fields: dict[str, str]) -> dict[str, str]:
+    """A resource's field -> what the UI shows under it: the variable that sets it, its default
+    and the value in force (a field bound to an EnvVar shows the variable's name as its value,
+    never what it resolved to)."""
+    return {
+        field: f"{ENV_VARS[name]} (default: {DEFAULTS[name]}). In force: {in_force(s, name)}"
+        for field, name in fields.items()
+    }
+
+
+def describe_prom(s: Settings) -> dict[str, str]:
+    """The pull's fields: variable, default and value in force (secrets: whether set)."""
+    out = {}
+    for name, (var, _) in PROM_SETTINGS.items():
+        default = PromResource.model_fields[name].default
+        if name not in s.prom:
+            value = "unset" if default in ("", None) else str(default)
+        elif CHECKS[var].secret:
+            value = "set (never shown)"
+        else:
+            value = _no_password(str(s.prom[name])) if name == "url" else str(s.prom[name])
+        shown = "" if default in ("", None) else f" (default: {default})"
+        out[name] = f"{var}{shown}. In force: {value}"
+    return out
+
+
 def prometheus(s: Settings, enabled: bool | None = None) -> dict:
     """The pull's resource bound to the GPU_PIPELINE_PROM_* variables that are set (the URL may
     come from a CLI flag), or {} when no server is configured (then the graph reads files only)."""
@@ -81,7 +148,7 @@ def prometheus(s: Settings, enabled: bool | None = None) -> dict:
         for name, value in s.prom.items()
         for var, kind in [PROM_SETTINGS[name]]
     }
-    return {"prometheus": PromResource(**bound)}
+    return {"prometheus": described(PromResource, describe_prom(s))(**bound)}
 
 
 def build_definitions(s: Settings | None = None, pull: bool | None = None) -> dg.Definitions:
@@ -96,26 +163,55 @@ def build_definitions(s: Settings | None = None, pull: bool | None = None) -> dg
         assets += [ingest]
     return dg.Definitions(
         assets=[landing_files, *assets],
-        asset_checks=freshness_checks,
+        asset_checks=[freshness_checks],
         jobs=[daily_pipeline, warehouse.refresh_warehouse],
         schedules=[daily_schedule],
         sensors=[landing_zone_sensor, freshness_sensor],
         # the run queue in config/dagster.yaml limits how many runs a backfill has going at once
         executor=executor(s.executor),
         resources={
-            "lake": LakeResource(
+            "lake": described(
+                LakeResource,
+                describe(
+                    s,
+                    {
+                        "root": "lake",
+                        "cache": "cache",
+                        "chunk_mb": "chunk_mb",
+                        "chunk_gpus": "chunk_gpus",
+                        "split": "split",
+                    },
+                ),
+            )(
                 root=_bind(s, "lake"),
                 cache=_bind(s, "cache"),
                 chunk_mb=_bind(s, "chunk_mb"),
                 chunk_gpus=_bind(s, "chunk_gpus"),
                 split=_bind(s, "split"),
             ),
-            "landing": LandingResource(
+            "landing": described(
+                LandingResource,
+                describe(
+                    s, {"root": "raw", "csv_timezone": "csv_timezone", "max_file_mb": "max_file_mb"}
+                ),
+            )(
                 root=_bind(s, "raw"),
                 csv_timezone=_bind(s, "csv_timezone"),
                 max_file_mb=_bind(s, "max_file_mb"),
             ),
-            "reference": ReferenceResource(
+            "reference": described(
+                ReferenceResource,
+                describe(
+                    s,
+                    {
+                        "prices": "prices",
+                        "catalog": "catalog",
+                        "rules": "rules",
+                        "energy": "energy",
+                    },
+                )
+                | {"rule_overrides": "Run config only: section.key -> value over the rules file"},
+            )(
                 prices=_bind(s, "prices"),
                 catalog=_bind(s, "catalog"),
                 rules=_bind(s, "rules"),

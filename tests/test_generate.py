@@ -1,7 +1,10 @@
 """The synthetic fleet: deterministic, in the seed's shape, and its workloads show in the metrics."""
 
+import os
+import subprocess
 from collections import Counter
-from datetime import date
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
 
 import polars as pl
 from helpers import assemble_day
@@ -60,3 +63,52 @@ def test_workloads_show_in_the_metrics(tmp_path):
     )  # data-starved
     assert r["llm-pretrain"]["pif"] > 0.7 and r["llm-pretrain"]["bottlenecked"] < 0.01  # efficient
     assert r["notebooks"]["idle"] > 0.99  # idle
+
+
+def _without_times(path) -> list[str]:
+    """An exposition file's lines without their timestamps (the last field of a sample)."""
+    return [
+        ln if ln.startswith("#") else ln.rsplit(" ", 1)[0] for ln in path.read_text().splitlines()
+    ]
+
+
+def test_the_numbers_do_not_depend_on_the_week(tmp_path):
+    """The demo is generated for the week ending yesterday: whatever week that is, the fleet's
+    values (and so every figure `make demo` prints) are the same; only the times move."""
+    a = generate(tmp_path / "a", D, days=2, gpus=3, clusters=1, seed=42)
+    later = date(2026, 11, 18)  # another weekday, another year
+    b = generate(tmp_path / "b", later, days=2, gpus=3, clusters=1, seed=42)
+    assert [p.name for p in b] == [
+        f"us-east-train-node-00_{later + timedelta(days=i)}.prom" for i in range(2)
+    ]
+    for x, y in zip(a, b, strict=True):
+        assert _without_times(x) == _without_times(y), (x.name, y.name)
+        assert x.read_bytes() != y.read_bytes()  # the timestamps are the days'
+    # and the first day is what it always was: a run from 2024-01-01 writes the same bytes as
+    # the day of its own (the README's figures were measured on that week)
+    one = generate(tmp_path / "one", D, days=1, gpus=3, clusters=1, seed=42)
+    assert one[0].read_bytes() == a[0].read_bytes()
+
+
+def test_make_demo_generates_the_week_ending_yesterday():
+    """`make demo` on a clean clone: the seven UTC days ending yesterday (the UI's default
+    partition range shows them), the same START for generate and materialize."""
+    repo = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("START", "END", "DAYS")}
+    out = subprocess.run(
+        ["make", "-n", "demo"], cwd=repo, env=env, capture_output=True, text=True, check=True
+    ).stdout
+    yesterday = datetime.now(UTC).date() - timedelta(days=1)
+    start = yesterday - timedelta(days=6)
+    assert f"gpu-pipeline generate --start {start} --days 7" in out, out
+    assert f"gpu-pipeline materialize --start {start} --end {yesterday} --summary" in out, out
+    # other days on request
+    out = subprocess.run(
+        ["make", "-n", "demo", "START=2024-01-01"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "materialize --start 2024-01-01 --end 2024-01-07" in out, out

@@ -98,11 +98,16 @@ class DayWriter:
         self.days[day] = (first[0] if first else pl.DataFrame(), path)
 
     def result(
-        self, context: dg.AssetExecutionContext, rules: Rules | None = None
+        self,
+        context: dg.AssetExecutionContext,
+        rules: Rules | None = None,
+        per_day: dict[date, dict] | None = None,
     ) -> dg.MaterializeResult:
-        """Each day's materialization gets its own row count, path and preview; what all days
-        share (`rules`: the thresholds the table was computed with) is the run's."""
+        """Each day's materialization gets its own row count, path and preview (and its entry
+        of `per_day`); what all days share (`rules`: the thresholds the table was computed
+        with) is the run's."""
         for day, (head, path) in self.days.items():
-            day_metadata(context, day, table_metadata(head, path, self.rows[day]), self.table)
+            meta = table_metadata(head, path, self.rows[day]) | (per_day or {}).get(day, {})
+            day_metadata(context, day, meta, self.table)
         shared = {} if rules is None else {"rules": dg.MetadataValue.json(rules.flat())}
         return dg.MaterializeResult(asset_key=self.table, metadata=shared)

@@ -13,7 +13,7 @@ daily_pipeline = dg.define_asset_job(
     selection=dg.AssetSelection.all()
     - dg.AssetSelection.groups("warehouse")
     - dg.AssetSelection.keys("landing_files")
-    - dg.AssetSelection.checks(*freshness_checks),
+    - dg.AssetSelection.checks(freshness_checks),
     partitions_def=daily_partitions,
 )
 

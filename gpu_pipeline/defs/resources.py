@@ -6,11 +6,14 @@ They hold every setting (`settings.Settings`, bound to `GPU_PIPELINE_*` variable
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextlib import contextmanager
 from datetime import date, timedelta
+from typing import TypeVar
 
 import dagster as dg
 import polars as pl
+import pydantic
 
 from gpu_pipeline.lib.ingest.landing import ParseOptions
 from gpu_pipeline.lib.ingest.pull import PromServer
@@ -18,6 +21,30 @@ from gpu_pipeline.lib.io.lake import Lake
 from gpu_pipeline.lib.reference import load_catalog, load_energy, load_prices
 from gpu_pipeline.lib.rules import Rules, load_rules
 from gpu_pipeline.lib.staging.chunked import DEFAULT_CHUNK_MB, Chunking
+
+R = TypeVar("R", bound=dg.ConfigurableResource)
+
+
+def described(cls: type[R], descriptions: Mapping[str, str]) -> type[R]:
+    """`cls` whose config fields carry `descriptions`: what the UI's resource page shows under
+    each field's name (the variable that sets it, its default, the value in force). A subclass
+    made for one set of definitions, so that the text can name values the class cannot know;
+    same name, same fields, same defaults."""
+    fields = cls.model_fields
+    namespace: dict = {
+        "__module__": cls.__module__,
+        "__qualname__": cls.__qualname__,
+        "__doc__": cls.__doc__,
+        "__annotations__": {name: fields[name].annotation for name in descriptions},
+    }
+    for name, text in descriptions.items():
+        f = fields[name]
+        namespace[name] = (
+            pydantic.Field(description=text)
+            if f.is_required()
+            else pydantic.Field(default=f.default, description=text)
+        )
+    return type(cls.__name__, (cls,), namespace)
 
 
 def run_days(tags: dict[str, str]) -> list[date]:

@@ -12,14 +12,17 @@ backfill daemon runs it in dependency order, so a window day waits for the late 
 
 import hashlib
 import json
-import warnings
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 
 import dagster as dg
 
 # private in Dagster 1.13 (pinned in pyproject.toml): the documented way for a sensor to launch an
 # asset backfill is `RunRequest.for_asset_graph_subset`, whose argument type lives here
 from dagster._core.definitions.assets.graph.asset_graph_subset import AssetGraphSubset
+
+# how the freshness sensor tells a check a run planned from one it executed (what Dagster's own
+# freshness sensor reads too)
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
 from gpu_pipeline.defs.marts import WINDOW_DAYS, persistent_bottlenecks, recommendations
 from gpu_pipeline.defs.partitions import daily_partitions
@@ -171,15 +174,130 @@ def landing_zone_sensor(
     return dg.SensorResult(run_requests=requests, cursor=cursor)
 
 
-# Dagster 1.13 marks these builders superseded by FreshnessPolicy, whose evaluation is not yet
-# partition-aware; "yesterday's partition exists by 06:00" is exactly what this check asks.
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    freshness_checks = dg.build_time_partition_freshness_checks(
-        assets=[dg.AssetKey("priced_waste"), recommendations, persistent_bottlenecks, daily_report],
-        deadline_cron="0 6 * * *",  # yesterday's marts are expected by 06:00 UTC
-        timezone="UTC",
+# Freshness: yesterday's UTC partition of the marts is expected by 06:00 UTC. Judged only by
+# `freshness_checks_sensor`, never at the end of a run that materializes assets.
+#
+# Dagster puts every check of the assets a run materializes into the run unless the launcher
+# names the checks, and the UI names none for a backfill ("Materialize all") and every check of
+# the asset's job for a single run. Dagster's own freshness checks
+# (`build_time_partition_freshness_checks`) then judged yesterday at the end of a backfill of
+# last year's days ("Asset is overdue"), and their sensor waited forever on a check a run had
+# planned and not executed. Here the check skips itself in any run that materializes assets
+# (Dagster records it as skipped, never red); a run of checks only (this sensor's, or "Execute"
+# on the check's page) judges.
+FRESHNESS_ASSETS = [
+    dg.AssetKey("priced_waste"),
+    recommendations.key,
+    persistent_bottlenecks.key,
+    daily_report.key,
+]
+DEADLINE_HOUR_UTC = 6
+FRESHNESS_TAG = "gpu_pipeline/freshness"  # on the sensor's runs
+
+
+def freshness_deadline(now: datetime) -> datetime:
+    """The latest 06:00 UTC at or before `now`: by then the day before it must be there."""
+    tick = datetime.combine(now.astimezone(UTC).date(), time(DEADLINE_HOUR_UTC), tzinfo=UTC)
+    return tick if now >= tick else tick - timedelta(days=1)
+
+
+def judge_freshness(
+    instance: dg.DagsterInstance, asset_key: dg.AssetKey, now: datetime
+) -> dg.AssetCheckResult:
+    """Is the partition expected by the latest deadline (the day before it) materialized?"""
+    deadline = freshness_deadline(now)
+    expected = deadline.date() - timedelta(days=1)
+    meta = {
+        "expected_partition": dg.MetadataValue.text(expected.isoformat()),
+        "deadline": dg.MetadataValue.timestamp(deadline.timestamp()),
+    }
+    if expected < date.fromisoformat(daily_partitions.get_first_partition_key()):
+        return dg.AssetCheckResult(
+            asset_key=asset_key,
+            passed=True,
+            metadata=meta,
+            description=f"no partition is expected yet ({expected} is before the first)",
+        )
+    found = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[expected.isoformat()]),
+        limit=1,
+    ).records
+    name = asset_key.to_user_string()
+    return dg.AssetCheckResult(
+        asset_key=asset_key,
+        passed=bool(found),
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata=meta,
+        description=(
+            f"{name} of {expected} is there (expected by {deadline:%Y-%m-%d %H:%M} UTC)"
+            if found
+            else f"{name} of {expected} was not there by {deadline:%Y-%m-%d %H:%M} UTC: the "
+            "schedule did not run, its run failed, or no data landed for the day"
+        ),
     )
-    freshness_sensor = dg.build_sensor_for_freshness_checks(
-        freshness_checks=freshness_checks, name="freshness_checks_sensor"
-    )
+
+
+@dg.multi_asset_check(
+    specs=[
+        dg.AssetCheckSpec(
+            "freshness_check",
+            asset=key,
+            description="yesterday's UTC partition is there by 06:00 UTC; judged by "
+            "freshness_checks_sensor (a run that materializes assets skips it)",
+        )
+        for key in FRESHNESS_ASSETS
+    ],
+    can_subset=True,
+    name="freshness_checks",
+)
+def freshness_checks(context: dg.AssetCheckExecutionContext):
+    if context.job_def.asset_layer.selected_asset_keys:
+        # a backfill of past days says nothing about whether yesterday is late
+        context.log.info(
+            "freshness is judged by freshness_checks_sensor, not by a run that materializes assets"
+        )
+        return
+    now = datetime.now(UTC)
+    for key in sorted(context.selected_asset_check_keys, key=lambda k: k.to_user_string()):
+        yield judge_freshness(context.instance, key.asset_key, now)
+
+
+def freshness_due(instance: dg.DagsterInstance, key: dg.AssetCheckKey, now: datetime) -> bool:
+    """Judge again when: never judged; a deadline passed since the last verdict; it failed and
+    the asset was materialized since; or a run that materialized assets planned it and skipped
+    it (the UI shows the latest execution: a verdict again). Not while this sensor's own run of
+    it is under way; after one that ended without a verdict, at the next deadline."""
+    summary = instance.event_log_storage.get_asset_check_summary_records([key])[key]
+    last, done = summary.last_check_execution_record, summary.last_completed_check_execution_record
+    deadline = freshness_deadline(now).timestamp()
+    if last is not None and last.status == AssetCheckExecutionRecordStatus.PLANNED:
+        run = instance.get_run_by_id(last.run_id)
+        if run is not None and FRESHNESS_TAG in run.tags:
+            return run.is_finished and last.create_timestamp < deadline
+        if run is None or run.is_finished:
+            return True  # planned, never executed: skipped by a run that materialized assets
+    if done is None or done.event is None or done.event.asset_check_evaluation is None:
+        return True
+    verdict = done.event.asset_check_evaluation
+    if done.event.timestamp < deadline:
+        return True
+    if not verdict.passed:
+        latest = instance.get_latest_materialization_event(key.asset_key)
+        return latest is not None and latest.timestamp > done.event.timestamp
+    return False
+
+
+@dg.sensor(
+    name="freshness_checks_sensor",
+    asset_selection=dg.AssetSelection.checks(freshness_checks),
+    default_status=dg.DefaultSensorStatus.STOPPED,
+)
+def freshness_sensor(context: dg.SensorEvaluationContext):
+    """Runs the freshness checks that are due (see `freshness_due`), checks only."""
+    now = datetime.now(UTC)
+    due = [
+        k for k in sorted(freshness_checks.check_keys) if freshness_due(context.instance, k, now)
+    ]
+    if not due:
+        return dg.SkipReason("every freshness check has its verdict for the latest deadline")
+    return dg.RunRequest(asset_check_keys=due, tags={FRESHNESS_TAG: "sensor"})

@@ -13,10 +13,11 @@ import polars as pl
 
 from gpu_pipeline.defs import checks
 from gpu_pipeline.defs.daily import BACKFILL_POLICY, DayWriter, partition_days
-from gpu_pipeline.defs.metadata import spec_metadata
+from gpu_pipeline.defs.metadata import pricing_metadata, spec_metadata
 from gpu_pipeline.defs.partitions import daily_partitions
 from gpu_pipeline.defs.resources import LakeResource, ReferenceResource
 from gpu_pipeline.lib.marts.day_tables import DayTables
+from gpu_pipeline.lib.reference import prices_used
 from gpu_pipeline.lib.schemas import validate
 from gpu_pipeline.lib.staging.chunked import minutes_by_chunk
 
@@ -90,14 +91,16 @@ def staging(context: dg.AssetExecutionContext, lake: LakeResource, reference: Re
     """Each day's samples -> gpu_minutes (streamed) and gpu_daily, hourly_fleet_metrics,
     priced_waste and fleet_daily, one chunk of GPUs at a time."""
     the_lake = lake.lake()
-    catalog, prices, rules = (
+    catalog, prices, rules, energy = (
         reference.load_catalog(),
         reference.load_prices(),
         reference.load_rules(),
+        reference.load_energy(),
     )
     writers = {t: DayWriter(the_lake, t, source="gpu_samples") for t in TABLES}
     chunking = lake.chunking()
     results: dict[str, list] = {"minutes": [], "hourly": [], "waste": [], "coverage": []}
+    priced_with: dict = {}  # per day: the price book entries and energy rates in force
     for day in partition_days(context):
         samples = the_lake.scan_days("gpu_samples", [day])
         tables = DayTables(t=rules.t)
@@ -109,6 +112,8 @@ def staging(context: dg.AssetExecutionContext, lake: LakeResource, reference: Re
         )
         hourly = writers["hourly_fleet_metrics"].write(day, tables.hourly_fleet_metrics())
         waste = writers["priced_waste"].write(day, tables.priced_waste())
+        used = prices_used(the_lake.scan_days("gpu_minutes", [day]), reference.prices)
+        priced_with[day] = pricing_metadata(used, waste, energy, reference.prices, reference.energy)
         fleet = writers["fleet_daily"].write(day, tables.fleet_daily())
         results["hourly"].append(checks.phase_shares_sum_to_100(hourly))
         results["waste"].append(checks.cost_split_sums_to_cost(waste))
@@ -117,8 +122,8 @@ def staging(context: dg.AssetExecutionContext, lake: LakeResource, reference: Re
             f"{day}: {tables.minutes_rows} GPU-minutes in {tables.chunks} chunk(s) of at most "
             f"{chunking} (split by {chunking.split})"
         )
-    for w in writers.values():
-        yield w.result(context, rules)
+    for name, w in writers.items():
+        yield w.result(context, rules, priced_with if name == "priced_waste" else None)
     for name in ("minutes", "hourly", "waste", "coverage"):
         yield checks.merge(results[name], labels=partition_days(context))
 

@@ -190,11 +190,20 @@ def _signals(w: str, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     }
 
 
-def _host_day_frame(gpus: list[Gpu], day: date, seed: int) -> pl.DataFrame:
-    """One row per GPU per scrape: ts (epoch ms), g (index into `gpus`), one column per metric."""
+# the numbers of a generated day depend on the seed and on the day's place in the run (its index
+# from `start`), never on its date: the demo's week prints the same figures whatever week it is
+# generated for. Day k draws what the day EPOCH + k drew when days were keyed by their date, so a
+# run starting on EPOCH writes the bytes earlier releases wrote.
+EPOCH = date(2024, 1, 1)
+
+
+def _host_day_frame(gpus: list[Gpu], day: date, seed: int, index: int) -> pl.DataFrame:
+    """One row per GPU per scrape: ts (epoch ms), g (index into `gpus`), one column per metric.
+    `index`: the day's place in the run (0 for its first day) keys its random draws."""
     n = 24 * 60
     t0 = int(datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp() * 1000)
-    rng = np.random.default_rng([seed, day.toordinal(), zlib.crc32(gpus[0].hostname.encode())])
+    key = EPOCH.toordinal() + index
+    rng = np.random.default_rng([seed, key, zlib.crc32(gpus[0].hostname.encode())])
     # scrapes land a little after each minute starts, as a real scrape loop does
     ts = t0 + np.arange(n, dtype=np.int64) * 60_000 + rng.integers(0, 3000, n)
     frames = []
@@ -364,7 +373,9 @@ def generate(
     fmt: str = "prom",
     progress: Callable[[str], None] | None = None,
 ) -> list[Path]:
-    """Write the fleet's scrape archive; returns the files written (same inputs, same bytes)."""
+    """Write the fleet's scrape archive; returns the files written (same inputs, same bytes).
+    The values depend on the seed and each day's place from `start`, not on the dates: the same
+    fleet generated for another week differs only in its timestamps and file names."""
     if fmt not in WRITERS:
         raise ValueError(f"unknown format {fmt!r}: use one of {', '.join(WRITERS)}")
     suffix, writer, gz = WRITERS[fmt]
@@ -378,7 +389,7 @@ def generate(
         for (cluster, host), members in sorted(hosts.items()):
             path = Path(out_dir) / cluster / f"{host}_{day.isoformat()}{suffix}"
             path.parent.mkdir(parents=True, exist_ok=True)
-            data = writer(_host_day_frame(members, day, seed), members).encode()
+            data = writer(_host_day_frame(members, day, seed, d), members).encode()
             path.write_bytes(gzip.compress(data, 1, mtime=0) if gz else data)
             written.append(path)
         if progress:
