@@ -473,7 +473,11 @@ GPU_HEALTH_MODEL = _model(
 )
 STRAGGLERS_MODEL = _model(
     STRAGGLERS_SCHEMA,
-    {"rule": [pa.Check.isin(["below_median", "spread"])], "pod_gpus": [pa.Check.ge(2)]},
+    {
+        # the rules that flagged the row, comma-separated
+        "rule": [pa.Check.str_matches(r"^(below_median|spread)(, (below_median|spread))*$")],
+        "pod_gpus": [pa.Check.ge(2)],
+    },
     {"date", "hour", "gpu_uuid", "metric", "value", "rule"},
     ["hour", "namespace", "pod", "gpu_uuid", "gpu_instance_id", "metric"],
 )
