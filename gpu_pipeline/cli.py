@@ -499,7 +499,7 @@ def _warm_parse_cache(s: settings.Settings) -> list:
     from gpu_pipeline.lib.ingest.cache import is_cached, parse_all
     from gpu_pipeline.lib.ingest.landing import hash_memo, list_landing
 
-    cache = LakeResource(root=s.lake, cache=s.cache).lake().cache_dir
+    cache = LakeResource(root=s.lake, cache=s.cache).open().cache_dir
     opts = LandingResource(
         root=s.raw, csv_timezone=s.csv_timezone, max_file_mb=s.max_file_mb
     ).parse_options()
@@ -834,7 +834,7 @@ def cmd_report(a: argparse.Namespace) -> int:
             a.date,
             require_data=True,
             catalog=load_catalog(s.catalog or None),
-            t=load_rules(s.rules or None).t,
+            t=load_rules(s.rules or None).thresholds,
         )
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)

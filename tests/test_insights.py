@@ -167,7 +167,7 @@ def test_recommendation_triggers_and_fractions_are_rules():
         None,
         {"recommendations.right_size": 0.5, "recommendations.underutilized_share_from": 0.0},
     )
-    r = recommendations(planted_minutes().lazy(), load_prices(), r=rules.r)
+    r = recommendations(planted_minutes().lazy(), load_prices(), r=rules.recommend)
     by = {row["namespace"]: row for row in r.iter_rows(named=True)}
     right = next(d for d in by["idle"]["action_details"] if d["action"] == "right_size")
     idle_frac = right["fraction"] / 0.5
@@ -336,7 +336,7 @@ def test_a_hot_gpu_warns_only_after_the_minutes_the_rules_set(tmp_path):
     assert status == {"GPU-1": "ok", "GPU-14": "ok", "GPU-15": "warn", "GPU-30": "warn"}
     rules = tmp_path / "rules.toml"
     rules.write_text("[health]\nhot_warn_minutes = 30\n")
-    h = load_rules(str(rules)).h
+    h = load_rules(str(rules)).health
     assert h.hot_warn_minutes == 30
     status = dict(
         collect_stable(gpu_health(samples, load_catalog(), h)).select("gpu_uuid", "status").rows()

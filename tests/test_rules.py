@@ -41,10 +41,18 @@ def test_a_rules_file_overrides_defaults_and_bad_files_say_what_is_wrong(tmp_pat
     f = tmp_path / "rules.toml"
     f.write_text("[phases]\nidle_below = 20\n[health]\nhot_from_c = 85.5\n")
     r = load_rules(str(f))
-    assert (r.t.idle_below, r.h.hot_from_c, r.t.productive_from) == (20.0, 85.5, 70.0)
+    assert (r.thresholds.idle_below, r.health.hot_from_c, r.thresholds.productive_from) == (
+        20.0,
+        85.5,
+        70.0,
+    )
     # run config over the file
     r = load_rules(str(f), {"health.hot_from_c": 90, "roi.target_rfu_pct": 75})
-    assert (r.t.idle_below, r.h.hot_from_c, r.roi_target_rfu_pct) == (20.0, 90.0, 75.0)
+    assert (r.thresholds.idle_below, r.health.hot_from_c, r.roi_target_rfu_pct) == (
+        20.0,
+        90.0,
+        75.0,
+    )
     cases = {
         "[health]\nhot = 80\n": "line 2: unknown rule health.hot (did you mean health.hot_from_c? "
         "config/rules.example.toml lists every rule)",

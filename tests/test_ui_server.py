@@ -209,9 +209,7 @@ def test_materialize_all_backfill_of_past_days_leaves_freshness_alone(ui):
         e["label"]: e.get("mdStr") or e.get("text") or e.get("jsonString")
         for e in next(m for m in got if m["runId"] in runs)["metadataEntries"]
     }
-    assert "| NVIDIA A100-SXM4-40GB | 3.25 | 1.25 |" in meta["prices_used"], meta[
-        "prices_used"
-    ]
+    assert "| NVIDIA A100-SXM4-40GB | 3.25 | 1.25 |" in meta["prices_used"], meta["prices_used"]
     assert meta["price_book"] == f"GPU_PIPELINE_PRICES: {tmp / 'prices.csv'}"
     assert "| us-east-train | 0.12 | 400 | * |" in meta["energy_rates_in_force"]
     assert meta["energy_rates"].startswith("shipped default: ")

@@ -1,4 +1,4 @@
-"""Marts over the staged tables: persistent bottlenecks, recommendations, health, ROI.
+"""Marts over the staged tables: persistent compute_persistent_bottlenecks, recommendations, health, ROI.
 
 (hourly_fleet_metrics and priced_waste come out of the staging pass, defs/staging.py.)
 """
@@ -13,13 +13,17 @@ from gpu_pipeline.defs import checks
 from gpu_pipeline.defs.daily import DayWriter, daily, partition_days
 from gpu_pipeline.defs.resources import LakeResource, ReferenceResource
 from gpu_pipeline.lib.io.lake import Lake
-from gpu_pipeline.lib.marts.efficiency_roi import efficiency_roi as roi_table
-from gpu_pipeline.lib.marts.gpu_health import gpu_health as gpu_health_table
-from gpu_pipeline.lib.marts.namespace_efficiency import namespace_efficiency as ns_efficiency
-from gpu_pipeline.lib.marts.persistent_bottlenecks import persistent_bottlenecks as bottlenecks
+from gpu_pipeline.lib.marts.efficiency_roi import efficiency_roi as compute_efficiency_roi
+from gpu_pipeline.lib.marts.gpu_health import gpu_health as compute_gpu_health
+from gpu_pipeline.lib.marts.namespace_efficiency import (
+    namespace_efficiency as compute_namespace_efficiency,
+)
+from gpu_pipeline.lib.marts.persistent_bottlenecks import (
+    persistent_bottlenecks as compute_persistent_bottlenecks,
+)
 from gpu_pipeline.lib.marts.persistent_bottlenecks import window
-from gpu_pipeline.lib.marts.recommendations import recommendations as recommend
-from gpu_pipeline.lib.marts.stragglers import stragglers as stragglers_table
+from gpu_pipeline.lib.marts.recommendations import recommendations as compute_recommendations
+from gpu_pipeline.lib.marts.stragglers import stragglers as compute_stragglers
 from gpu_pipeline.lib.rules import Rules, load_rules
 from gpu_pipeline.lib.samples import collect_stable
 from gpu_pipeline.settings import current
@@ -27,7 +31,7 @@ from gpu_pipeline.settings import current
 # D's persistence reads the GPU-days D-6..D; days before the first partition simply don't exist.
 # (allow_nonexistent_upstream_partitions is marked beta in Dagster 1.13; it is what first days need.)
 # the window's length comes from the rules file when the definitions load (GPU_PIPELINE_RULES)
-WINDOW_DAYS = load_rules(current().rules or None).t.window_days
+WINDOW_DAYS = load_rules(current().rules or None).thresholds.window_days
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", dg.BetaWarning)
     SEVEN_DAY_WINDOW = dg.TimeWindowPartitionMapping(
@@ -66,13 +70,13 @@ def from_minutes(
 def persistent_bottlenecks(
     context: dg.AssetExecutionContext, lake: LakeResource, reference: ReferenceResource
 ):
-    """GPUs bottlenecked on at least 3 of the last 7 days (D-6..D; `[bottlenecks]` rules)."""
-    the_lake, t = lake.lake(), reference.load_rules().t
-    out = DayWriter(the_lake, "persistent_bottlenecks", source="gpu_daily")
+    """GPUs bottlenecked on at least 3 of the last 7 days (D-6..D; `[compute_persistent_bottlenecks]` rules)."""
+    store, t = lake.open(), reference.load_rules().thresholds
+    out = DayWriter(store, "persistent_bottlenecks", source="gpu_daily")
     for day in partition_days(context):
         # the window's days may be another run's to write: read one version of each, now
-        daily_frames = the_lake.read_days("gpu_daily", window(day, t)).lazy()
-        out.write(day, collect_stable(bottlenecks(daily_frames, day, t)))
+        daily_frames = store.read_days("gpu_daily", window(day, t)).lazy()
+        out.write(day, collect_stable(compute_persistent_bottlenecks(daily_frames, day, t)))
     return out.result(context, reference.load_rules())
 
 
@@ -97,9 +101,11 @@ def recommendations(
     )
     yield from from_minutes(
         context,
-        lake.lake(),
+        lake.open(),
         "recommendations",
-        lambda m: recommend(m, prices, catalog, rules.d, rules.r, rules.t),
+        lambda m: compute_recommendations(
+            m, prices, catalog, rules.diagnosis, rules.recommend, rules.thresholds
+        ),
         checks.savings_within_measured_waste,
         rules=rules,
     )
@@ -108,11 +114,11 @@ def recommendations(
 @dg.asset(**daily("gpu_health", "marts", deps=["gpu_samples"]))
 def gpu_health(context: dg.AssetExecutionContext, lake: LakeResource, reference: ReferenceResource):
     """Physical GPU-day: hot and power-capped minutes, XID, double-bit ECC, row-remap failures, a status."""
-    the_lake, catalog, rules = lake.lake(), reference.load_catalog(), reference.load_rules()
-    out = DayWriter(the_lake, "gpu_health", source="gpu_samples")
+    store, catalog, rules = lake.open(), reference.load_catalog(), reference.load_rules()
+    out = DayWriter(store, "gpu_health", source="gpu_samples")
     for day in partition_days(context):
-        samples = the_lake.scan_days("gpu_samples", [day])
-        out.write(day, collect_stable(gpu_health_table(samples, catalog, rules.h)))
+        samples = store.scan_days("gpu_samples", [day])
+        out.write(day, collect_stable(compute_gpu_health(samples, catalog, rules.health)))
     return out.result(context, rules)
 
 
@@ -122,9 +128,9 @@ def stragglers(context: dg.AssetExecutionContext, lake: LakeResource, reference:
     rules = reference.load_rules()
     yield from from_minutes(
         context,
-        lake.lake(),
+        lake.open(),
         "stragglers",
-        lambda m: collect_stable(stragglers_table(m, rules.h)),
+        lambda m: collect_stable(compute_stragglers(m, rules.health)),
         rules=rules,
     )
 
@@ -137,9 +143,9 @@ def efficiency_roi(
     rules = reference.load_rules()
     yield from from_minutes(
         context,
-        lake.lake(),
+        lake.open(),
         "efficiency_roi",
-        lambda m: collect_stable(roi_table(m, rules.roi_target_rfu_pct)),
+        lambda m: collect_stable(compute_efficiency_roi(m, rules.roi_target_rfu_pct)),
         rules=rules,
     )
 
@@ -153,8 +159,8 @@ def namespace_efficiency(
     energy, rules = reference.load_energy(), reference.load_rules()
     yield from from_minutes(
         context,
-        lake.lake(),
+        lake.open(),
         "namespace_efficiency",
-        lambda m: collect_stable(ns_efficiency(m, energy, rules.t)),
+        lambda m: collect_stable(compute_namespace_efficiency(m, energy, rules.thresholds)),
         rules=rules,
     )

@@ -126,19 +126,19 @@ def ingest_days(
         check_landing_root(landing.root)
     except LandingRootError as e:
         raise dg.Failure(description=str(e)) from None
-    the_lake = lake.lake()
-    files = list_landing(landing.root, hash_memo(the_lake.cache_dir))
+    store = lake.open()
+    files = list_landing(landing.root, hash_memo(store.cache_dir))
     opts, max_rows = landing.parse_options(), lake.chunking().rows
-    parsed = parse_all(files, the_lake.cache_dir, opts)
+    parsed = parse_all(files, store.cache_dir, opts)
     days = partition_days(context)
     for name, where in rejected_elsewhere(parsed, days):
         context.log.warning(f"{name}: rejected whole, filed in the quarantine of {where}")
-    writers = {t: DayWriter(the_lake, t) for t in RAW_TABLES}
+    writers = {t: DayWriter(store, t) for t in RAW_TABLES}
     conservation, pass_rate, utilization = [], [], []
     for day in days:
         gone = (
-            gone_from_landing(the_lake.read("ingest_log", day), files)
-            if not replace_missing and the_lake.exists("ingest_log", day)
+            gone_from_landing(store.read("ingest_log", day), files)
+            if not replace_missing and store.exists("ingest_log", day)
             else []
         )
         if gone:  # the input is not all there: the day stays the version it was made from
@@ -156,11 +156,11 @@ def ingest_days(
                     {"kept": True, "files_gone": dg.MetadataValue.json(gone)},
                     table,
                 )
-            log, quarantine = the_lake.read("ingest_log", day), the_lake.read("quarantine", day)
+            log, quarantine = store.read("ingest_log", day), store.read("quarantine", day)
             day_metadata(
                 context,
                 day,
-                ledger_metadata(log, the_lake.lineage("ingest_log", day)),
+                ledger_metadata(log, store.lineage("ingest_log", day)),
                 "ingest_log",
             )
             conservation.append(checks.row_conservation(log))

@@ -58,7 +58,7 @@ def daily_report(
         rules_file=reference.rules or None,
     )
     for day in days:
-        rep = build_report(lake.lake(), day, catalog=catalog, in_force=in_force)
+        rep = build_report(lake.open(), day, catalog=catalog, in_force=in_force)
         out = settings.reports_dir(lake.root) / f"gpu_report_{day.isoformat()}.html"
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name("." + out.name + ".tmp")
@@ -78,9 +78,9 @@ def daily_report(
             }
         day_metadata(context, day, meta)
     yield dg.MaterializeResult(metadata={"reports": len(days)})
-    the_lake = lake.lake()
+    store = lake.open()
     yield checks.merge(
-        [checks.made_from_one_ingest(the_lake, day, LINEAGE_TABLES) for day in days],
+        [checks.made_from_one_ingest(store, day, LINEAGE_TABLES) for day in days],
         labels=days,
     )
 

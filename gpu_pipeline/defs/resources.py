@@ -78,7 +78,7 @@ class LakeResource(dg.ConfigurableResource):
     chunk_gpus: int = 0
     split: str = "gpus"
 
-    def lake(self) -> Lake:
+    def open(self) -> Lake:
         return Lake(self.root, self.cache or None)
 
     def chunking(self) -> Chunking:
@@ -94,7 +94,7 @@ class LakeResource(dg.ConfigurableResource):
         def waiting(day: date) -> None:
             context.log.info(f"waiting for another run writing {day} in {self.root}")
 
-        with self.lake().day_locks(days, waiting):
+        with self.open().day_locks(days, waiting):
             yield self
 
 

@@ -50,7 +50,7 @@ def landing_files(context: dg.AssetExecutionContext, landing: LandingResource, l
         check_landing_root(landing.root)
     except LandingRootError as e:
         raise dg.Failure(description=str(e)) from None
-    cache, opts = lake.lake().cache_dir, landing.parse_options()
+    cache, opts = lake.open().cache_dir, landing.parse_options()
     files = list_landing(landing.root, hash_memo(cache))
     todo = [f for f in files if not is_cached(f, cache, opts)]
 
@@ -99,7 +99,7 @@ def landing_zone_sensor(
         check_landing_root(landing.root)
     except LandingRootError as e:
         return dg.SkipReason(str(e))
-    cache, opts = lake.lake().cache_dir, landing.parse_options()
+    cache, opts = lake.open().cache_dir, landing.parse_options()
     files = list_landing(landing.root, hash_memo(cache))
     changed = [f for f in files if seen.get(f.source_file) != f.sha256]
     if not changed:
@@ -123,11 +123,11 @@ def landing_zone_sensor(
     parsed = {f.source_file: load_or_parse(f, cache, opts) for f in changed}  # reads meta.json only
     # a file the lake already ingested with this content (a UI or CLI backfill before the
     # sensor was turned on) is not news: only files some day's ingest_log lacks are planned
-    the_lake = lake.lake()
+    store = lake.open()
     logged: set[tuple[date, str, str]] = set()
     for d in {d for pf in parsed.values() for d in pf.touched_days()}:
-        if the_lake.exists("ingest_log", d):
-            log = the_lake.read("ingest_log", d)
+        if store.exists("ingest_log", d):
+            log = store.read("ingest_log", d)
             logged |= {
                 (d, src, sha) for src, sha in zip(log["source_file"], log["sha256"], strict=True)
             }

@@ -90,34 +90,36 @@ TABLES = {
 def staging(context: dg.AssetExecutionContext, lake: LakeResource, reference: ReferenceResource):
     """Each day's samples -> gpu_minutes (streamed) and gpu_daily, hourly_fleet_metrics,
     priced_waste and fleet_daily, one chunk of GPUs at a time."""
-    the_lake = lake.lake()
+    store = lake.open()
     catalog, prices, rules, energy = (
         reference.load_catalog(),
         reference.load_prices(),
         reference.load_rules(),
         reference.load_energy(),
     )
-    writers = {t: DayWriter(the_lake, t, source="gpu_samples") for t in TABLES}
+    writers = {t: DayWriter(store, t, source="gpu_samples") for t in TABLES}
     chunking = lake.chunking()
     results: dict[str, list] = {"minutes": [], "hourly": [], "waste": [], "coverage": []}
     priced_with: dict = {}  # per day: the price book entries and energy rates in force
     for day in partition_days(context):
-        samples = the_lake.scan_days("gpu_samples", [day])
-        tables = DayTables(t=rules.t)
-        chunks = minutes_by_chunk(samples, catalog, prices, rules.t, d=rules.d, chunking=chunking)
+        samples = store.scan_days("gpu_samples", [day])
+        tables = DayTables(t=rules.thresholds)
+        chunks = minutes_by_chunk(
+            samples, catalog, prices, rules.thresholds, d=rules.diagnosis, chunking=chunking
+        )
         writers["gpu_minutes"].write_frames(day, _checked(chunks, tables))
         daily = writers["gpu_daily"].write(day, tables.gpu_daily())
-        results["minutes"].append(
-            checks.minutes_add_up(the_lake.row_count("gpu_minutes", day), daily)
-        )
+        results["minutes"].append(checks.minutes_add_up(store.row_count("gpu_minutes", day), daily))
         hourly = writers["hourly_fleet_metrics"].write(day, tables.hourly_fleet_metrics())
         waste = writers["priced_waste"].write(day, tables.priced_waste())
-        used = prices_used(the_lake.scan_days("gpu_minutes", [day]), reference.prices)
+        used = prices_used(store.scan_days("gpu_minutes", [day]), reference.prices)
         priced_with[day] = pricing_metadata(used, waste, energy, reference.prices, reference.energy)
         fleet = writers["fleet_daily"].write(day, tables.fleet_daily())
         results["hourly"].append(checks.phase_shares_sum_to_100(hourly))
         results["waste"].append(checks.cost_split_sums_to_cost(waste))
-        results["coverage"].append(checks.fleet_coverage(fleet, daily, rules.t.coverage_warn_below))
+        results["coverage"].append(
+            checks.fleet_coverage(fleet, daily, rules.thresholds.coverage_warn_below)
+        )
         context.log.info(
             f"{day}: {tables.minutes_rows} GPU-minutes in {tables.chunks} chunk(s) of at most "
             f"{chunking} (split by {chunking.split})"

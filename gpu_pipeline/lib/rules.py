@@ -138,10 +138,10 @@ HOURS_PER_YEAR = 24 * 365
 class Rules:
     """Every threshold in force for a run: defaults, then the rules file, then run config."""
 
-    t: Thresholds = DEFAULT
-    d: DiagnosisThresholds = DIAGNOSIS
-    h: HealthThresholds = HEALTH
-    r: RecommendationThresholds = RECOMMEND
+    thresholds: Thresholds = DEFAULT
+    diagnosis: DiagnosisThresholds = DIAGNOSIS
+    health: HealthThresholds = HEALTH
+    recommend: RecommendationThresholds = RECOMMEND
     roi_target_rfu_pct: float = ROI_TARGET_RFU_PCT
 
     def flat(self) -> dict[str, float]:
@@ -159,33 +159,33 @@ RULES = Rules()
 # section, key, Rules part (None: a field of Rules itself), Rules field, type, (low, high)
 _PCT, _RATIO = (0.0, 100.0), (0.0, 1.0)
 _KEYS: tuple[tuple[str, str, str | None, str, type, tuple[float, float]], ...] = (
-    ("phases", "idle_below", "t", "", float, _PCT),
-    ("phases", "productive_from", "t", "", float, _PCT),
-    ("phases", "compute_bound_from", "t", "", float, _PCT),
-    ("classes", "inefficient_below", "t", "", float, _PCT),
-    ("classes", "bottleneck_pif_below", "t", "", float, _RATIO),
-    ("classes", "efficient_pif_from", "t", "", float, _RATIO),
-    ("bottlenecks", "day_min_active_minutes", "t", "", int, (0, 1440)),
-    ("bottlenecks", "day_min_bottleneck_share", "t", "", float, _RATIO),
-    ("bottlenecks", "window_days", "t", "", int, (1, 31)),
-    ("bottlenecks", "persistent_min_days", "t", "", int, (1, 31)),
-    ("coverage", "warn_below", "t", "coverage_warn_below", float, _PCT),
-    ("coverage", "month_from", "t", "coverage_month_from", float, _PCT),
-    ("diagnosis", "sm_underfed_below", "d", "", float, _RATIO),
-    ("diagnosis", "sm_busy_from", "d", "", float, _RATIO),
-    ("diagnosis", "dram_bound_from", "d", "", float, _RATIO),
-    ("diagnosis", "tensor_unused_below", "d", "", float, _RATIO),
-    ("diagnosis", "occupancy_low_below", "d", "", float, _RATIO),
-    ("diagnosis", "nvlink_busy_from", "d", "", float, (0.0, 1e13)),
-    ("diagnosis", "pcie_busy_from", "d", "", float, (0.0, 1e13)),
-    ("health", "hot_from_c", "h", "", float, (0.0, 130.0)),
-    ("health", "hot_warn_minutes", "h", "", int, (1, 1440)),
-    ("health", "power_capped_from", "h", "", float, _RATIO),
-    ("health", "straggler_points", "h", "", float, _PCT),
-    ("health", "straggler_spread_from", "h", "", float, _RATIO),
+    ("phases", "idle_below", "thresholds", "", float, _PCT),
+    ("phases", "productive_from", "thresholds", "", float, _PCT),
+    ("phases", "compute_bound_from", "thresholds", "", float, _PCT),
+    ("classes", "inefficient_below", "thresholds", "", float, _PCT),
+    ("classes", "bottleneck_pif_below", "thresholds", "", float, _RATIO),
+    ("classes", "efficient_pif_from", "thresholds", "", float, _RATIO),
+    ("bottlenecks", "day_min_active_minutes", "thresholds", "", int, (0, 1440)),
+    ("bottlenecks", "day_min_bottleneck_share", "thresholds", "", float, _RATIO),
+    ("bottlenecks", "window_days", "thresholds", "", int, (1, 31)),
+    ("bottlenecks", "persistent_min_days", "thresholds", "", int, (1, 31)),
+    ("coverage", "warn_below", "thresholds", "coverage_warn_below", float, _PCT),
+    ("coverage", "month_from", "thresholds", "coverage_month_from", float, _PCT),
+    ("diagnosis", "sm_underfed_below", "diagnosis", "", float, _RATIO),
+    ("diagnosis", "sm_busy_from", "diagnosis", "", float, _RATIO),
+    ("diagnosis", "dram_bound_from", "diagnosis", "", float, _RATIO),
+    ("diagnosis", "tensor_unused_below", "diagnosis", "", float, _RATIO),
+    ("diagnosis", "occupancy_low_below", "diagnosis", "", float, _RATIO),
+    ("diagnosis", "nvlink_busy_from", "diagnosis", "", float, (0.0, 1e13)),
+    ("diagnosis", "pcie_busy_from", "diagnosis", "", float, (0.0, 1e13)),
+    ("health", "hot_from_c", "health", "", float, (0.0, 130.0)),
+    ("health", "hot_warn_minutes", "health", "", int, (1, 1440)),
+    ("health", "power_capped_from", "health", "", float, _RATIO),
+    ("health", "straggler_points", "health", "", float, _PCT),
+    ("health", "straggler_spread_from", "health", "", float, _RATIO),
     ("roi", "target_rfu_pct", None, "roi_target_rfu_pct", float, (1.0, 100.0)),
     *(
-        ("recommendations", f.name, "r", "", float, _RATIO)
+        ("recommendations", f.name, "recommend", "", float, _RATIO)
         for f in fields(RecommendationThresholds)
     ),
 )
@@ -246,7 +246,13 @@ def _problems(values: dict[str, object], lines: dict[str, int]) -> tuple[list[st
         out.append(
             f"{at(name)}unknown rule {name} ({hint}config/rules.example.toml lists every rule)"
         )
-    parts: dict[str | None, dict[str, object]] = {"t": {}, "d": {}, "h": {}, "r": {}, None: {}}
+    parts: dict[str | None, dict[str, object]] = {
+        "thresholds": {},
+        "diagnosis": {},
+        "health": {},
+        "recommend": {},
+        None: {},
+    }
     for sec, key, part, field, kind, (low, high) in _KEYS:
         name = f"{sec}.{key}"
         if name not in values:
@@ -269,13 +275,13 @@ def rules_from(values: dict[str, object], where: str = "rules", lines=None) -> R
     where each key is in the file)."""
     problems, parts = _problems(values, lines or {})
     rules = Rules(
-        t=replace(DEFAULT, **parts["t"]),
-        d=replace(DIAGNOSIS, **parts["d"]),
-        h=replace(HEALTH, **parts["h"]),
-        r=replace(RECOMMEND, **parts["r"]),
+        thresholds=replace(DEFAULT, **parts["thresholds"]),
+        diagnosis=replace(DIAGNOSIS, **parts["diagnosis"]),
+        health=replace(HEALTH, **parts["health"]),
+        recommend=replace(RECOMMEND, **parts["recommend"]),
         **parts[None],
     )
-    t, d = rules.t, rules.d
+    t, d = rules.thresholds, rules.diagnosis
     for lo, hi, what in (
         (t.idle_below, t.productive_from, "phases.idle_below <= phases.productive_from"),
         (

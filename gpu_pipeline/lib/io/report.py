@@ -894,8 +894,8 @@ def build_report(
     thresholds then replace `t`), printed in the appendix.
     """
     if in_force is None:
-        in_force = InForce(rules=replace(RULES, t=t), told=False)
-    t = in_force.rules.t
+        in_force = InForce(rules=replace(RULES, thresholds=t), told=False)
+    t = in_force.rules.thresholds
     if require_data and not lake.exists("gpu_minutes", day):
         raise FileNotFoundError(
             f"no gpu_minutes for {day} in {lake.root}: materialize the day first"
@@ -1303,7 +1303,7 @@ def _namespaces(nse: pl.DataFrame) -> str:
 
 
 def _health(health: pl.DataFrame, rules: Rules) -> str:
-    h = rules.h
+    h = rules.health
     bad = health.filter(pl.col("status") != "ok")
     out = (
         f"<h2>Health</h2><p>{health.height - bad.height} of {plural(health.height, 'GPU')} ok. "
