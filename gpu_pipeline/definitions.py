@@ -16,7 +16,9 @@ from pathlib import Path
 import dagster as dg
 
 from gpu_pipeline.defs import marts, report, staging, warehouse
-from gpu_pipeline.defs.jobs import daily_pipeline, daily_schedule
+from gpu_pipeline.defs.jobs import build_jobs
+from gpu_pipeline.defs.partitions import DEFAULT as DEFAULT_PARTITIONING
+from gpu_pipeline.defs.partitions import Partitioning
 from gpu_pipeline.defs.pull import prometheus_export
 from gpu_pipeline.defs.raw import build_ingest, ingest
 from gpu_pipeline.defs.resources import (
@@ -27,10 +29,10 @@ from gpu_pipeline.defs.resources import (
     described,
 )
 from gpu_pipeline.defs.sensors import (
-    freshness_checks,
-    freshness_sensor,
+    build_freshness_checks,
+    build_freshness_sensor,
+    build_landing_sensor,
     landing_files,
-    landing_zone_sensor,
 )
 from gpu_pipeline.settings import CHECKS, DEFAULT_LAKE, ENV_VARS, PROM_SETTINGS, _no_password
 
@@ -151,22 +153,44 @@ def prometheus(s: Settings, enabled: bool | None = None) -> dict:
     return {"prometheus": described(PromResource, describe_prom(s))(**bound)}
 
 
+def partitioned(a: dg.AssetsDefinition, p: Partitioning) -> dg.AssetsDefinition:
+    """`a` on partitioning `p`: its days, and its window over the days before (the modules
+    build their assets on the default partitioning; settings enter here, not at import)."""
+    if a.partitions_def is None or p == DEFAULT_PARTITIONING:
+        return a
+
+    def spec(s: dg.AssetSpec) -> dg.AssetSpec:
+        deps = [
+            dg.AssetDep(d.asset_key, partition_mapping=p.window)
+            if isinstance(d.partition_mapping, dg.TimeWindowPartitionMapping)
+            else d
+            for d in s.deps
+        ]
+        return s.replace_attributes(partitions_def=p.daily, deps=deps)
+
+    return a.map_asset_specs(spec)
+
+
 def build_definitions(s: Settings | None = None, pull: bool | None = None) -> dg.Definitions:
-    """Definitions bound to `s` (default: this process's GPU_PIPELINE_* variables).
-    `pull=False` leaves the Prometheus pull out even when a server is configured."""
+    """Definitions bound to `s` (default: this process's GPU_PIPELINE_* variables): its days,
+    window, sensor interval and resources. `pull=False` leaves the Prometheus pull out even
+    when a server is configured."""
     s = s or Settings.from_env()
+    p = Partitioning.of(s)
     prom = prometheus(s, pull)
     assets = dg.load_assets_from_modules([staging, marts, report, warehouse])
     if prom:  # the pull lands files before the ingest reads them
         assets += [prometheus_export, build_ingest(("prometheus_export",))]
     else:
         assets += [ingest]
+    freshness = build_freshness_checks(p)
+    job, schedule = build_jobs(p, freshness)
     return dg.Definitions(
-        assets=[landing_files, *assets],
-        asset_checks=[freshness_checks],
-        jobs=[daily_pipeline, warehouse.refresh_warehouse],
-        schedules=[daily_schedule],
-        sensors=[landing_zone_sensor, freshness_sensor],
+        assets=[landing_files, *[partitioned(a, p) for a in assets]],
+        asset_checks=[freshness],
+        jobs=[job, warehouse.refresh_warehouse],
+        schedules=[schedule],
+        sensors=[build_landing_sensor(p), build_freshness_sensor(freshness)],
         # the run queue in config/dagster.yaml limits how many runs a backfill has going at once
         executor=executor(s.executor),
         resources={

@@ -85,3 +85,58 @@ def test_no_import_runs_back_up():
             if mine is not None and theirs is not None and theirs > mine:
                 up.append(f"{name} (layer {mine}) imports {imported} (layer {theirs})")
     assert up == []
+
+
+def test_configuration_enters_through_build_definitions(tmp_path):
+    """Partitions, the window mapping and the sensor interval come from the settings given to
+    `build_definitions`, not from the environment when a module is imported."""
+    import dagster as dg
+
+    from gpu_pipeline.definitions import build_definitions
+    from gpu_pipeline.settings import Settings
+
+    rules = tmp_path / "rules.toml"
+    rules.write_text("[bottlenecks]\nwindow_days = 3\npersistent_min_days = 2\n")
+    s = Settings().replace(start_date="2023-06-01", sensor_interval_s=7, rules=str(rules))
+    defs = build_definitions(s)
+    graph = defs.resolve_asset_graph()
+    starts = {
+        graph.get(k).partitions_def.start.date().isoformat()
+        for k in graph.get_all_asset_keys()
+        if graph.get(k).partitions_def is not None
+    }
+    assert starts == {"2023-06-01"}
+    assert defs.resolve_job_def("daily_pipeline").partitions_def.start.year == 2023
+    window = graph.get(dg.AssetKey("persistent_bottlenecks")).partition_mappings[
+        dg.AssetKey("gpu_daily")
+    ]
+    assert window.start_offset == -2
+    assert {x.name: x.minimum_interval_seconds for x in defs.sensors}["landing_zone_sensor"] == 7
+    # nothing global: the defaults again
+    other = build_definitions(Settings()).resolve_job_def("daily_pipeline")
+    assert other.partitions_def.start.date().isoformat() == "2024-01-01"
+
+
+def test_no_module_reads_the_environment_when_imported():
+    """Only `settings.Settings.from_env` reads GPU_PIPELINE_* variables, called by the entry
+    points (the CLI, `definitions.py`), never at a module's top level."""
+    offenders = []
+    for name, path in modules().items():
+        if name in ("gpu_pipeline.definitions", "gpu_pipeline.settings", "gpu_pipeline.cli"):
+            continue
+        tree = ast.parse(path.read_text())
+        for node in tree.body:  # top-level statements only
+            for call in ast.walk(node):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    break
+                if (
+                    isinstance(call, ast.Call)
+                    and isinstance(call.func, (ast.Name, ast.Attribute))
+                    and getattr(call.func, "id", getattr(call.func, "attr", ""))
+                    in (
+                        "current",
+                        "from_env",
+                    )
+                ):
+                    offenders.append(f"{name}:{call.lineno}")
+    assert offenders == []

@@ -1,9 +1,8 @@
-"""Marts over the staged tables: persistent compute_persistent_bottlenecks, recommendations, health, ROI.
+"""Marts over the staged tables: persistent bottlenecks, recommendations, health, ROI.
 
 (hourly_fleet_metrics and priced_waste come out of the staging pass, defs/staging.py.)
 """
 
-import warnings
 from collections.abc import Callable
 
 import dagster as dg
@@ -11,6 +10,7 @@ import polars as pl
 
 from gpu_pipeline.defs import checks
 from gpu_pipeline.defs.daily import DayWriter, daily, partition_days
+from gpu_pipeline.defs.partitions import DEFAULT
 from gpu_pipeline.defs.resources import LakeResource, ReferenceResource
 from gpu_pipeline.lib.io.lake import Lake
 from gpu_pipeline.lib.marts.efficiency_roi import efficiency_roi as compute_efficiency_roi
@@ -24,21 +24,8 @@ from gpu_pipeline.lib.marts.persistent_bottlenecks import (
 from gpu_pipeline.lib.marts.persistent_bottlenecks import window
 from gpu_pipeline.lib.marts.recommendations import recommendations as compute_recommendations
 from gpu_pipeline.lib.marts.stragglers import stragglers as compute_stragglers
-from gpu_pipeline.lib.rules import Rules, load_rules
+from gpu_pipeline.lib.rules import Rules
 from gpu_pipeline.lib.samples import collect_stable
-from gpu_pipeline.settings import current
-
-# D's persistence reads the GPU-days D-6..D; days before the first partition simply don't exist.
-# (allow_nonexistent_upstream_partitions is marked beta in Dagster 1.13; it is what first days need.)
-# the window's length comes from the rules file when the definitions load (GPU_PIPELINE_RULES)
-WINDOW_DAYS = load_rules(current().rules or None).thresholds.window_days
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", dg.BetaWarning)
-    SEVEN_DAY_WINDOW = dg.TimeWindowPartitionMapping(
-        start_offset=-(WINDOW_DAYS - 1),
-        end_offset=0,
-        allow_nonexistent_upstream_partitions=True,
-    )
 
 
 def from_minutes(
@@ -64,7 +51,9 @@ def from_minutes(
     **daily(
         "persistent_bottlenecks",
         "marts",
-        deps=[dg.AssetDep("gpu_daily", partition_mapping=SEVEN_DAY_WINDOW)],
+        # D's persistence reads the GPU-days of its window (build_definitions binds the window
+        # of the rules in force)
+        deps=[dg.AssetDep("gpu_daily", partition_mapping=DEFAULT.window)],
     )
 )
 def persistent_bottlenecks(

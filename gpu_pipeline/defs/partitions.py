@@ -1,7 +1,66 @@
-"""The one partitioning of the project: UTC days from GPU_PIPELINE_START_DATE."""
+"""The project's partitioning: UTC days from a first day, and the window of days a day's
+persistence reads. Nothing here reads the environment: `build_definitions(settings)` makes the
+`Partitioning` of its settings and binds every asset, job and sensor to it; the modules' own
+objects (what tests load directly) are bound to the defaults."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from functools import cache
 
 import dagster as dg
 
-from gpu_pipeline.settings import current
+from gpu_pipeline.lib.rules import DEFAULT as DEFAULT_THRESHOLDS
+from gpu_pipeline.settings import DEFAULT_START_DATE, Settings
 
-daily_partitions = dg.DailyPartitionsDefinition(start_date=current().start_date, timezone="UTC")
+
+@cache
+def daily(start_date: str) -> dg.DailyPartitionsDefinition:
+    """UTC days from `start_date` (one object per start date: Dagster compares them)."""
+    return dg.DailyPartitionsDefinition(start_date=start_date, timezone="UTC")
+
+
+@cache
+def window(days: int) -> dg.TimeWindowPartitionMapping:
+    """Day D reads the `days` days D-(days-1)..D of its upstream; days before the first
+    partition simply don't exist. (`allow_nonexistent_upstream_partitions` is marked beta in
+    Dagster 1.13; it is what the first days need.)"""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        return dg.TimeWindowPartitionMapping(
+            start_offset=-(days - 1), end_offset=0, allow_nonexistent_upstream_partitions=True
+        )
+
+
+@dataclass(frozen=True)
+class Partitioning:
+    """The first day, the persistence window and how often the landing-zone sensor looks."""
+
+    start_date: str = DEFAULT_START_DATE
+    window_days: int = DEFAULT_THRESHOLDS.window_days
+    sensor_interval_s: int = Settings.sensor_interval_s
+
+    @property
+    def daily(self) -> dg.DailyPartitionsDefinition:
+        return daily(self.start_date)
+
+    @property
+    def window(self) -> dg.TimeWindowPartitionMapping:
+        return window(self.window_days)
+
+    @classmethod
+    def of(cls, s: Settings) -> Partitioning:
+        """The partitioning of settings `s` (the window from its rules file)."""
+        from gpu_pipeline.lib.rules import load_rules
+
+        return cls(
+            start_date=s.start_date,
+            window_days=load_rules(s.rules or None).thresholds.window_days,
+            sensor_interval_s=s.sensor_interval_s,
+        )
+
+
+DEFAULT = Partitioning()
+# the default days, which the modules' assets are built with
+daily_partitions = DEFAULT.daily

@@ -21,6 +21,7 @@ from gpu_pipeline.lib.io.lake import Lake
 from gpu_pipeline.lib.reference import load_catalog, load_energy, load_prices
 from gpu_pipeline.lib.rules import Rules, load_rules
 from gpu_pipeline.lib.staging.chunked import DEFAULT_CHUNK_MB, Chunking
+from gpu_pipeline.settings import Settings
 
 R = TypeVar("R", bound=dg.ConfigurableResource)
 
@@ -103,8 +104,8 @@ class LandingResource(dg.ConfigurableResource):
     times, the largest file read (MiB; larger ones are quarantined whole)."""
 
     root: str
-    csv_timezone: str = "UTC"
-    max_file_mb: int = 1024
+    csv_timezone: str = Settings.csv_timezone
+    max_file_mb: int = Settings.max_file_mb
 
     def parse_options(self) -> ParseOptions:
         return ParseOptions(csv_timezone=self.csv_timezone, max_file_bytes=self.max_file_mb * 2**20)
@@ -147,19 +148,20 @@ class PromResource(dg.ConfigurableResource):
     """
 
     url: str
-    token: str = ""
-    username: str = ""
-    password: str = ""
-    ca_bundle: str = ""
-    verify: bool = True
-    selector: str = ""
-    mode: str = "raw"
-    step_s: int = 30
-    window_s: int = 6 * 3600
-    concurrency: int = 2
-    max_response_mb: int = 32  # the largest answer read (MiB); a larger one halves the window
-    request_timeout_s: int = 180  # a whole request: connect, headers and body
-    cluster: str = "default"
+    # the pull's own defaults (lib/ingest/pull.py), one place for them
+    token: str = PromServer.token
+    username: str = PromServer.username
+    password: str = PromServer.password
+    ca_bundle: str = PromServer.ca_bundle
+    verify: bool = PromServer.verify
+    selector: str = PromServer.selector
+    mode: str = PromServer.mode
+    step_s: int = PromServer.step_s
+    window_s: int = PromServer.window_s
+    concurrency: int = PromServer.concurrency
+    max_response_mb: int = int(PromServer.max_response_mb)  # the largest answer read (MiB)
+    request_timeout_s: int = int(PromServer.request_timeout_s)  # a whole request
+    cluster: str = PromServer.cluster
 
     def server(self) -> PromServer:
         return PromServer(

@@ -24,8 +24,8 @@ from dagster._core.definitions.assets.graph.asset_graph_subset import AssetGraph
 # freshness sensor reads too)
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
-from gpu_pipeline.defs.marts import WINDOW_DAYS, persistent_bottlenecks, recommendations
-from gpu_pipeline.defs.partitions import daily_partitions
+from gpu_pipeline.defs.marts import persistent_bottlenecks, recommendations
+from gpu_pipeline.defs.partitions import DEFAULT, Partitioning
 from gpu_pipeline.defs.report import daily_report
 from gpu_pipeline.defs.resources import LakeResource, LandingResource
 from gpu_pipeline.lib.ingest.cache import is_cached, load_or_parse, parse_all
@@ -35,11 +35,9 @@ from gpu_pipeline.lib.ingest.landing import (
     hash_memo,
     list_landing,
 )
-from gpu_pipeline.settings import current
 
 # what a late day changes after itself: persistence of D+1..D+6 reads D's GPU-day
 WINDOW_ASSETS = [dg.AssetKey("persistent_bottlenecks"), dg.AssetKey("daily_report")]
-SENSOR_INTERVAL_S = current().sensor_interval_s
 
 
 @dg.asset(group_name="raw", kinds={"parquet"})
@@ -60,12 +58,16 @@ def landing_files(context: dg.AssetExecutionContext, landing: LandingResource, l
 
 
 def plan_backfill(
-    changed_days: set[date], first: date, last: date, partitioned: list[dg.AssetKey]
+    changed_days: set[date],
+    first: date,
+    last: date,
+    partitioned: list[dg.AssetKey],
+    window_days: int = DEFAULT.window_days,
 ) -> dict[dg.AssetKey, list[str]]:
     """Partition keys per asset: every asset for the changed days, the window assets for the six
     days after each (only days that have a partition: first..last)."""
     days = sorted(d for d in changed_days if first <= d <= last)
-    after = {d + timedelta(days=k) for d in days for k in range(1, WINDOW_DAYS)} - set(days)
+    after = {d + timedelta(days=k) for d in days for k in range(1, window_days)} - set(days)
     window = sorted(d for d in after if d <= last)
     out: dict[dg.AssetKey, list[str]] = {}
     for key in partitioned:
@@ -75,25 +77,43 @@ def plan_backfill(
     return out
 
 
-def _partitioned_keys(context: dg.SensorEvaluationContext) -> list[dg.AssetKey]:
+def _partitioned_keys(
+    context: dg.SensorEvaluationContext, days: dg.PartitionsDefinition
+) -> list[dg.AssetKey]:
     graph = context.repository_def.asset_graph
     return sorted(
-        (k for k in graph.get_all_asset_keys() if graph.get(k).partitions_def == daily_partitions),
+        (k for k in graph.get_all_asset_keys() if graph.get(k).partitions_def == days),
         key=lambda k: k.to_user_string(),
     )
 
 
-@dg.sensor(
-    asset_selection=dg.AssetSelection.assets(landing_files)
-    | dg.AssetSelection.all() - dg.AssetSelection.groups("warehouse"),
-    minimum_interval_seconds=SENSOR_INTERVAL_S,
-    default_status=dg.DefaultSensorStatus.STOPPED,
-)
-def landing_zone_sensor(
-    context: dg.SensorEvaluationContext, landing: LandingResource, lake: LakeResource
+def build_landing_sensor(p: Partitioning) -> dg.SensorDefinition:
+    """The landing-zone sensor of partitioning `p` (its days, window and interval)."""
+
+    @dg.sensor(
+        name="landing_zone_sensor",
+        asset_selection=dg.AssetSelection.assets(landing_files)
+        | dg.AssetSelection.all() - dg.AssetSelection.groups("warehouse"),
+        minimum_interval_seconds=p.sensor_interval_s,
+        default_status=dg.DefaultSensorStatus.STOPPED,
+    )
+    def landing_zone_sensor(
+        context: dg.SensorEvaluationContext, landing: LandingResource, lake: LakeResource
+    ):
+        """New or changed landing files: backfill exactly the UTC days their samples touch, and
+        the persistence window after them (late data), in dependency order."""
+        return plan_landing(context, landing, lake, p)
+
+    return landing_zone_sensor
+
+
+def plan_landing(
+    context: dg.SensorEvaluationContext,
+    landing: LandingResource,
+    lake: LakeResource,
+    p: Partitioning,
 ):
-    """New or changed landing files: backfill exactly the UTC days their samples touch, and the
-    persistence window after them (late data), in dependency order."""
+    """One tick of the landing-zone sensor (`build_landing_sensor`)."""
     seen: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
     try:
         check_landing_root(landing.root)
@@ -148,10 +168,16 @@ def landing_zone_sensor(
     for f in fresh:
         pf = parsed[f.source_file]
         days |= set(pf.touched_days())
-    first = date.fromisoformat(daily_partitions.get_first_partition_key())
-    last_key = daily_partitions.get_last_partition_key()  # yesterday: today is not complete yet
+    first = date.fromisoformat(p.daily.get_first_partition_key())
+    last_key = p.daily.get_last_partition_key()  # yesterday: today is not complete yet
     plan = (
-        plan_backfill(days, first, date.fromisoformat(last_key), _partitioned_keys(context))
+        plan_backfill(
+            days,
+            first,
+            date.fromisoformat(last_key),
+            _partitioned_keys(context, p.daily),
+            p.window_days,
+        )
         if last_key
         else {}
     )
@@ -163,7 +189,7 @@ def landing_zone_sensor(
     if plan:
         subset = AssetGraphSubset(
             partitions_subsets_by_asset_key={
-                k: daily_partitions.subset_with_partition_keys(v) for k, v in plan.items()
+                k: p.daily.subset_with_partition_keys(v) for k, v in plan.items()
             }
         )
         requests.append(
@@ -172,6 +198,9 @@ def landing_zone_sensor(
             )
         )
     return dg.SensorResult(run_requests=requests, cursor=cursor)
+
+
+landing_zone_sensor = build_landing_sensor(DEFAULT)
 
 
 # Freshness: yesterday's UTC partition of the marts is expected by 06:00 UTC. Judged only by
@@ -202,7 +231,10 @@ def freshness_deadline(now: datetime) -> datetime:
 
 
 def judge_freshness(
-    instance: dg.DagsterInstance, asset_key: dg.AssetKey, now: datetime
+    instance: dg.DagsterInstance,
+    asset_key: dg.AssetKey,
+    now: datetime,
+    first_day: date | None = None,
 ) -> dg.AssetCheckResult:
     """Is the partition expected by the latest deadline (the day before it) materialized?"""
     deadline = freshness_deadline(now)
@@ -211,7 +243,7 @@ def judge_freshness(
         "expected_partition": dg.MetadataValue.text(expected.isoformat()),
         "deadline": dg.MetadataValue.timestamp(deadline.timestamp()),
     }
-    if expected < date.fromisoformat(daily_partitions.get_first_partition_key()):
+    if expected < (first_day or date.fromisoformat(DEFAULT.start_date)):
         return dg.AssetCheckResult(
             asset_key=asset_key,
             passed=True,
@@ -237,29 +269,39 @@ def judge_freshness(
     )
 
 
-@dg.multi_asset_check(
-    specs=[
-        dg.AssetCheckSpec(
-            "freshness_check",
-            asset=key,
-            description="yesterday's UTC partition is there by 06:00 UTC; judged by "
-            "freshness_checks_sensor (a run that materializes assets skips it)",
-        )
-        for key in FRESHNESS_ASSETS
-    ],
-    can_subset=True,
-    name="freshness_checks",
-)
-def freshness_checks(context: dg.AssetCheckExecutionContext):
-    if context.job_def.asset_layer.selected_asset_keys:
-        # a backfill of past days says nothing about whether yesterday is late
-        context.log.info(
-            "freshness is judged by freshness_checks_sensor, not by a run that materializes assets"
-        )
-        return
-    now = datetime.now(UTC)
-    for key in sorted(context.selected_asset_check_keys, key=lambda k: k.to_user_string()):
-        yield judge_freshness(context.instance, key.asset_key, now)
+def build_freshness_checks(p: Partitioning) -> dg.AssetChecksDefinition:
+    """The freshness checks of partitioning `p` (no partition is expected before its first)."""
+    first_day = date.fromisoformat(p.start_date)
+
+    @dg.multi_asset_check(
+        specs=[
+            dg.AssetCheckSpec(
+                "freshness_check",
+                asset=key,
+                description="yesterday's UTC partition is there by 06:00 UTC; judged by "
+                "freshness_checks_sensor (a run that materializes assets skips it)",
+            )
+            for key in FRESHNESS_ASSETS
+        ],
+        can_subset=True,
+        name="freshness_checks",
+    )
+    def freshness_checks(context: dg.AssetCheckExecutionContext):
+        if context.job_def.asset_layer.selected_asset_keys:
+            # a backfill of past days says nothing about whether yesterday is late
+            context.log.info(
+                "freshness is judged by freshness_checks_sensor, not by a run that materializes "
+                "assets"
+            )
+            return
+        now = datetime.now(UTC)
+        for key in sorted(context.selected_asset_check_keys, key=lambda k: k.to_user_string()):
+            yield judge_freshness(context.instance, key.asset_key, now, first_day)
+
+    return freshness_checks
+
+
+freshness_checks = build_freshness_checks(DEFAULT)
 
 
 def freshness_due(instance: dg.DagsterInstance, key: dg.AssetCheckKey, now: datetime) -> bool:
@@ -287,17 +329,23 @@ def freshness_due(instance: dg.DagsterInstance, key: dg.AssetCheckKey, now: date
     return False
 
 
-@dg.sensor(
-    name="freshness_checks_sensor",
-    asset_selection=dg.AssetSelection.checks(freshness_checks),
-    default_status=dg.DefaultSensorStatus.STOPPED,
-)
-def freshness_sensor(context: dg.SensorEvaluationContext):
-    """Runs the freshness checks that are due (see `freshness_due`), checks only."""
-    now = datetime.now(UTC)
-    due = [
-        k for k in sorted(freshness_checks.check_keys) if freshness_due(context.instance, k, now)
-    ]
-    if not due:
-        return dg.SkipReason("every freshness check has its verdict for the latest deadline")
-    return dg.RunRequest(asset_check_keys=due, tags={FRESHNESS_TAG: "sensor"})
+def build_freshness_sensor(checks: dg.AssetChecksDefinition) -> dg.SensorDefinition:
+    """The sensor that runs the freshness `checks` that are due, checks only."""
+
+    @dg.sensor(
+        name="freshness_checks_sensor",
+        asset_selection=dg.AssetSelection.checks(checks),
+        default_status=dg.DefaultSensorStatus.STOPPED,
+    )
+    def freshness_sensor(context: dg.SensorEvaluationContext):
+        """Runs the freshness checks that are due (see `freshness_due`), checks only."""
+        now = datetime.now(UTC)
+        due = [k for k in sorted(checks.check_keys) if freshness_due(context.instance, k, now)]
+        if not due:
+            return dg.SkipReason("every freshness check has its verdict for the latest deadline")
+        return dg.RunRequest(asset_check_keys=due, tags={FRESHNESS_TAG: "sensor"})
+
+    return freshness_sensor
+
+
+freshness_sensor = build_freshness_sensor(freshness_checks)

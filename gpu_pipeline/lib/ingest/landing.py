@@ -29,12 +29,13 @@ from gpu_pipeline.lib.samples import (
     ParsedLines,
     conform,
 )
+from gpu_pipeline.settings import Settings
 
 DEFAULT_CLUSTER = "default"
 
 
 # a landing file larger than this (decompressed) is quarantined whole, not read into memory
-MAX_FILE_BYTES = 1024 * 2**20
+MAX_FILE_BYTES = Settings.max_file_mb * 2**20
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class ParseOptions:
     it is in the parse cache's key): the zone zone-less CSV times are read in, and the size
     above which a file is quarantined whole instead of read."""
 
-    csv_timezone: str = "UTC"
+    csv_timezone: str = Settings.csv_timezone
     max_file_bytes: int = MAX_FILE_BYTES
 
     def __post_init__(self) -> None:
