@@ -11,15 +11,15 @@ Two settings, both only where the environment does not set them already:
 
 - Polars' jemalloc reads `_RJEM_MALLOC_CONF` once, when Polars is first imported: pages a chunk
   freed are returned after 1 s unused (`JEMALLOC_CONF`; Polars' own setting starts after 0.5 s).
-  Longer is no faster and keeps what one step freed into the next: at 5 s the fleet-day run
-  (`make bench-day`) peaked at 1.8 GiB instead of 1.5. `gpu_pipeline` sets it on import, so it
+  Longer is no faster and keeps what one step freed into the next (benchmarks/README.md,
+  "Measurements behind the code"). `gpu_pipeline` sets it on import, so it
   applies when gpu_pipeline is imported before Polars (the CLI, the Dagster code location and
   their subprocesses, which inherit it); imported after Polars, it changes nothing.
 - glibc malloc (NumPy's buffers): blocks up to 32 MiB come from the heap instead of a fresh
   mapping each, and the heap is trimmed when more than 64 MiB of it is free: the values glibc
   itself moves to once blocks that large were freed, set from the start (`mallopt`; skipped
   when `MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_` or `GLIBC_TUNABLES` is set, and on
-  any other C library). Larger thresholds were no faster and kept ~50 MiB more.
+  any other C library). Larger thresholds were no faster and kept more memory.
 """
 
 from __future__ import annotations

@@ -44,3 +44,19 @@ def test_the_writer_validates_every_table(tmp_path, table):
     with pytest.raises(ContractError):
         writer.write(D, bad)
     assert not Lake(str(tmp_path / "lake")).exists(table, D)
+
+
+def test_a_recommendation_names_only_actions_of_the_vocabulary():
+    from gpu_pipeline.lib.schemas import validate
+
+    row = {c: None for c in TABLES["recommendations"]} | {
+        "date": D,
+        "gpus": 1,
+        "gpu_hours": 1.0,
+        "actions": ["spot", "buy_more_gpus"],
+    }
+    bad = pl.DataFrame([row], schema=TABLES["recommendations"])
+    with pytest.raises(ContractError, match="each in"):
+        validate("recommendations", bad)
+    ok = bad.with_columns(pl.Series("actions", [["spot", "DALI"]]))
+    assert validate("recommendations", ok).height == 1

@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 from gpu_pipeline.lib.marts.efficiency_roi import efficiency_roi
 from gpu_pipeline.lib.marts.gpu_health import gpu_health
 from gpu_pipeline.lib.marts.namespace_efficiency import namespace_efficiency
-from gpu_pipeline.lib.marts.recommendations import VOCABULARY, _recommend, recommendations
+from gpu_pipeline.lib.marts.recommendations import _recommend, recommendations
 from gpu_pipeline.lib.marts.stragglers import stragglers
 from gpu_pipeline.lib.reference import load_catalog, load_prices
-from gpu_pipeline.lib.rules import HealthThresholds
+from gpu_pipeline.lib.rules import VOCABULARY, HealthThresholds
 from gpu_pipeline.lib.samples import collect_stable, conform
 from gpu_pipeline.lib.schemas import GPU_SAMPLES_SCHEMA
 from gpu_pipeline.lib.staging.gpu_minutes import diagnosis_expr

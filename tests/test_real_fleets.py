@@ -25,6 +25,18 @@ D = date(2025, 7, 26)
 OLD = datetime(2025, 8, 1, 12, tzinfo=UTC).timestamp()  # mtime of fixtures: a past day
 
 
+def run_query(con, sql: str):
+    from gpu_pipeline.lib.io.warehouse import run_queries
+
+    """The last statement's result of analyst SQL (the earlier ones run and are dropped)."""
+    last = None
+    for rel in run_queries(con, sql):
+        if last is not None:
+            last.fetchall()
+        last = rel
+    return last
+
+
 def materialize(tmp_path: Path, day: date, prices: str = "") -> dg.ExecuteInProcessResult:
     return dg.materialize(
         ASSETS,
@@ -241,7 +253,7 @@ def test_mig_gpu_counts_once_and_its_price_is_split_by_slices(tmp_path):
     write_file(tmp_path / "raw" / "h_2024-01-10.prom", mig_lines(day, range(600, 603)))
     assert materialize(tmp_path, day).success
     lake = Lake(tmp_path / "lake")
-    from gpu_pipeline.lib.io.warehouse import connect_readonly, run_query
+    from gpu_pipeline.lib.io.warehouse import connect_readonly
 
     con = connect_readonly(lake.root, tmp_path / "no-views-file.duckdb")  # views in memory
     ((gpus, hours, util),) = run_query(

@@ -12,7 +12,7 @@ from gpu_pipeline.lib.io.warehouse import (
     SqlError,
     build_views_file,
     connect_readonly,
-    run_query,
+    run_queries,
 )
 from gpu_pipeline.lib.marts.fleet_daily import fleet_daily
 from gpu_pipeline.lib.marts.priced_waste import priced_waste
@@ -21,6 +21,16 @@ from gpu_pipeline.lib.schemas import TABLES
 from gpu_pipeline.lib.staging.minute_runs import minute_runs
 
 D = date(2024, 1, 1)
+
+
+def run_query(con, sql: str):
+    """The last statement's result of analyst SQL (the earlier ones run and are dropped)."""
+    last = None
+    for rel in run_queries(con, sql):
+        if last is not None:
+            last.fetchall()
+        last = rel
+    return last
 
 
 @pytest.fixture()

@@ -391,3 +391,22 @@ DIAGNOSIS_ENUM = pl.Enum(DIAGNOSES)
 UTIL_SOURCE_ENUM = pl.Enum(UTIL_SOURCES)
 POWER_BASIS_ENUM = pl.Enum(POWER_BASES)
 DIAGNOSIS_BASIS_ENUM = pl.Enum(DIAGNOSIS_BASES)
+
+
+# the actions a recommendation may name (the recommendations model allows no other)
+VOCABULARY = (
+    "DALI",
+    "num_workers",
+    "pin_memory",
+    "AMP",
+    "BF16",
+    "FP8",
+    "torch.compile",
+    "larger_batch",
+    "gradient_accumulation",
+    "MPS",
+    "MIG",
+    "right_size",
+    "spot",
+    "fused_kernels",
+)

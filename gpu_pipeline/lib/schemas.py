@@ -22,6 +22,7 @@ from gpu_pipeline.lib.rules import (
     PHASES,
     POWER_BASIS_ENUM,
     UTIL_SOURCE_ENUM,
+    VOCABULARY,
 )
 
 TS = pl.Datetime("ms", "UTC")
@@ -402,16 +403,30 @@ FLEET_DAILY_MODEL = _model(
     ["date"],
 )
 
+
+def _only(names: tuple[str, ...]) -> pa.Check:
+    """Every element of a list column is one of `names`."""
+    return pa.Check(
+        lambda data: data.lazyframe.select(
+            pl.col(data.key).list.eval(pl.element().is_in(list(names))).list.all().fill_null(True)
+        ),
+        name=f"each in {', '.join(names)}",
+    )
+
+
 RECOMMENDATIONS_MODEL = _model(
     RECOMMENDATIONS_SCHEMA,
     {
-        c: [pa.Check.in_range(0, 1)]
-        for c in (
-            "utilization_savings_frac",
-            "rate_savings_frac",
-            "total_savings_frac",
-            "measured_waste_frac",
-        )
+        "actions": [_only(VOCABULARY)],
+        **{
+            c: [pa.Check.in_range(0, 1)]
+            for c in (
+                "utilization_savings_frac",
+                "rate_savings_frac",
+                "total_savings_frac",
+                "measured_waste_frac",
+            )
+        },
     },
     {"date", "gpus", "gpu_hours"},
     ["namespace"],

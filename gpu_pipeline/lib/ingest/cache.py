@@ -320,8 +320,7 @@ def load_or_parse(
 # about twice its file in memory)
 CONCURRENT_PARSE_BYTES = 64 * 2**20
 # one file more than cores (at most 4): while one parse runs Python (under the GIL), the others
-# keep Polars' threads busy. On 2 cores the fleet-day's 168 files parse in 7.6–8.4 s three at a
-# time against 8.3–8.8 s two at a time (alternated runs, benchmarks/README.md)
+# keep Polars' threads busy (measured: benchmarks/README.md, "Measurements behind the code")
 PARSE_WORKERS = max(1, min(4, (os.cpu_count() or 1) + 1))
 
 

@@ -41,8 +41,8 @@ PARTITION_COLUMN = "date"
 LEGACY_SCHEMA_DIR = "_schema"
 _SAFE = re.compile(r"^[a-z_][a-z0-9_]*$")
 _PARTITION = re.compile(r"date=(\d{4}-\d{2}-\d{2})")
-# zstd level 2, not Polars' default 3: on a day of gpu_minutes (benchmarks/README.md) it encodes
-# 15 % faster for 4 % more bytes (level 1: 20 % faster, 32 % more bytes)
+# zstd level 2, not Polars' default 3: faster to encode for a few more bytes (level 1: many more
+# bytes; measured on a day of gpu_minutes: benchmarks/README.md, "Measurements behind the code")
 WRITE_OPTIONS = {
     "compression": "zstd",
     "compression_level": 2,

@@ -577,19 +577,6 @@ def run_queries(con: duckdb.DuckDBPyConnection, sql: str):
         yield rel
 
 
-def run_query(con: duckdb.DuckDBPyConnection, sql: str) -> duckdb.DuckDBPyRelation | None:
-    """Run analyst SQL; the last statement's result (the earlier ones run and are dropped)."""
-    stmts = statements(con, sql)
-    try:
-        for s in stmts[:-1]:
-            rel = con.sql(s.query)
-            if rel is not None:
-                rel.fetchall()
-        return con.sql(stmts[-1].query)
-    except duckdb.Error as e:
-        raise SqlError(error_text(e)) from None
-
-
 NESTED_TYPES = {"list", "struct", "map", "array", "union", "variant"}
 # types Polars cannot take from Arrow or write as JSON: printed as DuckDB's text of them
 AS_TEXT_TYPES = {"interval", "blob", "bit", "bignum", "time with time zone"}

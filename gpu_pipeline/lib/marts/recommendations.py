@@ -31,22 +31,6 @@ from gpu_pipeline.lib.rules import (
 )
 from gpu_pipeline.lib.schemas import RECOMMENDATIONS_SCHEMA
 
-VOCABULARY = (
-    "DALI",
-    "num_workers",
-    "pin_memory",
-    "AMP",
-    "BF16",
-    "FP8",
-    "torch.compile",
-    "larger_batch",
-    "gradient_accumulation",
-    "MPS",
-    "MIG",
-    "right_size",
-    "spot",
-    "fused_kernels",
-)
 MIG_CAPABLE = r"A100|A800|A30|H100|H800|H200|B200|GB200"
 BF16_CAPABLE = r"A100|A800|A10|A30|A40|L4|L40|H100|H800|H200|B200|GB200|RTX A|RTX 6000"
 FP8_CAPABLE = r"H100|H800|H200|B200|GB200|L4|L40|RTX 6000 ADA"

@@ -128,10 +128,9 @@ def plan(samples: pl.LazyFrame, chunking: Chunking = DEFAULT_CHUNKING) -> list[C
                 )
             ]
         return out
-    # a streaming group-by: the UUID column is never whole in memory. (Runs of equal UUIDs would
-    # save 0.03 s of the 10,000-GPU day, but Polars 2.1's streaming `rle` panics on an in-memory
-    # frame of more than one morsel — a remote lake's day — and the in-memory one holds the
-    # whole column: the plan alone peaks at 291 MiB against this group-by's 117.)
+    # a streaming group-by: the UUID column is never whole in memory. (Runs of equal UUIDs: Polars
+    # 2.1's streaming `rle` panics on an in-memory frame of more than one morsel — a remote
+    # lake's day — and the in-memory one holds the whole column; benchmarks/README.md.)
     gpus = samples.group_by("gpu_uuid").agg(pl.len().alias("n")).collect().sort("gpu_uuid")
     return [
         Chunk(None, tuple(c))
@@ -192,9 +191,9 @@ def minutes_by_chunk(
     caller works on the one it was handed (its minute runs, its write): Polars and NumPy release
     the GIL, so both cores work. The minute metrics themselves (one query over the chunk's
     per-minute rows) are collected on the caller's thread, as each chunk is handed over: the
-    reading thread's share was the larger (about 1.3 s against 0.8 s of the 10,000-GPU day,
-    one after the other), so the two now carry about the same. Two chunks are in memory at
-    once, which the memory budget allows for (`Chunking.rows`)."""
+    reading thread's share was the larger (benchmarks/README.md), so the two now carry about
+    the same. Two chunks are in memory at once, which the memory budget allows for
+    (`Chunking.rows`)."""
 
     def compute(chunk: Chunk) -> pl.LazyFrame:
         # the reader hands back a piece per row group: joined once here, not again and again by
