@@ -474,30 +474,23 @@ def test_advice_without_profiling_fields_comes_from_power_and_pcie():
 
 
 def test_report_trend_and_capacity_by_hand(tmp_path):
-    """The 7-day trend reads the days the lake holds; capacity is theoretical vs achievable vs
-    realized TFLOPS per model, all computed here by hand."""
+    """The 7-day trend reads the days the lake holds (their fleet_daily row, and the waste of
+    their priced_waste summed); capacity is theoretical vs achievable vs realized TFLOPS per
+    model, all computed here by hand."""
     from gpu_pipeline.lib.io.lake import Lake
-    from gpu_pipeline.lib.io.report import build_report, fleet_capacity, fleet_trend
+    from gpu_pipeline.lib.io.report import build_report
+    from gpu_pipeline.lib.io.report.data import fleet_capacity, fleet_trend
     from gpu_pipeline.lib.schemas import TABLES
 
     lake = Lake(tmp_path / "lake")
     d1, d3 = date(2024, 1, 5), date(2024, 1, 7)  # 2024-01-06 is not in the lake
 
-    def hourly(rows):
-        return conform(
-            pl.DataFrame(
-                [
-                    {
-                        "date": r[0],
-                        "gpu_minutes": r[1],
-                        "avg_gpu_util_pct": r[2],
-                        "avg_rfu_pct": r[3],
-                    }
-                    for r in rows
-                ]
-            ),
-            TABLES["hourly_fleet_metrics"],
-        )
+    def fleet(d, minutes, util, rfu):
+        gpus = -(-minutes // 1440)
+        row = {"date": d, "gpus": gpus, "observed_gpu_minutes": minutes}
+        row |= {"expected_gpu_minutes": gpus * 1440, "coverage_pct": 100 * minutes / 1440 / gpus}
+        row |= {"gpu_hours": minutes / 60, "avg_gpu_util_pct": util, "avg_rfu_pct": rfu}
+        return conform(pl.DataFrame([row]), TABLES["fleet_daily"])
 
     def waste(d, amounts):
         return conform(
@@ -505,13 +498,14 @@ def test_report_trend_and_capacity_by_hand(tmp_path):
             TABLES["priced_waste"],
         )
 
-    lake.write("hourly_fleet_metrics", d1, hourly([(d1, 60, 50.0, 20.0), (d1, 180, 90.0, 60.0)]))
+    # the fleet's means are fleet_daily's (the staging pass computes them, the report reads them)
+    lake.write("fleet_daily", d1, fleet(d1, 240, 80.0, 50.0))
     lake.write("priced_waste", d1, waste(d1, [3.0, 4.5]))
-    lake.write("hourly_fleet_metrics", d3, hourly([(d3, 120, 70.0, 35.0)]))
+    lake.write("fleet_daily", d3, fleet(d3, 120, 70.0, 35.0))
     lake.write("priced_waste", d3, waste(d3, [2.25]))
     t = fleet_trend(lake, d3)
     assert t["date"].to_list() == [d1, d3]
-    # (50 x 60 + 90 x 180) / 240 = 80; (20 x 60 + 60 x 180) / 240 = 50
+    # waste: 3.0 + 4.5 = 7.5
     assert t.row(0) == (d1, 240, 80.0, 50.0, 7.5)
     assert t.row(1) == (d3, 120, 70.0, 35.0, 2.25)
 
@@ -716,7 +710,7 @@ def test_what_to_do_first_ranks_recoverable_waste_and_spot_apart():
     """What to do first is waste (idle, stall, headroom: how the GPUs are used), by dollars a
     month; spot, a lower price for the same work, is ranked on its own (the demo's #1 was "spot
     for llm-pretrain", its most efficient namespace)."""
-    from gpu_pipeline.lib.io.report import price_actions, top_actions
+    from gpu_pipeline.lib.io.report.data import price_actions, top_actions
     from gpu_pipeline.lib.schemas import TABLES
 
     def act(action, group, f):

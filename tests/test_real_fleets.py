@@ -98,13 +98,14 @@ def test_report_of_minutes_without_rfu(tmp_path):
     assert trend_row.endswith("<td>n/a (no price)</td>") and "$" not in trend_row
     assert "No points: PIF (and RFU) need the GPU" in html
     # the scatter's title (drawn into the chart) says none has a PIF, not "all 0 GPU-minutes"
-    from gpu_pipeline.lib.io.report import scatter_shown
+    from gpu_pipeline.lib.io.report.charts import scatter_shown
 
     assert scatter_shown(0, 0) == "none of this day's has a PIF"
     assert scatter_shown(4, 4) == "all 4 GPU-minutes"
     assert scatter_shown(30_000, 20_000) == "a random sample of 20,000 of 30,000 GPU-minutes"
     # the ROI bars' labels (drawn into the chart): an unpriced scope is not "$n/a/month"
-    from gpu_pipeline.lib.io.report import Period, roi_label
+    from gpu_pipeline.lib.io.report.charts import roi_label
+    from gpu_pipeline.lib.io.report.data import Period
 
     assert roi_label(39.2, None) == "39% RFU\nn/a (no price)"
     assert roi_label(None, None) == "RFU n/a\nn/a (no price)"
@@ -684,20 +685,27 @@ def test_the_fleet_time_series_legend_covers_no_reading(monkeypatch):
     panels, one for all five series."""
     import matplotlib.pyplot as plt
 
-    from gpu_pipeline.lib.io import report as rep
+    from gpu_pipeline.lib.io.report import charts as rep
+    from gpu_pipeline.lib.io.report.data import hourly_series
+    from gpu_pipeline.lib.samples import conform
+    from gpu_pipeline.lib.schemas import TABLES
 
-    minutes = [datetime(2025, 11, 22, 0, i, tzinfo=UTC) for i in range(18)]
-    m = pl.DataFrame(
-        {
-            "minute": minutes,
-            "gpu_util_pct": [4.8] * 18,
-            "rfu_pct": [17.1] * 18,
-            "pif": [0.171] * 18,
-            "efficiency_gap_pct": [-12.3] * 18,
-            "realized_tflops": [11.0] * 18,
-        }
+    # the hour as hourly_fleet_metrics has it: 18 GPU-minutes
+    hourly = conform(
+        pl.DataFrame(
+            {
+                "hour": [datetime(2025, 11, 22, 0, tzinfo=UTC)],
+                "gpu_minutes": [18],
+                "avg_gpu_util_pct": [4.8],
+                "avg_rfu_pct": [17.1],
+                "avg_pif": [0.171],
+                "avg_efficiency_gap_pct": [-12.3],
+                "avg_realized_tflops": [11.0],
+            }
+        ),
+        TABLES["hourly_fleet_metrics"],
     )
-    fig = _captured_figure(monkeypatch, rep._timeseries, m)
+    fig = _captured_figure(monkeypatch, rep.timeseries, hourly_series(hourly))
     try:
         r = fig.canvas.get_renderer()
         legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
@@ -717,7 +725,7 @@ def test_the_fleet_time_series_legend_covers_no_reading(monkeypatch):
 
 def _captured_figure(monkeypatch, chart, *args):
     """The matplotlib figure a report chart function draws, laid out as it is saved."""
-    from gpu_pipeline.lib.io import report as rep
+    from gpu_pipeline.lib.io.report import charts as rep
 
     figs = []
     monkeypatch.setattr(rep, "_png", lambda fig: figs.append(fig) or b"")
@@ -734,7 +742,7 @@ def test_a_day_without_active_gpus_says_so_in_the_bottlenecks_chart(monkeypatch)
     No chart then, the reason instead; a bar for each GPU with bottlenecked minutes."""
     import matplotlib.pyplot as plt
 
-    from gpu_pipeline.lib.io import report as rep
+    from gpu_pipeline.lib.io.report import charts as rep
 
     daily = pl.DataFrame(
         {
@@ -745,15 +753,15 @@ def test_a_day_without_active_gpus_says_so_in_the_bottlenecks_chart(monkeypatch)
             "bottlenecked_day": [False, False],
         }
     )
-    chart = rep._bottlenecks(daily)
+    chart = rep.bottlenecks(daily)
     assert chart.png == b"" and chart.empty == (
         "No GPU was active (utilization >= 10 %) on this day: none can be bottlenecked."
     )
     busy = daily.with_columns(pl.Series("active_minutes", [60, 45]))
-    chart = rep._bottlenecks(busy)
+    chart = rep.bottlenecks(busy)
     assert chart.png == b"" and chart.empty.startswith("No GPU had a bottlenecked minute")
     some = busy.with_columns(pl.Series("bottlenecked_minutes", [30, 0]))
-    fig = _captured_figure(monkeypatch, rep._bottlenecks, some)
+    fig = _captured_figure(monkeypatch, rep.bottlenecks, some)
     try:
         (ax,) = fig.axes
         assert ax.axison and not ax.texts and len(ax.patches) == 1
@@ -765,7 +773,7 @@ def test_the_recommendations_legend_covers_no_bar(monkeypatch):
     """In the lower right corner it covered the lowest namespace's bar (the samples' 2026-03-10)."""
     import matplotlib.pyplot as plt
 
-    from gpu_pipeline.lib.io import report as rep
+    from gpu_pipeline.lib.io.report import charts as rep
 
     r = pl.DataFrame(
         {
@@ -775,7 +783,7 @@ def test_the_recommendations_legend_covers_no_bar(monkeypatch):
             "monthly_savings_usd": [2.0, 27.0],
         }
     )
-    fig = _captured_figure(monkeypatch, rep._recommendations, r)
+    fig = _captured_figure(monkeypatch, rep.recommendations, r)
     try:
         renderer = fig.canvas.get_renderer()
         (ax,) = fig.axes
