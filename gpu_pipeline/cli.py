@@ -7,20 +7,15 @@ import argparse
 import contextlib
 import os
 import shutil
-import socket
 import sys
 import threading
 import time
-import uuid
-from datetime import date, timedelta
+from datetime import date
 from pathlib import Path
 
 from gpu_pipeline import settings
 
 PACKAGE = Path(__file__).resolve().parent  # what the package ships: config/, sql/, reference/
-# Dagster logs every step at DEBUG on the console, failures with their stack traces at ERROR;
-# the CLI prints its own progress and one line per failure (--verbose shows Dagster's logs)
-QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 
 
 def _day(s: str) -> date:
@@ -32,27 +27,6 @@ def _day(s: str) -> date:
 
 def _say(msg: str) -> None:
     print(msg, flush=True)
-
-
-def init_instance() -> Path:
-    """Create DAGSTER_HOME with the project's instance config if it has none."""
-    home = settings.dagster_home()
-    home.mkdir(parents=True, exist_ok=True)
-    cfg = home / "dagster.yaml"
-    import fcntl
-
-    # two first runs at once must not both create the instance's databases: one does, under a
-    # lock, and the other finds them made
-    with open(home / ".init.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not cfg.exists():
-            shutil.copyfile(PACKAGE / "config" / "dagster.yaml", cfg)
-        if not (home / "history" / "runs.db").exists():
-            import dagster as dg
-
-            with dg.DagsterInstance.from_config(str(home)) as instance:
-                instance.get_runs(limit=1)  # creates the run, event and schedule storage
-    return home
 
 
 def cmd_generate(a: argparse.Namespace) -> int:
@@ -103,171 +77,75 @@ def _settings(a: argparse.Namespace) -> settings.Settings:
     return s
 
 
-def _last_day() -> date:
-    """The last complete UTC day: yesterday (today's partition opens at midnight)."""
-    from datetime import UTC, datetime
-
-    return datetime.now(UTC).date() - timedelta(days=1)
-
-
 def cmd_materialize(a: argparse.Namespace) -> int:
+    """Run the days through `runs.materialize_range` and print what it did."""
+    from gpu_pipeline.runs import Refused, Request, materialize_range
+
     s = _settings(a)
-    end = a.end or a.start
-    if end < a.start:
-        _say(f"error: --end {end} is before --start {a.start}")
-        return 2
-    if end > _last_day():
-        _say(
-            f"error: {end} is not over yet in UTC; the last day that can be materialized is "
-            f"{_last_day()} (a day's partition opens once the day has ended)"
-        )
-        return 2
-    first = date.fromisoformat(s.start_date)
-    if a.start < first:
-        # the partitions begin at GPU_PIPELINE_START_DATE: a day before it has none to write
-        _say(
-            f"error: {a.start} is before the first partition, {first} "
-            f"(GPU_PIPELINE_START_DATE); set GPU_PIPELINE_START_DATE={a.start} or earlier to "
-            "materialize it"
-        )
-        return 2
-    from gpu_pipeline.lib.reference import check_files
-
-    # the reference files the run will read, checked before it starts (a ReferenceError: every
-    # bad row, one line each)
-    for warning in check_files(s.prices, s.catalog, s.energy):
-        _say(f"warning: {warning}")
-    days = [a.start + timedelta(days=i) for i in range((end - a.start).days + 1)]
-    raw = Path(s.raw)
+    req = Request(
+        start=a.start,
+        end=a.end or a.start,
+        pull=a.pull,
+        allow_empty=a.allow_empty,
+        replace_missing=a.replace_missing,
+        verbose=a.verbose,
+    )
     t0 = time.perf_counter()
-    if a.pull and not s.prom_url:
-        _say("error: --pull needs a server: --url URL or GPU_PIPELINE_PROM_URL")
-        return 2
-    parsed = _warm_parse_cache(s)
-    if a.pull:
-        pass  # the run's first step fetches the days; the ledger below says what came
-    elif not parsed and not a.allow_empty:
-        why = "does not exist" if not raw.is_dir() else "holds no files"
-        _say(
-            f"error: the landing zone {raw.resolve()} {why}: nothing to materialize. Land exports "
-            "there (or generate a fleet: gpu-pipeline generate), point --raw at them, or pass "
-            "--allow-empty to write empty partitions"
-        )
+    try:
+        run = materialize_range(s, req, _say)
+    except Refused as e:
+        _say(f"error: {e}")
+        _say_rejected_elsewhere(e.elsewhere)
+        return e.code
+    if not _say_outcome(run):
         return 1
-    # a day with records is not empty, even when every one of them is rejected: it runs, and
-    # its ledger and quarantine say what happened
-    records = {d: sum(pf.records_on(d) for pf in parsed) for d in days}
-    empty = [d for d in days if not records[d]]
-    if empty and not a.allow_empty and not a.pull:
-        spans = sorted({d for pf in parsed for d in pf.record_days()})
-        have = f"; the files hold records of {spans[0]}..{spans[-1]}" if spans else ""
-        if len(empty) == len(days):
-            _say(
-                f"error: no records for {days[0]}..{days[-1]} in the {len(parsed)} landing "
-                f"file(s) of {raw.resolve()}{have}. Pass --allow-empty to write empty partitions"
-            )
-            _say_rejected_elsewhere(parsed, days)
-            return 1
-        _say(f"note: no records for {len(empty)} of the days: {', '.join(map(str, empty))}")
-    init_instance()
-    import dagster as dg
-
-    from gpu_pipeline.definitions import build_definitions
-
-    defs = build_definitions(s, pull=a.pull)
-    job = defs.resolve_job_def("daily_pipeline")
-    _say(f"materializing {len(days)} day(s) {a.start}..{end}: raw={s.raw} lake={s.lake}")
-    run_config = {} if a.verbose else dict(QUIET)
-    if a.replace_missing:
-        run_config["ops"] = {"ingest": {"config": {"replace_missing": True}}}
-    with dg.DagsterInstance.from_config(str(settings.dagster_home())) as instance:
-        _fail_orphaned_runs(instance)
-        # one run for the whole range, as a backfill from the UI runs it (single-run backfill
-        # policy): every asset loops over the days, and Dagster's per-run cost is paid once
-        t = time.perf_counter()
-        run_id = str(uuid.uuid4())
-        watch = _Progress(instance, run_id, t) if not a.verbose else None
-        try:
-            res = job.execute_in_process(
-                instance=instance,
-                raise_on_error=False,
-                run_config=run_config,
-                run_id=run_id,
-                tags={
-                    # as the UI tags its runs: one day, its partition (the runs list shows it);
-                    # a range, its bounds, and the days as a tag the runs list shows
-                    **(
-                        job.get_tags_for_partition_key(days[0].isoformat(), None)
-                        if len(days) == 1
-                        else {
-                            "dagster/asset_partition_range_start": days[0].isoformat(),
-                            "dagster/asset_partition_range_end": days[-1].isoformat(),
-                            "gpu_pipeline/days": f"{days[0]} → {days[-1]}",
-                        }
-                    ),
-                    # who runs it: a run left STARTED by a killed process is marked failed later
-                    HOST_TAG: socket.gethostname(),
-                    PID_TAG: str(os.getpid()),
-                },
-            )
-        except dg.DagsterError as e:
-            _say(f"error: the run could not start: {type(e).__name__}: {_first_line(str(e))}")
-            return 1
-        finally:
-            if watch:
-                watch.stop()
-        for ev in res.get_asset_check_evaluations():
-            if ev.check_name == "server_has_data" and not ev.passed:
-                missing = ev.metadata["days_without_data"].value
-                _say(f"  note: the server holds no DCGM samples for {missing}")
-        status = "ok" if res.success else "FAILED"
-        _say(
-            f"  {days[0]}..{days[-1]}  {status}  run {res.run_id[:8]}  {time.perf_counter() - t:.1f}s"
-        )
-        if not res.success:
-            for step, cause in _step_failures(res.all_events):
-                _say(f"    {step} failed: {cause}")
-            _say(
-                f"  full logs and stack traces: run {res.run_id} in the Dagster UI (make dev), "
-                "or re-run with --verbose"
-            )
-            if a.verbose:
-                for ev in res.all_events:
-                    if ev.is_step_failure:
-                        _say(ev.step_failure_data.error.to_string())
-            return 1
-        db = settings.warehouse_path(s.lake)
-        # the views glob the lake at query time: the file is rewritten only when it no longer
-        # matches its lake (new lake, or a table that got its first partition)
-        from gpu_pipeline.lib.io.warehouse import views_current
-
-        if not views_current(db, s.lake):
-            views = defs.resolve_job_def("refresh_warehouse").execute_in_process(
-                instance=instance, raise_on_error=False, run_config=QUIET
-            )
-            if not views.success:
-                causes = [cause for _, cause in _step_failures(views.all_events)]
-                _say(f"  note: views file {db} not written: {causes[0] if causes else 'failed'}")
-    _print_ledger(res, parsed, days)
-    _say_rejected_elsewhere(parsed, days)
-    _say(f"done in {time.perf_counter() - t0:.1f}s; lake {s.lake}, views {db}")
-    _say_reports(s, days)
+    _print_ledger(run)
+    _say_rejected_elsewhere(run.rejected_elsewhere)
+    _say(f"done in {time.perf_counter() - t0:.1f}s; lake {s.lake}, views {run.views}")
+    _say_reports(s, run.days)
     if a.summary:
-        _print_summary(s, a.start, end)
-        me, queries = _cli_command(), _queries_dir()
-        # the hints query the lake this run wrote
-        lake_opt = f" --lake {s.lake}" if a.lake else ""
-        _say(
-            "\nLook further:\n"
-            f"  {me} sql{lake_opt} -f {queries}/top_wasted_namespaces.sql\n"
-            f"  {me} sql{lake_opt} -f {queries}/persistent_offenders.sql\n"
-            f"  {me} sql{lake_opt} -f {queries}/fleet_trend.sql\n"
-            f'  {me} sql{lake_opt} "SELECT * FROM fleet_daily ORDER BY date"\n'
-            f"  report for {end}: {settings.reports_dir(s.lake) / f'gpu_report_{end.isoformat()}.html'}\n"
-            f"  duckdb -readonly {db}        (any DuckDB client; views only)\n"
-            "  make dev                      (Dagster UI: runs, partitions, backfills)"
-        )
+        _print_summary(run.lake, req.start, req.end)
+        _say_hints(s, req.end, run.views, lake_flag=bool(a.lake))
     return 0
+
+
+def _say_outcome(run) -> bool:
+    """The run's status line, and for a failed run the failed steps (with their stack traces
+    under --verbose); for one that succeeded, a views file it could not write. Whether it
+    succeeded."""
+    for missing in run.server_missing:
+        _say(f"  note: the server holds no DCGM samples for {missing}")
+    status = "ok" if run.success else "FAILED"
+    _say(f"  {run.days[0]}..{run.days[-1]}  {status}  run {run.run_id[:8]}  {run.seconds:.1f}s")
+    if not run.success:
+        for step, cause in run.failures:
+            _say(f"    {step} failed: {cause}")
+        _say(
+            f"  full logs and stack traces: run {run.run_id} in the Dagster UI (make dev), "
+            "or re-run with --verbose"
+        )
+        for trace in run.traces:
+            _say(trace)
+        return False
+    if run.views_error is not None:
+        _say(f"  note: views file {run.views} not written: {run.views_error}")
+    return True
+
+
+def _say_hints(s: settings.Settings, end: date, views: Path, lake_flag: bool) -> None:
+    """Where to look further, after the summary: the hints query the lake this run wrote."""
+    me, queries = _cli_command(), _queries_dir()
+    lake_opt = f" --lake {s.lake}" if lake_flag else ""
+    _say(
+        "\nLook further:\n"
+        f"  {me} sql{lake_opt} -f {queries}/top_wasted_namespaces.sql\n"
+        f"  {me} sql{lake_opt} -f {queries}/persistent_offenders.sql\n"
+        f"  {me} sql{lake_opt} -f {queries}/fleet_trend.sql\n"
+        f'  {me} sql{lake_opt} "SELECT * FROM fleet_daily ORDER BY date"\n'
+        f"  report for {end}: {settings.reports_dir(s.lake) / f'gpu_report_{end.isoformat()}.html'}\n"
+        f"  duckdb -readonly {views}        (any DuckDB client; views only)\n"
+        "  make dev                      (Dagster UI: runs, partitions, backfills)"
+    )
 
 
 # at most this many report paths are printed one a line; a longer range names its first and last
@@ -311,132 +189,10 @@ def _queries_dir() -> str:
         return str(repo)
 
 
-class _Progress:
-    """Prints a run's progress while it works: each step's start and end with the elapsed time,
-    and the per-day lines the assets log, read from the run's event log every half second (so a
-    long backfill is never a silent terminal)."""
-
-    def __init__(self, instance, run_id: str, t0: float):
-        import threading
-
-        self.instance, self.run_id = instance, run_id
-        self.t0 = time.time() - (time.perf_counter() - t0)  # the run's start, wall clock
-        self.cursor: str | None = None
-        self.started: dict[str, float] = {}
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-        self.thread.start()
-
-    def _loop(self) -> None:
-        while not self.done.wait(0.5):
-            self._poll()
-
-    def _poll(self) -> None:
-        from dagster import DagsterEventType as T
-
-        try:  # only what is new since the last poll (the cursor), never the whole log again
-            conn = self.instance.get_records_for_run(self.run_id, cursor=self.cursor)
-        except Exception:  # the run's log may not exist yet; progress is best effort
-            return
-        self.cursor = conn.cursor
-        for r in (rec.event_log_entry for rec in conn.records):
-            ev, now = r.dagster_event, r.timestamp - self.t0
-            if ev is not None and ev.step_key and ev.event_type == T.STEP_START:
-                self.started[ev.step_key] = r.timestamp
-                _say(f"  {now:6.1f}s  {ev.step_key} started")
-            elif (
-                ev is not None and ev.step_key and ev.event_type in (T.STEP_SUCCESS, T.STEP_FAILURE)
-            ):
-                took = r.timestamp - self.started.get(ev.step_key, r.timestamp)
-                state = "done" if ev.event_type == T.STEP_SUCCESS else "FAILED"
-                _say(f"  {now:6.1f}s  {ev.step_key} {state} ({took:.1f}s)")
-            elif ev is None and r.user_message[:4].isdigit() and r.user_message[4:5] == "-":
-                _say(f"  {now:6.1f}s    {_first_line(r.user_message)[:160]}")  # "2024-01-01: ..."
-
-    def stop(self) -> None:
-        self.done.set()
-        self.thread.join(timeout=5)
-        self._poll()
-
-
-HOST_TAG, PID_TAG = "gpu_pipeline/host", "gpu_pipeline/pid"
-
-
-def _fail_orphaned_runs(instance) -> None:
-    """Runs this host's `materialize` started whose process is gone (killed, power lost) would
-    stay STARTED forever: no daemon watches in-process runs. Mark them failed, saying why."""
-    import dagster as dg
-
-    # NOT_STARTED too: a process killed between creating its run and starting it
-    started = instance.get_runs(
-        filters=dg.RunsFilter(
-            statuses=[
-                dg.DagsterRunStatus.NOT_STARTED,
-                dg.DagsterRunStatus.STARTING,
-                dg.DagsterRunStatus.STARTED,
-            ],
-            tags={HOST_TAG: socket.gethostname()},
-        )
-    )
-    for run in started:
-        pid = int(run.tags.get(PID_TAG, "0") or 0)
-        if pid <= 0 or pid == os.getpid():
-            continue
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            instance.report_run_failed(
-                run, f"the gpu-pipeline process {pid} running it ended before it finished"
-            )
-            _say(
-                f"note: run {run.run_id[:8]} was left unfinished by a killed process: marked failed"
-            )
-        except PermissionError:
-            pass  # alive, another user's
-
-
-def _first_line(text: str, limit: int = 300) -> str:
-    line = next((ln.strip() for ln in text.strip().splitlines() if ln.strip()), "")
-    return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-def _step_failures(events) -> list[tuple[str, str]]:
-    """(step, root cause) for each failed step: the innermost error of its chain, one line."""
-    out = []
-    for ev in events:
-        if not ev.is_step_failure:
-            continue
-        err = ev.step_failure_data.error
-        while err.cause is not None:
-            err = err.cause
-        msg = err.message.strip()
-        # a blocking check's message lists the checks on the lines after its first
-        if "asset check" in msg:
-            msg = " ".join(ln.strip() for ln in msg.splitlines() if ln.strip())
-        cls = err.cls_name or "Error"
-        text = msg if msg.startswith(cls) else f"{cls}: {msg}"
-        out.append((ev.step_key, _first_line(text, 400)))
-    return out
-
-
-def _run_ledger(res) -> dict[date, dict]:
-    """Per day, what this run's own ingest recorded (the ingest_log materializations' metadata):
-    never what the lake holds by the time this prints (another run may have written since)."""
-    out: dict[date, dict] = {}
-    for ev in res.get_asset_materialization_events():
-        mat = ev.event_specific_data.materialization
-        if mat.asset_key.path != ["ingest_log"] or not mat.partition:
-            continue
-        meta = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
-        if "rows_read" in meta:
-            out[date.fromisoformat(mat.partition)] = meta
-    return out
-
-
-def _print_ledger(res, parsed: list, days: list[date]) -> None:
+def _print_ledger(run) -> None:
     """What this run did with the landing files, per day: files, records, quarantine, rejects,
     the days it kept as they were."""
-    ledger = _run_ledger(res)
+    ledger, days = run.ledger, run.days
     if not ledger:
         return
     _say("  day         files   records accepted   quarantined   duplicates")
@@ -460,16 +216,12 @@ def _print_ledger(res, parsed: list, days: list[date]) -> None:
                 f"({', '.join(gone[:3])}{' …' if len(gone) > 3 else ''}); rewrite it without them "
                 "with --replace-missing"
             )
-    run = set(days)
-    whole = [pf for pf in parsed if pf.rejected_whole and run & set(pf.record_days())]
-    if whole:
-        _say(f"  {len(whole)} file(s) rejected whole:")
-        for pf in whole[:20]:
-            reason = pf.quarantine.select("reason").head(1).collect()
-            why = reason["reason"][0] if reason.height else pf.format
-            _say(f"    {pf.file.source_file}: {_first_line(why, 160)}")
-        if len(whole) > 20:
-            _say(f"    … and {len(whole) - 20} more")
+    if run.rejected_whole_total:
+        _say(f"  {run.rejected_whole_total} file(s) rejected whole:")
+        for name, why in run.rejected_whole:
+            _say(f"    {name}: {why}")
+        if run.rejected_whole_total > len(run.rejected_whole):
+            _say(f"    … and {run.rejected_whole_total - len(run.rejected_whole)} more")
     if any(r["rows_quarantined"] for r in ledger.values()):
         _say(
             '  see them: gpu-pipeline sql "SELECT date, source_file, line, reason FROM quarantine '
@@ -477,12 +229,9 @@ def _print_ledger(res, parsed: list, days: list[date]) -> None:
         )
 
 
-def _say_rejected_elsewhere(parsed: list, days: list[date]) -> None:
+def _say_rejected_elsewhere(away: list[tuple[str, str]]) -> None:
     """Name the landing files rejected whole whose quarantine rows are on days this run does not
     hold, and where they went (a file rejected today is seen by whoever runs its own days)."""
-    from gpu_pipeline.lib.ingest.ingest_log import rejected_elsewhere
-
-    away = rejected_elsewhere(parsed, days)
     if not away:
         return
     _say(f"  {len(away)} landing file(s) rejected whole are filed on days outside this run:")
@@ -492,45 +241,11 @@ def _say_rejected_elsewhere(parsed: list, days: list[date]) -> None:
         _say(f"    … and {len(away) - 20} more")
 
 
-def _warm_parse_cache(s: settings.Settings) -> list:
-    """Parse new landing files up front, with progress; the runs then read the cache (the same
-    options and cache as the run's resources: `LandingResource`, `LakeResource`)."""
-    from gpu_pipeline.defs.resources import LakeResource, LandingResource
-    from gpu_pipeline.lib.ingest.cache import is_cached, parse_all
-    from gpu_pipeline.lib.ingest.landing import hash_memo, list_landing
-
-    cache = LakeResource(root=s.lake, cache=s.cache).open().cache_dir
-    opts = LandingResource(
-        root=s.raw, csv_timezone=s.csv_timezone, max_file_mb=s.max_file_mb
-    ).parse_options()
-    files = list_landing(s.raw, hash_memo(cache))
-    todo = [f for f in files if not is_cached(f, cache, opts)]
-    if not todo:
-        return parse_all(files, cache, opts)
-    total = sum(f.size for f in todo)
-    _say(f"parsing {len(todo)} new landing file(s), {total / 2**20:,.0f} MiB")
-    t, step = time.perf_counter(), max(1, len(todo) // 10)
-    progress = {"files": 0, "bytes": 0}
-    lock = threading.Lock()
-
-    def done(f, _parsed) -> None:
-        with lock:  # files finish in any order, a few at a time
-            progress["files"] += 1
-            progress["bytes"] += f.size
-            i = progress["files"]
-            if i % step == 0 or i == len(todo):
-                rate = progress["bytes"] / 2**20 / max(time.perf_counter() - t, 1e-9)
-                _say(f"  parsed {i}/{len(todo)} files ({rate:,.0f} MiB/s)")
-
-    return parse_all(files, cache, opts, done)
-
-
-def _print_summary(s: settings.Settings, start: date, end: date) -> None:
-    from gpu_pipeline.lib.io.lake import Lake
+def _print_summary(lake, start: date, end: date) -> None:
     from gpu_pipeline.lib.summary import fleet_summary, format_summary
 
     _say("")
-    _say(format_summary(fleet_summary(Lake(s.lake), start, end), start, end))
+    _say(format_summary(fleet_summary(lake, start, end), start, end))
 
 
 def cmd_summary(a: argparse.Namespace) -> int:
@@ -823,22 +538,23 @@ def cmd_sample(a: argparse.Namespace) -> int:
 
 def cmd_report(a: argparse.Namespace) -> int:
     s = _settings(a)
-    from gpu_pipeline.lib.io.lake import Lake
     from gpu_pipeline.lib.io.report import build_report
-    from gpu_pipeline.lib.reference import load_catalog
-    from gpu_pipeline.lib.rules import load_rules
+    from gpu_pipeline.runs import resources
 
-    try:
-        rep = build_report(
-            Lake(s.lake),
-            a.date,
-            require_data=True,
-            catalog=load_catalog(s.catalog or None),
-            t=load_rules(s.rules or None).thresholds,
-        )
-    except FileNotFoundError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    # the lake, catalog and rules a run with these settings uses (its resources)
+    with resources(s) as res:
+        lake, ref = res["lake"], res["reference"]
+        try:
+            rep = build_report(
+                lake.open(),
+                a.date,
+                require_data=True,
+                catalog=ref.load_catalog(),
+                t=ref.load_rules().thresholds,
+            )
+        except FileNotFoundError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
     out = Path(a.out or settings.reports_dir(s.lake) / f"gpu_report_{a.date.isoformat()}.html")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(rep.html)
@@ -847,6 +563,8 @@ def cmd_report(a: argparse.Namespace) -> int:
 
 
 def cmd_init_instance(_: argparse.Namespace) -> int:
+    from gpu_pipeline.runs import init_instance
+
     _say(f"DAGSTER_HOME={init_instance()}")
     return 0
 
@@ -895,26 +613,8 @@ class _CommandsFormatter(_Formatter):
         return super()._format_action(action)
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="gpu-pipeline",
-        description="GPU telemetry in a landing folder, cost and efficiency marts out: a Parquet "
-        "lake, DuckDB SQL, the Dagster asset graph.",
-        epilog="new here? make demo, then: gpu-pipeline <command> --help",
-        formatter_class=_CommandsFormatter,
-    )
-    from gpu_pipeline import __version__
-
-    p.add_argument("--version", action="version", version=f"gpu-pipeline {__version__}")
-    sub = p.add_subparsers(dest="cmd", required=True, title="commands", metavar="<command>")
-    try:
-        start = date.fromisoformat(settings.current().start_date)
-        # the folder `report` writes to without --out (argparse reads % in help as a format)
-        reports = str(settings.reports_dir(settings.current().lake)).replace("%", "%%")
-    except settings.SettingsError:  # --help still works; a command is refused by main()
-        start = date.fromisoformat(settings.DEFAULT_START_DATE)
-        reports = "<lake>/_reports"
-
+def _add_generate(sub, start: date) -> None:
+    """The `generate` command (--start defaults to `start`, the first partition)."""
     g = _command(
         sub,
         "generate",
@@ -935,6 +635,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--out", help="landing folder (default GPU_PIPELINE_RAW or data/raw)")
     g.set_defaults(fn=cmd_generate)
 
+
+def _add_materialize(sub) -> None:
+    """The `materialize` command."""
     m = _command(sub, "materialize", help="run every asset for the given UTC days through Dagster")
     m.add_argument("--start", type=_day, required=True, help="first UTC day (YYYY-MM-DD)")
     m.add_argument("--end", type=_day, help="last UTC day, at most yesterday (default: --start)")
@@ -970,6 +673,9 @@ def parser() -> argparse.ArgumentParser:
     m.add_argument("--url", help="with --pull: the server URL (default GPU_PIPELINE_PROM_URL)")
     m.set_defaults(fn=cmd_materialize)
 
+
+def _add_queries(sub) -> None:
+    """The `sql` and `summary` commands: reading the lake."""
     s = _command(sub, "sql", help="read-only DuckDB SQL over the marts")
     s.add_argument("query", nargs="?", help="SQL to run (several statements: each result printed)")
     s.add_argument("-f", "--file", help="read the SQL from this file")
@@ -981,13 +687,15 @@ def parser() -> argparse.ArgumentParser:
         help="output format (default %(default)s; CSV encodes nested columns as JSON)",
     )
     s.set_defaults(fn=cmd_sql)
-
     su = _command(sub, "summary", help="print the fleet summary for a range of days")
     su.add_argument("--start", type=_day, required=True, help="first UTC day (YYYY-MM-DD)")
     su.add_argument("--end", type=_day, help="last UTC day (default: --start)")
     su.add_argument("--lake", help="lake root (default GPU_PIPELINE_LAKE or data/lake)")
     su.set_defaults(fn=cmd_summary)
 
+
+def _add_pull(sub) -> None:
+    """The `pull` and `sample` commands: telemetry into the landing zone."""
     pu = _command(
         sub,
         "pull",
@@ -998,7 +706,6 @@ def parser() -> argparse.ArgumentParser:
     pu.add_argument("--url", help="server URL (default GPU_PIPELINE_PROM_URL)")
     pu.add_argument("--raw", help="landing folder (default GPU_PIPELINE_RAW or data/raw)")
     pu.set_defaults(fn=cmd_pull)
-
     sa = _command(sub, "sample", help="sample local GPUs through NVML into the landing zone")
     sa.add_argument(
         "--interval", type=float, default=1.0, help="seconds between samples (0.1 = 10 Hz)"
@@ -1007,6 +714,9 @@ def parser() -> argparse.ArgumentParser:
     sa.add_argument("--out", help="folder (default <landing>/nvml)")
     sa.set_defaults(fn=cmd_sample)
 
+
+def _add_report(sub, reports: str) -> None:
+    """The `report` command (writing into `reports` without --out) and `init-instance`."""
     r = _command(sub, "report", help="write the day's self-contained HTML report")
     r.add_argument("--date", type=_day, required=True, help="the UTC day (YYYY-MM-DD)")
     r.add_argument("--lake", help="lake root (default GPU_PIPELINE_LAKE or data/lake)")
@@ -1015,9 +725,35 @@ def parser() -> argparse.ArgumentParser:
         help=f"file (default {reports}/gpu_report_DATE.html; with --lake, in that lake's reports)",
     )
     r.set_defaults(fn=cmd_report)
-
     i = _command(sub, "init-instance", help="create DAGSTER_HOME with the project's dagster.yaml")
     i.set_defaults(fn=cmd_init_instance)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gpu-pipeline",
+        description="GPU telemetry in a landing folder, cost and efficiency marts out: a Parquet "
+        "lake, DuckDB SQL, the Dagster asset graph.",
+        epilog="new here? make demo, then: gpu-pipeline <command> --help",
+        formatter_class=_CommandsFormatter,
+    )
+    from gpu_pipeline import __version__
+
+    p.add_argument("--version", action="version", version=f"gpu-pipeline {__version__}")
+    sub = p.add_subparsers(dest="cmd", required=True, title="commands", metavar="<command>")
+    try:
+        start = date.fromisoformat(settings.current().start_date)
+        # the folder `report` writes to without --out (argparse reads % in help as a format)
+        reports = str(settings.reports_dir(settings.current().lake)).replace("%", "%%")
+    except settings.SettingsError:  # --help still works; a command is refused by main()
+        start = date.fromisoformat(settings.DEFAULT_START_DATE)
+        reports = "<lake>/_reports"
+
+    _add_generate(sub, start)
+    _add_materialize(sub)
+    _add_queries(sub)
+    _add_pull(sub)
+    _add_report(sub, reports)
     return p
 
 

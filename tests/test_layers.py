@@ -31,6 +31,7 @@ LAYERS = [
     ["gpu_pipeline.lib.io"],
     ["gpu_pipeline.lib.summary", "gpu_pipeline.defs"],
     ["gpu_pipeline.definitions"],
+    ["gpu_pipeline.runs"],
     ["gpu_pipeline.cli"],
 ]
 

@@ -1,4 +1,31 @@
-"""The fleet summary `make demo` prints: read from the marts, for a range of days."""
+"""The fleet summary `make demo` and `gpu-pipeline summary` print, for a range of days: read from
+the marts, computed by none of its own rules.
+
+The fleet's figures are the `fleet_daily` mart's (made in the staging pass with the rules in
+force, GPU_PIPELINE_RULES: phases, the active threshold, classes). One day prints its row as it
+is; a range weights each day's figure by the GPU-minutes it is over (docs/metrics.md, "The
+fleet's day"), recovered from the row itself:
+
+- GPU-hours: the days' `gpu_hours` summed;
+- phase shares (`pct_<phase>`, over the observed GPU-minutes): weighted by
+  `observed_gpu_minutes`;
+- utilization (`avg_gpu_util_pct`, over the minutes with a utilization reading): weighted by
+  those minutes, observed x (100 - `pct_unknown`) / 100 (a minute is `unknown` exactly when it
+  has no utilization);
+- RFU and the gap (`avg_rfu_pct`, `avg_efficiency_gap_pct`, over the minutes that have them, a
+  count the row does not keep): weighted by the minutes with a utilization reading, which
+  they need (exact when every such minute also has a power reading, or the share that has one
+  is the same each day);
+- the bottlenecked share of active minutes (`pct_active_bottlenecked`): weighted by the active
+  minutes, observed x (100 - `pct_idle` - `pct_unknown`) / 100 (active: utilization at or above
+  the rules' `phases.idle_below`, the minutes neither idle nor unknown).
+
+A day without a figure (null: nothing to average) weighs nothing in it. What `fleet_daily`
+cannot give for a range comes from `gpu_daily` (physical GPUs' rows, same rules): the GPUs seen
+(a GPU seen on two days is one GPU) and how many active minutes have no efficiency class (busy
+without a power reading). Waste: `priced_waste`, summed; persistent bottlenecks:
+`persistent_bottlenecks`.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +36,7 @@ import polars as pl
 from gpu_pipeline.lib.display import NO_NAMESPACE, NO_PRICE, num, text, usd
 from gpu_pipeline.lib.io.lake import Lake
 from gpu_pipeline.lib.marts.priced_waste import priced_total
-from gpu_pipeline.lib.rules import DEFAULT, HOURS_PER_MONTH, PHASES
+from gpu_pipeline.lib.rules import EFFICIENCY_CLASSES, HOURS_PER_MONTH, PHASES
 
 
 def _days(start: date, end: date) -> list[date]:
@@ -21,34 +48,61 @@ def _priced_sums() -> list[pl.Expr]:
     return [priced_total(c) for c in ("cost_usd", "total_waste_usd")]
 
 
-def fleet_summary(lake: Lake, start: date, end: date) -> dict:
-    days = _days(start, end)
-    # fleet totals count each physical GPU once (MIG instances are parts of it)
-    m = lake.scan_days("gpu_minutes", days).filter(pl.col("gpu_instance_id").is_null())
+def _weighted(value: str, weight: pl.Expr) -> pl.Expr:
+    """The days' `value` averaged with `weight`, the days without a value left out (null when
+    none has one)."""
+    w = pl.when(pl.col(value).is_not_null()).then(weight)
+    return pl.when(w.sum() > 0).then((pl.col(value) * w).sum() / w.sum()).alias(value)
+
+
+def fleet_figures(lake: Lake, days: list[date]) -> dict:
+    """The range's fleet figures from its `fleet_daily` rows (see the module's docstring), with
+    the days that have data; `gpus` 0 when none has."""
+    minutes = pl.col("observed_gpu_minutes").cast(pl.Float64)
+    with_util = minutes * (100.0 - pl.col("pct_unknown")) / 100.0
+    active = minutes * (100.0 - pl.col("pct_idle") - pl.col("pct_unknown")) / 100.0
+    rows = lake.scan_days("fleet_daily", days).filter(pl.col("observed_gpu_minutes") > 0)
     head = (
-        m.select(
-            pl.col("gpu_uuid").n_unique().alias("gpus"),
-            (pl.len() / 60.0).alias("gpu_hours"),
-            pl.col("gpu_util_pct").mean().alias("util"),
-            pl.col("rfu_pct").mean().alias("rfu"),
-            pl.col("efficiency_gap_pct").mean().alias("gap"),
-            *[
-                (100.0 * (pl.col("phase") == p).sum() / pl.col("phase").count()).alias(p)
-                for p in PHASES
-            ],
-            (
-                100.0
-                * (pl.col("efficiency_class") == "bottlenecked").sum()
-                / (pl.col("gpu_util_pct") >= DEFAULT.idle_below).sum()
-            ).alias("bottlenecked_active_pct"),
-            (pl.col("gpu_util_pct") >= DEFAULT.idle_below).sum().alias("active_minutes"),
-            ((pl.col("gpu_util_pct") >= DEFAULT.idle_below) & pl.col("efficiency_class").is_null())
-            .sum()
-            .alias("active_unclassed"),
+        rows.select(
+            pl.col("gpu_hours").sum(),
+            _weighted("avg_gpu_util_pct", with_util),
+            _weighted("avg_rfu_pct", with_util),
+            _weighted("avg_efficiency_gap_pct", with_util),
+            *[_weighted(f"pct_{p}", minutes) for p in PHASES],
+            _weighted("pct_active_bottlenecked", active),
+            pl.col("date").sort().implode().alias("days_with_data"),
         )
         .collect()
         .row(0, named=True)
     )
+    gpus = lake.scan_days("gpu_daily", days).filter(pl.col("gpu_instance_id").is_null())
+    classed = pl.sum_horizontal(f"class_{c}_minutes" for c in EFFICIENCY_CLASSES if c != "idle")
+    counts = (
+        gpus.select(
+            pl.col("gpu_uuid").n_unique().alias("gpus"),
+            pl.col("active_minutes").sum(),
+            (pl.col("active_minutes") - classed).sum().alias("active_unclassed"),
+        )
+        .collect()
+        .row(0, named=True)
+    )
+    return {
+        "gpus": counts["gpus"] if head["days_with_data"] else 0,
+        "gpu_hours": head["gpu_hours"],
+        "util": head["avg_gpu_util_pct"],
+        "rfu": head["avg_rfu_pct"],
+        "gap": head["avg_efficiency_gap_pct"],
+        **{p: head[f"pct_{p}"] for p in PHASES},
+        "bottlenecked_active_pct": head["pct_active_bottlenecked"],
+        "active_minutes": counts["active_minutes"],
+        "active_unclassed": counts["active_unclassed"],
+        "days_with_data": head["days_with_data"],
+    }
+
+
+def fleet_summary(lake: Lake, start: date, end: date) -> dict:
+    days = _days(start, end)
+    head = fleet_figures(lake, days)
     waste = (
         lake.scan_days("priced_waste", days)
         .group_by("namespace", "gpu_model")
@@ -63,7 +117,6 @@ def fleet_summary(lake: Lake, start: date, end: date) -> dict:
         .collect()
     )
     totals = lake.scan_days("priced_waste", days).select(*_priced_sums()).collect()
-    with_data = m.select(pl.col("date").unique().sort()).collect()["date"].to_list()
     persistent = (
         lake.scan_days("persistent_bottlenecks", days)
         .group_by("gpu_uuid", "hostname", "namespace", "gpu_model")
@@ -73,7 +126,7 @@ def fleet_summary(lake: Lake, start: date, end: date) -> dict:
     )
     return {
         "days": days,
-        "days_with_data": with_data,
+        "days_with_data": head.pop("days_with_data"),
         "head": head,
         "waste": waste,
         "totals": totals.row(0, named=True),

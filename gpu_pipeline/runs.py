@@ -1,0 +1,470 @@
+"""Materializing a range of UTC days, as `gpu-pipeline materialize` does it: the run logic that
+the CLI calls and whose result it prints.
+
+Its own module, one layer above `definitions` (it builds the definitions and runs their job) and
+below the CLI (which parses the arguments and prints): not in `defs/`, which `definitions`
+imports (a module there could not import `build_definitions` without an arrow back up,
+tests/test_layers.py).
+
+`materialize_range(settings, request, say)`:
+
+1. checks the days (`check_days`: none before the first partition, none not yet over);
+2. builds the definitions the run uses and takes their resources (`run_resources`, resolved as
+   the run resolves them): the reference files checked, the landing zone listed and its new
+   files parsed into the cache (`warm_parse_cache`) with the run's own `LandingResource` and
+   `LakeResource`, so the CLI and the run cannot disagree on an option (csv time zone, largest
+   file, cache folder);
+3. refuses a range whose landing files hold no records (unless allow_empty or pull);
+4. creates the Dagster instance if needed, fails this host's orphaned runs, runs
+   `daily_pipeline` over the whole range in one run and refreshes the lake's views file when it
+   no longer matches the lake;
+5. returns a `RangeRun`: the run's status and failed steps, its own ledger (from its
+   materializations, never what the lake holds by then) and the landing files rejected whole.
+
+What it says while it works (warnings, parsing and step progress, notes) goes to `say`, a line at
+a time; a request it refuses before anything is written raises `Refused` (exit code, message).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+from gpu_pipeline import settings
+
+PACKAGE = Path(__file__).resolve().parent  # what the package ships: config/, sql/, reference/
+# Dagster logs every step at DEBUG on the console, failures with their stack traces at ERROR;
+# the CLI prints its own progress and one line per failure (--verbose shows Dagster's logs)
+QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+HOST_TAG, PID_TAG = "gpu_pipeline/host", "gpu_pipeline/pid"
+# at most this many files rejected whole are named with their reason, then a count
+MAX_LISTED = 20
+
+Say = Callable[[str], None]
+
+
+class Refused(Exception):
+    """A request refused before anything is written: `code` (the CLI's exit code), the message
+    (its text), and `elsewhere`, the landing files rejected whole that are filed on days outside
+    the range ((file, days) pairs: where the records the range lacks may have gone)."""
+
+    def __init__(self, code: int, message: str, elsewhere: list[tuple[str, str]] | None = None):
+        super().__init__(message)
+        self.code, self.elsewhere = code, elsewhere or []
+
+
+@dataclass(frozen=True)
+class Request:
+    """The days to materialize and how (the `materialize` command's flags)."""
+
+    start: date
+    end: date
+    pull: bool = False  # fetch the days from the Prometheus-compatible server first
+    allow_empty: bool = False  # write days without records
+    replace_missing: bool = False  # rewrite days whose landing files are gone
+    verbose: bool = False  # Dagster's own logs, and the stack traces of failed steps
+
+
+@dataclass
+class RangeRun:
+    """What a range's run did."""
+
+    days: list[date]
+    lake: object  # the run's lake (`Lake`, opened from its `LakeResource`)
+    views: Path  # the lake's views file
+    run_id: str = ""
+    success: bool = False
+    seconds: float = 0.0  # the run's own time
+    server_missing: list[str] = field(default_factory=list)  # days the server had no data for
+    failures: list[tuple[str, str]] = field(default_factory=list)  # (step, root cause)
+    traces: list[str] = field(default_factory=list)  # failed steps' stack traces (verbose)
+    views_error: str | None = None  # why the views file was not written, when it was not
+    ledger: dict[date, dict] = field(default_factory=dict)  # per day, the run's own ingest_log
+    # the first MAX_LISTED files rejected whole with records on the days: (file, first reason)
+    rejected_whole: list[tuple[str, str]] = field(default_factory=list)
+    rejected_whole_total: int = 0
+    rejected_elsewhere: list[tuple[str, str]] = field(default_factory=list)  # (file, its days)
+
+
+def init_instance() -> Path:
+    """Create DAGSTER_HOME with the project's instance config if it has none."""
+    home = settings.dagster_home()
+    home.mkdir(parents=True, exist_ok=True)
+    cfg = home / "dagster.yaml"
+    import fcntl
+
+    # two first runs at once must not both create the instance's databases: one does, under a
+    # lock, and the other finds them made
+    with open(home / ".init.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not cfg.exists():
+            shutil.copyfile(PACKAGE / "config" / "dagster.yaml", cfg)
+        if not (home / "history" / "runs.db").exists():
+            import dagster as dg
+
+            with dg.DagsterInstance.from_config(str(home)) as instance:
+                instance.get_runs(limit=1)  # creates the run, event and schedule storage
+    return home
+
+
+def last_day() -> date:
+    """The last complete UTC day: yesterday (today's partition opens at midnight)."""
+    return datetime.now(UTC).date() - timedelta(days=1)
+
+
+def check_days(s: settings.Settings, start: date, end: date) -> list[date]:
+    """The days start..end, when each has a partition that can be written (Refused, exit 2)."""
+    if end < start:
+        raise Refused(2, f"--end {end} is before --start {start}")
+    if end > last_day():
+        raise Refused(
+            2,
+            f"{end} is not over yet in UTC; the last day that can be materialized is "
+            f"{last_day()} (a day's partition opens once the day has ended)",
+        )
+    first = date.fromisoformat(s.start_date)
+    if start < first:
+        # the partitions begin at GPU_PIPELINE_START_DATE: a day before it has none to write
+        raise Refused(
+            2,
+            f"{start} is before the first partition, {first} (GPU_PIPELINE_START_DATE); set "
+            f"GPU_PIPELINE_START_DATE={start} or earlier to materialize it",
+        )
+    return [start + timedelta(days=i) for i in range((end - start).days + 1)]
+
+
+@contextmanager
+def run_resources(defs) -> Iterator[dict[str, object]]:
+    """The definitions' resources, resolved as a run resolves them (their `dg.EnvVar`s read,
+    their config checked), by name: what the steps taken outside the run read, so that they
+    use the run's options (outside a run the lake takes no day locks)."""
+    import dagster as dg
+
+    with ExitStack() as stack:
+        yield {
+            name: stack.enter_context(res.process_config_and_initialize_cm())
+            for name, res in defs.resources.items()
+            if isinstance(res, dg.ConfigurableResource)
+        }
+
+
+@contextmanager
+def resources(s: settings.Settings) -> Iterator[dict[str, object]]:
+    """The resources a run with settings `s` would use, resolved (`run_resources`): for a
+    command that reads the lake or the reference files without running the job (`report`)."""
+    from gpu_pipeline.definitions import build_definitions
+
+    with run_resources(build_definitions(s, pull=False)) as res:
+        yield res
+
+
+def warm_parse_cache(landing, lake, say: Say) -> list:
+    """Parse new landing files up front, with progress; the run then reads the cache. `landing`
+    and `lake`: the run's `LandingResource` and `LakeResource` (its parse options and cache)."""
+    from gpu_pipeline.lib.ingest.cache import is_cached, parse_all
+    from gpu_pipeline.lib.ingest.landing import hash_memo, list_landing
+
+    cache = lake.open().cache_dir
+    opts = landing.parse_options()
+    files = list_landing(landing.root, hash_memo(cache))
+    todo = [f for f in files if not is_cached(f, cache, opts)]
+    if not todo:
+        return parse_all(files, cache, opts)
+    total = sum(f.size for f in todo)
+    say(f"parsing {len(todo)} new landing file(s), {total / 2**20:,.0f} MiB")
+    t, step = time.perf_counter(), max(1, len(todo) // 10)
+    progress = {"files": 0, "bytes": 0}
+    lock = threading.Lock()
+
+    def done(f, _parsed) -> None:
+        with lock:  # files finish in any order, a few at a time
+            progress["files"] += 1
+            progress["bytes"] += f.size
+            i = progress["files"]
+            if i % step == 0 or i == len(todo):
+                rate = progress["bytes"] / 2**20 / max(time.perf_counter() - t, 1e-9)
+                say(f"  parsed {i}/{len(todo)} files ({rate:,.0f} MiB/s)")
+
+    return parse_all(files, cache, opts, done)
+
+
+def check_records(parsed: list, days: list[date], req: Request, raw: Path, say: Say) -> None:
+    """Refuse (exit 1) a range the landing files hold no record of, unless the request allows
+    empty days or pulls them; note the days without records of a range that has some."""
+    from gpu_pipeline.lib.ingest.ingest_log import rejected_elsewhere
+
+    if req.pull:
+        return  # the run's first step fetches the days; its ledger says what came
+    if not parsed and not req.allow_empty:
+        why = "does not exist" if not raw.is_dir() else "holds no files"
+        raise Refused(
+            1,
+            f"the landing zone {raw.resolve()} {why}: nothing to materialize. Land exports there "
+            "(or generate a fleet: gpu-pipeline generate), point --raw at them, or pass "
+            "--allow-empty to write empty partitions",
+        )
+    # a day with records is not empty, even when every one of them is rejected: it runs, and
+    # its ledger and quarantine say what happened
+    empty = [d for d in days if not sum(pf.records_on(d) for pf in parsed)]
+    if not empty or req.allow_empty:
+        return
+    if len(empty) == len(days):
+        spans = sorted({d for pf in parsed for d in pf.record_days()})
+        have = f"; the files hold records of {spans[0]}..{spans[-1]}" if spans else ""
+        raise Refused(
+            1,
+            f"no records for {days[0]}..{days[-1]} in the {len(parsed)} landing file(s) of "
+            f"{raw.resolve()}{have}. Pass --allow-empty to write empty partitions",
+            rejected_elsewhere(parsed, days),
+        )
+    say(f"note: no records for {len(empty)} of the days: {', '.join(map(str, empty))}")
+
+
+def materialize_range(s: settings.Settings, req: Request, say: Say) -> RangeRun:
+    """Run `daily_pipeline` over req.start..req.end (see the module's docstring)."""
+    import dagster as dg
+
+    from gpu_pipeline.definitions import build_definitions
+    from gpu_pipeline.lib.reference import check_files
+
+    days = check_days(s, req.start, req.end)
+    defs = build_definitions(s, pull=req.pull)
+    with run_resources(defs) as res:
+        ref, landing, lake = res["reference"], res["landing"], res["lake"]
+        # the reference files the run will read, checked before it starts (a ReferenceError:
+        # every bad row, one line each)
+        for warning in check_files(ref.prices, ref.catalog, ref.energy):
+            say(f"warning: {warning}")
+        if req.pull and not s.prom_url:
+            raise Refused(2, "--pull needs a server: --url URL or GPU_PIPELINE_PROM_URL")
+        parsed = warm_parse_cache(landing, lake, say)
+        check_records(parsed, days, req, Path(landing.root), say)
+        init_instance()
+        say(f"materializing {len(days)} day(s) {req.start}..{req.end}: raw={s.raw} lake={s.lake}")
+        root = lake.root
+        run = RangeRun(days=days, lake=lake.open(), views=settings.warehouse_path(root))
+    with dg.DagsterInstance.from_config(str(settings.dagster_home())) as instance:
+        fail_orphaned_runs(instance, say)
+        result = _execute(defs, instance, req, days, run, say)
+        if not run.success:
+            return run
+        _refresh_views(defs, instance, run, root)
+    run.ledger = run_ledger(result)
+    _rejected_files(parsed, days, run)
+    return run
+
+
+def _run_tags(job, days: list[date]) -> dict[str, str]:
+    """As the UI tags its runs: one day, its partition (the runs list shows it); a range, its
+    bounds and the days as a tag the runs list shows. And who runs it: a run left STARTED by a
+    killed process is marked failed later (`fail_orphaned_runs`)."""
+    if len(days) == 1:
+        tags = dict(job.get_tags_for_partition_key(days[0].isoformat(), None))
+    else:
+        tags = {
+            "dagster/asset_partition_range_start": days[0].isoformat(),
+            "dagster/asset_partition_range_end": days[-1].isoformat(),
+            "gpu_pipeline/days": f"{days[0]} → {days[-1]}",
+        }
+    return {**tags, HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())}
+
+
+def _execute(defs, instance, req: Request, days: list[date], run: RangeRun, say: Say):
+    """One run for the whole range, as a backfill from the UI runs it (single-run backfill
+    policy): every asset loops over the days, and Dagster's per-run cost is paid once. Fills
+    `run` with what happened; returns Dagster's result (Refused, exit 1, when it cannot start)."""
+    import dagster as dg
+
+    job = defs.resolve_job_def("daily_pipeline")
+    run_config = {} if req.verbose else dict(QUIET)
+    if req.replace_missing:
+        run_config["ops"] = {"ingest": {"config": {"replace_missing": True}}}
+    t = time.perf_counter()
+    run_id = str(uuid.uuid4())
+    watch = Progress(instance, run_id, t, say) if not req.verbose else None
+    try:
+        res = job.execute_in_process(
+            instance=instance,
+            raise_on_error=False,
+            run_config=run_config,
+            run_id=run_id,
+            tags=_run_tags(job, days),
+        )
+    except dg.DagsterError as e:
+        raise Refused(
+            1, f"the run could not start: {type(e).__name__}: {first_line(str(e))}"
+        ) from None
+    finally:
+        if watch:
+            watch.stop()
+    for ev in res.get_asset_check_evaluations():
+        if ev.check_name == "server_has_data" and not ev.passed:
+            run.server_missing.append(ev.metadata["days_without_data"].value)
+    run.run_id, run.success, run.seconds = res.run_id, res.success, time.perf_counter() - t
+    if not res.success:
+        run.failures = step_failures(res.all_events)
+        if req.verbose:
+            run.traces = [
+                ev.step_failure_data.error.to_string()
+                for ev in res.all_events
+                if ev.is_step_failure
+            ]
+    return res
+
+
+def _refresh_views(defs, instance, run: RangeRun, root: str) -> None:
+    """The views glob the lake at query time: the file is rewritten only when it no longer
+    matches its lake (new lake, or a table that got its first partition)."""
+    from gpu_pipeline.lib.io.warehouse import views_current
+
+    if views_current(run.views, root):
+        return
+    views = defs.resolve_job_def("refresh_warehouse").execute_in_process(
+        instance=instance, raise_on_error=False, run_config=QUIET
+    )
+    if not views.success:
+        causes = [cause for _, cause in step_failures(views.all_events)]
+        run.views_error = causes[0] if causes else "failed"
+
+
+def _rejected_files(parsed: list, days: list[date], run: RangeRun) -> None:
+    """The landing files rejected whole: those with records on the run's days (the first
+    MAX_LISTED with their first reason), and those filed on other days."""
+    from gpu_pipeline.lib.ingest.ingest_log import rejected_elsewhere
+
+    on = set(days)
+    whole = [pf for pf in parsed if pf.rejected_whole and on & set(pf.record_days())]
+    run.rejected_whole_total = len(whole)
+    for pf in whole[:MAX_LISTED]:
+        reason = pf.quarantine.select("reason").head(1).collect()
+        why = reason["reason"][0] if reason.height else pf.format
+        run.rejected_whole.append((pf.file.source_file, first_line(why, 160)))
+    run.rejected_elsewhere = rejected_elsewhere(parsed, days)
+
+
+class Progress:
+    """Says a run's progress while it works: each step's start and end with the elapsed time,
+    and the per-day lines the assets log, read from the run's event log every half second (so a
+    long backfill is never a silent terminal)."""
+
+    def __init__(self, instance, run_id: str, t0: float, say: Say):
+        self.instance, self.run_id, self.say = instance, run_id, say
+        self.t0 = time.time() - (time.perf_counter() - t0)  # the run's start, wall clock
+        self.cursor: str | None = None
+        self.started: dict[str, float] = {}
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while not self.done.wait(0.5):
+            self._poll()
+
+    def _poll(self) -> None:
+        from dagster import DagsterEventType as T
+
+        try:  # only what is new since the last poll (the cursor), never the whole log again
+            conn = self.instance.get_records_for_run(self.run_id, cursor=self.cursor)
+        except Exception:  # the run's log may not exist yet; progress is best effort
+            return
+        self.cursor = conn.cursor
+        for r in (rec.event_log_entry for rec in conn.records):
+            ev, now = r.dagster_event, r.timestamp - self.t0
+            if ev is not None and ev.step_key and ev.event_type == T.STEP_START:
+                self.started[ev.step_key] = r.timestamp
+                self.say(f"  {now:6.1f}s  {ev.step_key} started")
+            elif (
+                ev is not None and ev.step_key and ev.event_type in (T.STEP_SUCCESS, T.STEP_FAILURE)
+            ):
+                took = r.timestamp - self.started.get(ev.step_key, r.timestamp)
+                state = "done" if ev.event_type == T.STEP_SUCCESS else "FAILED"
+                self.say(f"  {now:6.1f}s  {ev.step_key} {state} ({took:.1f}s)")
+            elif ev is None and r.user_message[:4].isdigit() and r.user_message[4:5] == "-":
+                self.say(
+                    f"  {now:6.1f}s    {first_line(r.user_message)[:160]}"
+                )  # "2024-01-01: ..."
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join(timeout=5)
+        self._poll()
+
+
+def fail_orphaned_runs(instance, say: Say) -> None:
+    """Runs this host's `materialize` started whose process is gone (killed, power lost) would
+    stay STARTED forever: no daemon watches in-process runs. Mark them failed, saying why."""
+    import dagster as dg
+
+    # NOT_STARTED too: a process killed between creating its run and starting it
+    started = instance.get_runs(
+        filters=dg.RunsFilter(
+            statuses=[
+                dg.DagsterRunStatus.NOT_STARTED,
+                dg.DagsterRunStatus.STARTING,
+                dg.DagsterRunStatus.STARTED,
+            ],
+            tags={HOST_TAG: socket.gethostname()},
+        )
+    )
+    for run in started:
+        pid = int(run.tags.get(PID_TAG, "0") or 0)
+        if pid <= 0 or pid == os.getpid():
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            instance.report_run_failed(
+                run, f"the gpu-pipeline process {pid} running it ended before it finished"
+            )
+            say(
+                f"note: run {run.run_id[:8]} was left unfinished by a killed process: marked failed"
+            )
+        except PermissionError:
+            pass  # alive, another user's
+
+
+def first_line(text: str, limit: int = 300) -> str:
+    line = next((ln.strip() for ln in text.strip().splitlines() if ln.strip()), "")
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def step_failures(events) -> list[tuple[str, str]]:
+    """(step, root cause) for each failed step: the innermost error of its chain, one line."""
+    out = []
+    for ev in events:
+        if not ev.is_step_failure:
+            continue
+        err = ev.step_failure_data.error
+        while err.cause is not None:
+            err = err.cause
+        msg = err.message.strip()
+        # a blocking check's message lists the checks on the lines after its first
+        if "asset check" in msg:
+            msg = " ".join(ln.strip() for ln in msg.splitlines() if ln.strip())
+        cls = err.cls_name or "Error"
+        text = msg if msg.startswith(cls) else f"{cls}: {msg}"
+        out.append((ev.step_key, first_line(text, 400)))
+    return out
+
+
+def run_ledger(res) -> dict[date, dict]:
+    """Per day, what this run's own ingest recorded (the ingest_log materializations' metadata):
+    never what the lake holds by the time this prints (another run may have written since)."""
+    out: dict[date, dict] = {}
+    for ev in res.get_asset_materialization_events():
+        mat = ev.event_specific_data.materialization
+        if mat.asset_key.path != ["ingest_log"] or not mat.partition:
+            continue
+        meta = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
+        if "rows_read" in meta:
+            out[date.fromisoformat(mat.partition)] = meta
+    return out
