@@ -204,3 +204,40 @@ def test_each_average_is_weighted_by_the_minutes_it_is_over(tmp_path):
     # a range without data: no GPUs, no figure
     empty = fleet_figures(lake, [date(2024, 2, 1)])
     assert empty["gpus"] == 0 and empty["util"] is None and empty["days_with_data"] == []
+
+
+def report_figures(html: str) -> dict[str, float]:
+    """The fleet's figures the report prints: its KPIs and its phase line."""
+    kpi = dict(re.findall(r"<div class='kpi'>([^<]+)<b>([^<]+)</b></div>", html))
+    n = r"(-?[\d,]+\.\d)"
+    found = {
+        "gpus": kpi["GPUs"],
+        "gpu_hours": kpi["GPU-hours"],
+        "avg_gpu_util_pct": re.match(n, kpi["avg utilization"])[1],
+        "avg_rfu_pct": re.match(n, kpi["avg RFU"])[1],
+        "avg_efficiency_gap_pct": re.match(n, kpi["gap"])[1],
+    }
+    phases = re.search(r"<p>Phases of the day's GPU-minutes(.*?)</p>", html, re.S)[1]
+    found["pct_active_bottlenecked"] = re.search(rf"Bottlenecked \(.*?\): <b>{n} %", phases)[1]
+    for p in PHASES:
+        m = re.search(rf"\b{p.replace('_', '-')} <b>{n} %</b>", phases)
+        found[f"pct_{p}"] = m[1] if m else "0.0"
+    return {k: float(str(v).replace(",", "")) for k, v in found.items()}
+
+
+def test_the_report_prints_fleet_daily_under_the_rules(fleet, tmp_path):
+    """The report of each day (the one the run wrote, and `gpu-pipeline report`'s) prints the
+    day's fleet_daily row, computed with `idle_below = 50`, and says which bound it used."""
+    from gpu_pipeline import settings
+
+    env, lake = fleet
+    for r in Lake(lake).read_days("fleet_daily", DAYS).sort("date").iter_rows(named=True):
+        day = r["date"]
+        out = tmp_path / f"{day}.html"
+        cli("report", "--date", str(day), "--lake", str(lake), "--out", str(out), env=env)
+        written = settings.reports_dir(lake) / f"gpu_report_{day}.html"
+        for html in (out.read_text(), written.read_text()):
+            printed = report_figures(html)
+            assert "utilization below 50 % idle" in html
+            for col, p in printed.items():
+                assert close(p, r[col]), (day, col, p, r[col])
