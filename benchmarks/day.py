@@ -1,15 +1,24 @@
-"""`make bench-day`: one whole fleet-day end to end, through the real `gpu-pipeline materialize`.
+"""`make bench-day`: one whole fleet-day end to end, through the real `gpu-pipeline materialize`,
+against a DuckDB peer.
 
-Generates one day of dcgm-exporter scrapes for a 1,000-GPU fleet (30 s, the generator's fields,
-about 29 M lines) into a landing zone under benchmarks/out/ (kept between runs), then runs
-`gpu-pipeline materialize` for that day in a fresh process (Dagster included, a fresh lake and
-instance) and reports its wall time, its peak RSS (wait4 of that process: its own), the time and
-peak RSS of each stage (parse of the landing files, then every Dagster step, from the run's event
-log; RSS sampled every 20 ms), and the reference: Polars reading the same files' lines.
+Generates one day of dcgm-exporter scrapes for a 1,000-GPU fleet (one scrape a minute, the
+generator's nine fields, about 17 M lines) into a landing zone under benchmarks/out/ (kept between
+runs), then runs `gpu-pipeline materialize` for that day in a fresh process (Dagster included, a
+fresh lake, parse cache and instance) and reports its wall time, its peak RSS (wait4 of that
+process: its own), the time and peak RSS of each stage (parse of the landing files, then every
+Dagster step, from the run's event log; RSS sampled every 20 ms), and two references: Polars
+reading the same files' lines, and the DuckDB peer (benchmarks/day_duckdb.sql, run by
+benchmarks/day_duckdb.py in a fresh process: the same files to gpu_minutes, hourly_fleet_metrics
+and priced_waste in hand-written SQL), measured as ours is. Ours and the peer run
+`BENCH_DAY_RUNS` times each (default 3), alternated; the figures are medians, the per-step table
+the median run's. Then the peer's tables are checked against the lake's
+(benchmarks/day_compare.py): the same rows, numbers within 1e-6 relative; the benchmark fails
+when they differ.
 
 The parent process only starts processes and reads /proc; it generates and imports nothing big.
 Prints a table and one line:
-bench-day: gpus=… lines=… wall_s=… parse_s=… read_lines_s=… parse_x_read_lines=… peak_rss_mib=…
+bench-day: gpus=… lines=… runs=… wall_s=… parse_s=… read_lines_s=… parse_x_read_lines=…
+           peak_rss_mib=… duckdb_s=… duckdb_peak_mib=… day_x_duckdb=<peer's wall / ours>
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import threading
@@ -27,6 +37,8 @@ HERE = Path(__file__).resolve().parent
 OUT = HERE / "out" / "day"
 DAY = "2024-01-01"
 GPUS = int(os.environ.get("BENCH_DAY_GPUS", "1000"))
+# ours and the DuckDB peer, each this many times (fresh processes, alternated): medians
+RUNS = max(1, int(os.environ.get("BENCH_DAY_RUNS", "3")))
 PY = sys.executable
 
 READ_LINES = """
@@ -87,22 +99,10 @@ def generate(raw: Path) -> None:
     marker.touch()
 
 
-def main() -> int:
-    raw, lake, home = OUT / "raw", OUT / "lake", OUT / "dagster_home"
-    generate(raw)
-    files = [p for p in raw.rglob("*") if p.is_file() and not p.name.startswith(".")]
-    size = sum(p.stat().st_size for p in files)
-    # the reference twice, best of both: the second reads the files from the page cache, as the
-    # parse right after it does
-    reads = []
-    for _ in range(2):
-        ref = subprocess.run(
-            [PY, "-c", READ_LINES, str(raw)], capture_output=True, text=True, check=True
-        )
-        reads.append(ref.stdout.split())
-    read_s, lines = min(float(r[0]) for r in reads), int(reads[0][1])
-    print(f"landing zone: {len(files)} files, {size / 2**30:.2f} GiB, {lines:,} lines", flush=True)
-
+def run_ours(raw: Path, lake: Path, home: Path) -> dict | None:
+    """`gpu-pipeline materialize` of the day in a fresh process, a fresh lake (and so a fresh
+    parse cache, `<lake>/_ingest_cache`) and a fresh Dagster instance: its wall time, its own
+    peak RSS (wait4) and per stage the time and sampled RSS. None if it failed."""
     shutil.rmtree(lake, ignore_errors=True)
     shutil.rmtree(home, ignore_errors=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_PIPELINE_")}
@@ -134,7 +134,7 @@ def main() -> int:
     if proc.returncode:
         print("\n".join(s for _, s in said[-40:]))
         print(f"bench-day: materialize failed (exit {proc.returncode})")
-        return 1
+        return None
     peak_mib = usage.ru_maxrss / 1024
 
     def peak_between(a: float, b: float) -> float:
@@ -160,20 +160,10 @@ def main() -> int:
         stage_of[key] = b - a
     run_a = min(ev.get("STEP_START", 1e18) for ev in steps["steps"].values())
     run_b = max(ev.get("STEP_SUCCESS", ev.get("STEP_FAILURE", 0)) for ev in steps["steps"].values())
-    in_steps = sum(stage_of.values())
 
     def total(*names: str) -> float:
         return sum(v for k, v in stage_of.items() if any(n in k for n in names))
 
-    print(f"\none fleet-day, {GPUS:,} GPUs, {lines:,} lines, `gpu-pipeline materialize` {DAY}:")
-    for name, secs, peak in rows:
-        print(f"  {name:<46} {secs:8.2f} s   peak {peak:7.0f} MiB")
-    print(f"  {'run (first step start .. last step end)':<46} {run_b - run_a:8.2f} s")
-    print(f"  {'  of which between steps (Dagster)':<46} {run_b - run_a - in_steps:8.2f} s")
-    print(
-        f"  {'whole command (process start .. exit)':<46} {wall:8.2f} s   peak {peak_mib:7.0f} MiB"
-    )
-    print(f"  {'reference: Polars reads the lines':<46} {read_s:8.2f} s")
     stages = {
         "parse": parse_b - parse_a,
         "assemble": total("gpu_samples", "ingest"),
@@ -188,12 +178,125 @@ def main() -> int:
         ),
         "report": total("daily_report"),
     }
-    print("  stages: " + ", ".join(f"{k} {v:.1f} s" for k, v in stages.items()))
-    print(
-        f"bench-day: gpus={GPUS} lines={lines} wall_s={wall:.1f} parse_s={stages['parse']:.1f} "
-        f"read_lines_s={read_s:.1f} parse_x_read_lines={stages['parse'] / read_s:.2f} "
-        f"peak_rss_mib={peak_mib:.0f}"
+    return {
+        "wall": wall,
+        "peak": peak_mib,
+        "rows": rows,
+        "run": run_b - run_a,
+        "between": run_b - run_a - sum(stage_of.values()),
+        "stages": stages,
+    }
+
+
+def run_peer(raw: Path, out: Path) -> dict | None:
+    """The DuckDB peer (benchmarks/day_duckdb.py) in a fresh process, into a fresh folder: its
+    wall time (process start .. exit, as ours) and its own peak RSS (wait4). None if it failed."""
+    shutil.rmtree(out, ignore_errors=True)
+    t0 = time.time()
+    proc = subprocess.Popen(
+        [PY, str(HERE / "day_duckdb.py"), str(raw), str(out), DAY],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
+    said = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.time() - t0
+    if os.waitstatus_to_exitcode(status):
+        print(said[-4000:])
+        print(f"bench-day: the DuckDB peer failed (exit {os.waitstatus_to_exitcode(status)})")
+        return None
+    return {"wall": wall, "peak": usage.ru_maxrss / 1024, "inside": float(said.split()[-1])}
+
+
+def main() -> int:
+    raw, lake, home = OUT / "raw", OUT / "lake", OUT / "dagster_home"
+    peer_out = OUT / "duckdb"
+    generate(raw)
+    files = [p for p in raw.rglob("*") if p.is_file() and not p.name.startswith(".")]
+    size = sum(p.stat().st_size for p in files)
+    # the reference twice, best of both: the second reads the files from the page cache, as the
+    # parse right after it does
+    reads = []
+    for _ in range(2):
+        ref = subprocess.run(
+            [PY, "-c", READ_LINES, str(raw)], capture_output=True, text=True, check=True
+        )
+        reads.append(ref.stdout.split())
+    read_s, lines = min(float(r[0]) for r in reads), int(reads[0][1])
+    print(f"landing zone: {len(files)} files, {size / 2**30:.2f} GiB, {lines:,} lines", flush=True)
+
+    # ours and the peer alternated, each run in a fresh process: the machine's noise gets the
+    # same chances at both
+    ours: list[dict] = []
+    peer: list[dict] = []
+    for i in range(RUNS):
+        o = run_ours(raw, lake, home)
+        if o is None:
+            return 1
+        d = run_peer(raw, peer_out)
+        if d is None:
+            return 1
+        ours.append(o)
+        peer.append(d)
+        print(
+            f"run {i + 1}/{RUNS}: gpu-pipeline materialize {o['wall']:.2f} s "
+            f"(peak {o['peak']:.0f} MiB), DuckDB peer {d['wall']:.2f} s "
+            f"(peak {d['peak']:.0f} MiB; its SQL {d['inside']:.2f} s)",
+            flush=True,
+        )
+    # the median run (the lower middle of an even count): its table is a real run's
+    med = sorted(ours, key=lambda r: r["wall"])[(RUNS - 1) // 2]
+    dmed = sorted(peer, key=lambda r: r["wall"])[(RUNS - 1) // 2]
+    peak_mib = statistics.median_low(r["peak"] for r in ours)
+    duck_peak = statistics.median_low(r["peak"] for r in peer)
+
+    print(
+        f"\none fleet-day, {GPUS:,} GPUs, {lines:,} lines, `gpu-pipeline materialize` {DAY}"
+        f" (the median of {RUNS} run(s)):"
+    )
+    for name, secs, peak in med["rows"]:
+        print(f"  {name:<46} {secs:8.2f} s   peak {peak:7.0f} MiB")
+    print(f"  {'run (first step start .. last step end)':<46} {med['run']:8.2f} s")
+    print(f"  {'  of which between steps (Dagster)':<46} {med['between']:8.2f} s")
+    print(
+        f"  {'whole command (process start .. exit)':<46} {med['wall']:8.2f} s   peak "
+        f"{med['peak']:7.0f} MiB"
+    )
+    print(f"  {'reference: Polars reads the lines':<46} {read_s:8.2f} s")
+    print(
+        f"  {'peer: DuckDB SQL (benchmarks/day_duckdb.sql)':<46} {dmed['wall']:8.2f} s   peak "
+        f"{dmed['peak']:7.0f} MiB"
+    )
+    stages = med["stages"]
+    print("  stages: " + ", ".join(f"{k} {v:.1f} s" for k, v in stages.items()))
+    if RUNS > 1:
+        print(
+            "  all runs (s): ours "
+            + ", ".join(f"{r['wall']:.1f}" for r in ours)
+            + "; DuckDB "
+            + ", ".join(f"{r['wall']:.1f}" for r in peer)
+        )
+
+    # the last run's lake against the last peer run's tables (a process of its own)
+    print(f"\nthe DuckDB peer's tables against the lake ({lake}):")
+    check = subprocess.run(
+        [PY, str(HERE / "day_compare.py"), str(lake), str(peer_out), DAY], text=True
+    )
+    wall = statistics.median(r["wall"] for r in ours)
+    duck = statistics.median(r["wall"] for r in peer)
+    print(
+        f"bench-day: gpus={GPUS} lines={lines} runs={RUNS} wall_s={wall:.1f} "
+        f"parse_s={stages['parse']:.1f} read_lines_s={read_s:.1f} "
+        f"parse_x_read_lines={stages['parse'] / read_s:.2f} peak_rss_mib={peak_mib:.0f} "
+        f"duckdb_s={duck:.1f} duckdb_peak_mib={duck_peak:.0f} day_x_duckdb={duck / wall:.3f}"
+    )
+    if check.returncode:
+        print(
+            "bench-day: FAILED: the DuckDB peer's tables differ from gpu-pipeline's "
+            "(the DIFFERS lines above)"
+        )
+        return 1
     return 0
 
 

@@ -1,0 +1,168 @@
+"""Compare the DuckDB peer's tables (benchmarks/day_duckdb.sql) with gpu_pipeline's lake.
+
+    python benchmarks/day_compare.py LAKE PEER_OUT DAY
+
+On the columns both compute: the same rows (gpu_minutes joined on gpu_uuid and minute,
+hourly_fleet_metrics on hour, cluster and gpu_model, priced_waste on cluster, namespace and
+gpu_model), numbers equal within 1e-6 relative, labels and categories equal. Prints the largest
+difference per column; exits 1 with one line per difference when they differ.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import polars as pl
+
+REL = 1e-6
+PHASES = ("idle", "underutilized", "productive", "compute_bound", "unknown")
+MONEY = (
+    "cost_usd",
+    "productive_usd",
+    "idle_waste_usd",
+    "stall_waste_usd",
+    "headroom_waste_usd",
+    "unmeasured_usd",
+)
+# table -> (join keys, numeric columns, exact columns: labels, categories, counts)
+TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
+    "gpu_minutes": (
+        ("gpu_uuid", "minute"),
+        (
+            "gpu_util_pct",
+            "power_w",
+            "max_power_w",
+            "pif",
+            "achievable_tflops",
+            "realized_tflops",
+            "rfu_pct",
+            "efficiency_gap_pct",
+            "price_usd_per_hour",
+            *[f"phase_share_{p}" for p in PHASES],
+            "gpu_share",
+            "gpu_temp_c",
+            "fb_used_mib",
+            "prof_sm_active",
+            "prof_sm_occupancy",
+            "prof_pipe_tensor_active",
+            "prof_dram_active",
+            "pcie_rx_bytes_per_s",
+            "nvlink_rx_bytes_per_s",
+        ),
+        (
+            "hostname",
+            "cluster",
+            "namespace",
+            "pod",
+            "gpu_model",
+            "util_source",
+            "max_power_basis",
+            "phase",
+            "efficiency_class",
+            "diagnosis",
+            "diagnosis_basis",
+        ),
+    ),
+    "hourly_fleet_metrics": (
+        ("hour", "cluster", "gpu_model"),
+        (
+            "avg_gpu_util_pct",
+            "avg_pif",
+            "avg_rfu_pct",
+            "avg_efficiency_gap_pct",
+            "avg_realized_tflops",
+            *[f"pct_{p}" for p in PHASES],
+        ),
+        ("gpus", "gpu_minutes"),
+    ),
+    "priced_waste": (
+        ("cluster", "namespace", "gpu_model"),
+        (
+            "gpu_hours",
+            "price_usd_per_hour",
+            *MONEY,
+            "total_waste_usd",
+            "waste_frac",
+            "hourly_waste_usd",
+            "monthly_waste_usd",
+            "yearly_waste_usd",
+        ),
+        ("gpus",),
+    ),
+}
+
+
+def _normalized(df: pl.DataFrame, keys: tuple[str, ...], cols: list[str]) -> pl.DataFrame:
+    """Keys and columns only, times as epoch milliseconds, categories as strings."""
+    out = []
+    for c in (*keys, *cols):
+        s = df.get_column(c)
+        if s.dtype == pl.Datetime or isinstance(s.dtype, pl.Datetime):
+            s = s.dt.epoch("ms")
+        elif s.dtype in (pl.Categorical,) or isinstance(s.dtype, pl.Enum):
+            s = s.cast(pl.String)
+        elif s.dtype.is_integer():
+            s = s.cast(pl.Int64)
+        out.append(s)
+    return pl.DataFrame(out)
+
+
+def compare(lake: Path, peer: Path, day: str) -> list[str]:
+    problems: list[str] = []
+    for table, (keys, numeric, exact) in TABLES.items():
+        ours = pl.read_parquet(lake / table / f"date={day}" / "data.parquet")
+        theirs = pl.read_parquet(peer / f"{table}.parquet")
+        if "gpu_instance_id" in ours.columns and ours["gpu_instance_id"].is_not_null().any():
+            problems.append(
+                f"{table}: the lake has MIG instance rows, which the peer does not make"
+            )
+        cols = list(numeric + exact)
+        a, b = _normalized(ours, keys, cols), _normalized(theirs, keys, cols)
+        j = a.join(b, on=list(keys), how="inner", suffix="_peer", nulls_equal=True)
+        line = f"  {table}: rows ours {a.height:,}, peer {b.height:,}, matched on keys {j.height:,}"
+        print(line)
+        if not (a.height == b.height == j.height):
+            problems.append(
+                f"{table}: row counts differ (ours {a.height:,}, peer {b.height:,}, "
+                f"{j.height:,} matched on {', '.join(keys)})"
+            )
+        diffs = []
+        for c in numeric:
+            x, y = pl.col(c).cast(pl.Float64), pl.col(f"{c}_peer").cast(pl.Float64)
+            scale = pl.max_horizontal(x.abs(), y.abs())
+            rel = pl.when(x == y).then(0.0).otherwise((x - y).abs() / scale)
+            r = j.select(
+                rel.max().alias("max_rel"),
+                (x.is_null() != y.is_null()).sum().alias("nulls"),
+                (rel > REL).sum().alias("bad"),
+                x.is_null().sum().alias("ours_null"),
+            ).row(0, named=True)
+            max_rel = r["max_rel"] or 0.0
+            diffs.append(
+                f"{c} {max_rel:.1e}" + (" (all null)" if r["ours_null"] == j.height else "")
+            )
+            if r["nulls"] or r["bad"]:
+                problems.append(
+                    f"{table}.{c}: {r['bad']:,} rows differ by more than {REL:g} relative "
+                    f"(max {max_rel:.3g}), {r['nulls']:,} null on one side only"
+                )
+        for c in exact:
+            bad = j.select((pl.col(c).ne_missing(pl.col(f"{c}_peer"))).sum()).item()
+            diffs.append(f"{c} {'=' if not bad else f'{bad:,} differ'}")
+            if bad:
+                problems.append(f"{table}.{c}: {bad:,} rows differ")
+        print("    max relative difference: " + ", ".join(diffs))
+    return problems
+
+
+def main(argv: list[str]) -> int:
+    lake, peer, day = Path(argv[0]), Path(argv[1]), argv[2]
+    problems = compare(lake, peer, day)
+    for p in problems:
+        print(f"  DIFFERS: {p}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
