@@ -28,8 +28,9 @@ from gpu_pipeline.defs.marts import persistent_bottlenecks, recommendations
 from gpu_pipeline.defs.partitions import DEFAULT, Partitioning
 from gpu_pipeline.defs.report import daily_report
 from gpu_pipeline.defs.resources import LakeResource, LandingResource
-from gpu_pipeline.lib.ingest.cache import is_cached, load_or_parse, parse_all
+from gpu_pipeline.lib.ingest.cache import ParsedFile, is_cached, load_or_parse, parse_all
 from gpu_pipeline.lib.ingest.landing import (
+    LandingFile,
     LandingRootError,
     check_landing_root,
     hash_memo,
@@ -141,8 +142,23 @@ def plan_landing(
             skip_reason=None,
         )
     parsed = {f.source_file: load_or_parse(f, cache, opts) for f in changed}  # reads meta.json only
-    # a file the lake already ingested with this content (a UI or CLI backfill before the
-    # sensor was turned on) is not news: only files some day's ingest_log lacks are planned
+    fresh = _not_in_lake(lake, changed, parsed)
+    cursor = json.dumps({f.source_file: f.sha256 for f in files})
+    if not fresh:
+        return dg.SensorResult(
+            skip_reason=f"{len(changed)} file(s) new to the sensor are already in the lake",
+            cursor=cursor,
+        )
+    requests = _backfill_requests(context, p, fresh, parsed, token)
+    return dg.SensorResult(run_requests=requests, cursor=cursor)
+
+
+def _not_in_lake(
+    lake: LakeResource, changed: list[LandingFile], parsed: dict[str, ParsedFile]
+) -> list[LandingFile]:
+    """The changed files some day they touch has not ingested with this content: a file the
+    lake already ingested (a UI or CLI backfill before the sensor was turned on) is not news.
+    `parsed`: each changed file's parse, by source file."""
     store = lake.open()
     logged: set[tuple[date, str, str]] = set()
     for d in {d for pf in parsed.values() for d in pf.touched_days()}:
@@ -151,19 +167,24 @@ def plan_landing(
             logged |= {
                 (d, src, sha) for src, sha in zip(log["source_file"], log["sha256"], strict=True)
             }
-    fresh = [
+    return [
         f
         for f in changed
         if any(
             (d, f.source_file, f.sha256) not in logged for d in parsed[f.source_file].touched_days()
         )
     ]
-    cursor = json.dumps({f.source_file: f.sha256 for f in files})
-    if not fresh:
-        return dg.SensorResult(
-            skip_reason=f"{len(changed)} file(s) new to the sensor are already in the lake",
-            cursor=cursor,
-        )
+
+
+def _backfill_requests(
+    context: dg.SensorEvaluationContext,
+    p: Partitioning,
+    fresh: list[LandingFile],
+    parsed: dict[str, ParsedFile],
+    token: str,
+) -> list[dg.RunRequest]:
+    """One asset backfill (`plan_backfill`) of the days the `fresh` files touch, none when no
+    day has a partition yet; tagged with the files' `token`."""
     days: set[date] = set()
     for f in fresh:
         pf = parsed[f.source_file]
@@ -185,19 +206,18 @@ def plan_landing(
         f"{len(fresh)} new/changed file(s) touch {sorted(map(str, days))}: "
         f"backfill of {sum(map(len, plan.values()))} asset partition(s)"
     )
-    requests = []
-    if plan:
-        subset = AssetGraphSubset(
-            partitions_subsets_by_asset_key={
-                k: p.daily.subset_with_partition_keys(v) for k, v in plan.items()
-            }
+    if not plan:
+        return []
+    subset = AssetGraphSubset(
+        partitions_subsets_by_asset_key={
+            k: p.daily.subset_with_partition_keys(v) for k, v in plan.items()
+        }
+    )
+    return [
+        dg.RunRequest.for_asset_graph_subset(
+            subset, tags={"trigger": "landing_zone", "gpu_pipeline/files": token}
         )
-        requests.append(
-            dg.RunRequest.for_asset_graph_subset(
-                subset, tags={"trigger": "landing_zone", "gpu_pipeline/files": token}
-            )
-        )
-    return dg.SensorResult(run_requests=requests, cursor=cursor)
+    ]
 
 
 landing_zone_sensor = build_landing_sensor(DEFAULT)

@@ -126,115 +126,20 @@ class DayAssembly:
         has_dup = bool(long.get_column("dup").any())
         if has_dup:  # which copy is first depends on the order
             long = long.sort("file_order", "line").with_columns(dup)
-        # the same sample again with another value: two exporters disagree. The first file in
-        # path order wins; the other value is quarantined with both, not counted as a duplicate
-        conflict = pl.lit(False)
-        if has_dup:
-            first = pl.struct(*SAMPLE_KEY)
-            long = long.with_columns(
-                pl.col("value").first().over(first).alias("_first_value"),
-                pl.col("source_file").first().over(first).alias("_first_file"),
-            ).with_columns(
-                (pl.col("dup") & pl.col("value").ne_missing(pl.col("_first_value"))).alias(
-                    "_conflict"
-                )
-            )
-            conflict = pl.col("_conflict")
+            long = _with_first_copy(long)
         wide = bool(long.get_column("_wide").any())
-        # a record of a wide format (a CSV row) is accepted when one of its values is new, a
-        # duplicate when none is and one repeats, quarantined when every value conflicts
-        records = (
-            long.filter(pl.col("_wide"))
-            .group_by("source_file", "line")
-            .agg(
-                (~pl.col("dup")).any().alias("_new"),
-                (pl.col("dup") & ~conflict).any().alias("_dup"),
-            )
-            if wide
-            else None
-        )
+        records = _wide_records(long, has_dup) if wide else None
         if has_dup:
-            conflicting = long.filter(pl.col("_conflict"))
-            if records is not None and conflicting.height:
-                lost = records.filter(~pl.col("_new") & ~pl.col("_dup")).select(
-                    "source_file", "line", pl.lit(True).alias("_lost")
-                )
-                conflicting = conflicting.join(lost, on=["source_file", "line"], how="left")
-            else:
-                conflicting = conflicting.with_columns(pl.lit(None, pl.Boolean).alias("_lost"))
-            conflicting = conflicting.select(
-                "source_file",
-                "line",
-                "timestamp",
-                pl.format(
-                    "conflicting duplicate: {} of {} at this time is {} here but {} in {} (kept)",
-                    "column",
-                    "gpu_uuid",
-                    pl.col("value").cast(pl.String).fill_null("no value"),
-                    pl.col("_first_value").cast(pl.String).fill_null("no value"),
-                    "_first_file",
-                ).alias("reason"),
-                pl.format(
-                    "{}={}", "column", pl.col("value").cast(pl.String).fill_null("null")
-                ).alias("raw"),
-                pl.col("column").alias("field"),
-                (pl.col("_wide") & pl.col("_lost").is_null()).alias("record_kept"),
-            )
+            conflicting = _conflicts(long, records)
             if conflicting.height:
                 self._conflicts.append(conflicting)
             long = long.filter(~pl.col("_conflict")).drop(
                 "_first_value", "_first_file", "_conflict"
             )
-        narrow = long.filter(~pl.col("_wide")) if wide else long
-        counts = [
-            narrow.group_by("source_file").agg(
-                (~pl.col("dup")).sum().alias("rows_accepted"),
-                pl.col("dup").sum().alias("rows_duplicate"),
-                pl.col("timestamp").min().alias("first_sample"),
-                pl.col("timestamp").max().alias("last_sample"),
-            )
-        ]
-        if records is not None:
-            span = (
-                long.filter(pl.col("_wide"))
-                .group_by("source_file")
-                .agg(
-                    pl.col("timestamp").min().alias("first_sample"),
-                    pl.col("timestamp").max().alias("last_sample"),
-                )
-            )
-            counts.append(
-                records.group_by("source_file")
-                .agg(
-                    pl.col("_new").sum().alias("rows_accepted"),
-                    (~pl.col("_new") & pl.col("_dup")).sum().alias("rows_duplicate"),
-                )
-                .join(span, on="source_file", how="left")
-            )
-        self._counts.append(pl.concat(counts, how="diagonal_relaxed"))
+        self._counts.append(_counts_per_file(long, records, wide))
         accepted = long.filter(~pl.col("dup")) if has_dup else long
         del long
-        # one row per GPU, instance and time: its identity (the first value given) and each
-        # field's value, in one group-by (a pivot, a second group-by for the identity and a
-        # join of the two took twice as long)
-        fields = set(accepted.get_column("column").unique().to_list())
-        attrs = [c for c in ATTR_COLUMNS if c not in KEY]
-        value = pl.col("value")
-        gpu_samples = (
-            accepted.group_by(list(KEY))
-            .agg(
-                *[pl.col(c).drop_nulls().first() for c in attrs],
-                pl.col("source_file").first(),
-                *[
-                    value.filter(pl.col("column") == c).first().alias(c)
-                    for c in FIELD_COLUMNS
-                    if c in fields
-                ],
-            )
-            .with_columns(pl.lit(self.day).alias("date"))
-            .sort(*SAMPLE_ORDER, nulls_last=False)
-        )
-        return conform(gpu_samples, GPU_SAMPLES_SCHEMA)
+        return _one_row_per_time(accepted, self.day)
 
     def quarantine(self) -> pl.DataFrame:
         """The day's quarantined rows (after `gpu_samples()` is consumed: it adds conflicts)."""
@@ -243,3 +148,120 @@ class DayAssembly:
     def ingest_log(self, quarantine: pl.DataFrame) -> pl.DataFrame:
         """The day's ingest_log (after `gpu_samples()` is consumed: it counts accepted rows)."""
         return day_ingest_log(self.files, self.day, self._counts, quarantine)
+
+
+def _with_first_copy(long: pl.DataFrame) -> pl.DataFrame:
+    """Duplicates marked (`dup`, the rows in file then line order): each sample's first copy's
+    value and file (`_first_value`, `_first_file`), and `_conflict`, a duplicate with another
+    value: two exporters disagree. The first file in path order wins; the other value is
+    quarantined with both (`_conflicts`), not counted as a duplicate."""
+    first = pl.struct(*SAMPLE_KEY)
+    return long.with_columns(
+        pl.col("value").first().over(first).alias("_first_value"),
+        pl.col("source_file").first().over(first).alias("_first_file"),
+    ).with_columns(
+        (pl.col("dup") & pl.col("value").ne_missing(pl.col("_first_value"))).alias("_conflict")
+    )
+
+
+def _wide_records(long: pl.DataFrame, has_dup: bool) -> pl.DataFrame:
+    """The records of wide formats (a CSV row) by file and line: `_new`, one of its values is
+    new (the record is accepted); `_dup`, one repeats without conflict (a duplicate, when none
+    is new). A record with neither is quarantined: every value conflicts."""
+    conflict = pl.col("_conflict") if has_dup else pl.lit(False)
+    return (
+        long.filter(pl.col("_wide"))
+        .group_by("source_file", "line")
+        .agg(
+            (~pl.col("dup")).any().alias("_new"),
+            (pl.col("dup") & ~conflict).any().alias("_dup"),
+        )
+    )
+
+
+def _conflicts(long: pl.DataFrame, records: pl.DataFrame | None) -> pl.DataFrame:
+    """The conflicting duplicates as quarantine rows, each naming both values and the file
+    kept; `record_kept` false for a wide record that lost every value."""
+    conflicting = long.filter(pl.col("_conflict"))
+    if records is not None and conflicting.height:
+        lost = records.filter(~pl.col("_new") & ~pl.col("_dup")).select(
+            "source_file", "line", pl.lit(True).alias("_lost")
+        )
+        conflicting = conflicting.join(lost, on=["source_file", "line"], how="left")
+    else:
+        conflicting = conflicting.with_columns(pl.lit(None, pl.Boolean).alias("_lost"))
+    return conflicting.select(
+        "source_file",
+        "line",
+        "timestamp",
+        pl.format(
+            "conflicting duplicate: {} of {} at this time is {} here but {} in {} (kept)",
+            "column",
+            "gpu_uuid",
+            pl.col("value").cast(pl.String).fill_null("no value"),
+            pl.col("_first_value").cast(pl.String).fill_null("no value"),
+            "_first_file",
+        ).alias("reason"),
+        pl.format("{}={}", "column", pl.col("value").cast(pl.String).fill_null("null")).alias(
+            "raw"
+        ),
+        pl.col("column").alias("field"),
+        (pl.col("_wide") & pl.col("_lost").is_null()).alias("record_kept"),
+    )
+
+
+def _counts_per_file(long: pl.DataFrame, records: pl.DataFrame | None, wide: bool) -> pl.DataFrame:
+    """Rows accepted and duplicate, first and last sample, per file (for the ingest_log): a
+    narrow format's rows are its samples, a wide format's its records."""
+    narrow = long.filter(~pl.col("_wide")) if wide else long
+    counts = [
+        narrow.group_by("source_file").agg(
+            (~pl.col("dup")).sum().alias("rows_accepted"),
+            pl.col("dup").sum().alias("rows_duplicate"),
+            pl.col("timestamp").min().alias("first_sample"),
+            pl.col("timestamp").max().alias("last_sample"),
+        )
+    ]
+    if records is not None:
+        span = (
+            long.filter(pl.col("_wide"))
+            .group_by("source_file")
+            .agg(
+                pl.col("timestamp").min().alias("first_sample"),
+                pl.col("timestamp").max().alias("last_sample"),
+            )
+        )
+        counts.append(
+            records.group_by("source_file")
+            .agg(
+                pl.col("_new").sum().alias("rows_accepted"),
+                (~pl.col("_new") & pl.col("_dup")).sum().alias("rows_duplicate"),
+            )
+            .join(span, on="source_file", how="left")
+        )
+    return pl.concat(counts, how="diagonal_relaxed")
+
+
+def _one_row_per_time(accepted: pl.DataFrame, day: date) -> pl.DataFrame:
+    """The accepted long samples as `gpu_samples`: one row per GPU, instance and time, its
+    identity (the first value given) and each field's value, in SAMPLE_ORDER."""
+    # in one group-by (a pivot, a second group-by for the identity and a join of the two took
+    # twice as long)
+    fields = set(accepted.get_column("column").unique().to_list())
+    attrs = [c for c in ATTR_COLUMNS if c not in KEY]
+    value = pl.col("value")
+    gpu_samples = (
+        accepted.group_by(list(KEY))
+        .agg(
+            *[pl.col(c).drop_nulls().first() for c in attrs],
+            pl.col("source_file").first(),
+            *[
+                value.filter(pl.col("column") == c).first().alias(c)
+                for c in FIELD_COLUMNS
+                if c in fields
+            ],
+        )
+        .with_columns(pl.lit(day).alias("date"))
+        .sort(*SAMPLE_ORDER, nulls_last=False)
+    )
+    return conform(gpu_samples, GPU_SAMPLES_SCHEMA)

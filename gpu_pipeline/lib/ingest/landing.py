@@ -266,12 +266,7 @@ def list_landing(
         return []
     real_root = root.resolve()
     memo_path = Path(memo) if memo else None
-    known: dict[str, str] = {}
-    if memo_path and memo_path.is_file():
-        try:
-            known = json.loads(memo_path.read_text())
-        except (OSError, ValueError):
-            known = {}
+    known = _read_memo(memo_path)
     seen: dict[str, str] = {}
     out = []
     entries = []
@@ -281,12 +276,7 @@ def list_landing(
     for path, rel, hidden in walk:
         name = display_name(rel.as_posix())
         if hidden:
-            try:
-                lst = os.lstat(path)
-                kind, mtime = ("folder" if stat.S_ISDIR(lst.st_mode) else "file"), lst.st_mtime
-            except OSError:
-                kind, mtime = "file", datetime.now(UTC).timestamp()
-            out.append(LandingFile(path, name, "", 0, mtime, skipped=HIDDEN.format(kind)))
+            out.append(_hidden_file(path, name))
             continue
         if path.name == HEADER_FILE:
             headers[path.parent] = _sidecar_header(path, real_root)
@@ -294,16 +284,7 @@ def list_landing(
         key = None if why else f"{name}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}"
         ident = None if why else (st.st_dev, st.st_ino)
         entries.append((path, name, why, st, key, target, ident))
-    # new files are read and hashed a few at a time (hashlib releases the GIL)
-    new = [e for e in entries if e[4] is not None and e[4] not in known]
-    with ThreadPoolExecutor(WORKERS) as pool:
-        hashed = dict(
-            zip(
-                [e[0] for e in new],
-                pool.map(_hash_listed, [(e[5], e[6]) for e in new]),
-                strict=True,
-            )
-        )
+    hashed = _hash_new(entries, known)
     for path, name, why, st, key, target, ident in entries:
         if why is None:
             sha = known.get(key) or hashed[path]
@@ -327,18 +308,64 @@ def list_landing(
                     )
                 )
                 continue
-        try:
-            mtime = os.lstat(path).st_mtime
-        except OSError:
-            mtime = datetime.now(UTC).timestamp()
-        out.append(LandingFile(path, name, "", 0, mtime, problem=why))
+        out.append(_unread_file(path, name, why))
     out.sort(key=lambda f: order[f.path])  # the walk's path order
     if memo_path and seen != known:
-        memo_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = memo_path.with_name(f".{memo_path.name}.{uuid.uuid4().hex}")
-        tmp.write_text(json.dumps(seen))
-        tmp.replace(memo_path)
+        _write_memo(memo_path, seen)
     return out
+
+
+def _read_memo(memo_path: Path | None) -> dict[str, str]:
+    """The hashes `list_landing` remembered (memo key -> sha256); none when there is no memo
+    or it cannot be read."""
+    if memo_path and memo_path.is_file():
+        try:
+            return json.loads(memo_path.read_text())
+        except (OSError, ValueError):
+            return {}
+    return {}
+
+
+def _write_memo(memo_path: Path, seen: dict[str, str]) -> None:
+    """Replace the memo with `seen`, atomically (a temporary file beside it, renamed)."""
+    memo_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = memo_path.with_name(f".{memo_path.name}.{uuid.uuid4().hex}")
+    tmp.write_text(json.dumps(seen))
+    tmp.replace(memo_path)
+
+
+def _hidden_file(path: Path, name: str) -> LandingFile:
+    """A hidden file or folder, listed as skipped with the reason (not read)."""
+    try:
+        lst = os.lstat(path)
+        kind, mtime = ("folder" if stat.S_ISDIR(lst.st_mode) else "file"), lst.st_mtime
+    except OSError:
+        kind, mtime = "file", datetime.now(UTC).timestamp()
+    return LandingFile(path, name, "", 0, mtime, skipped=HIDDEN.format(kind))
+
+
+def _unread_file(path: Path, name: str, why: str) -> LandingFile:
+    """A file that cannot be read, listed with its `problem` (quarantined whole)."""
+    try:
+        mtime = os.lstat(path).st_mtime
+    except OSError:
+        mtime = datetime.now(UTC).timestamp()
+    return LandingFile(path, name, "", 0, mtime, problem=why)
+
+
+def _hash_new(entries: list[tuple], known: dict[str, str]) -> dict[Path, str | OSError]:
+    """By path, the sha256 of each readable entry the memo does not know, or the OSError met
+    reading it (`Changed`: not the file listed); read and hashed a few at a time (hashlib
+    releases the GIL)."""
+    new = [e for e in entries if e[4] is not None and e[4] not in known]
+    with ThreadPoolExecutor(WORKERS) as pool:
+        return dict(
+            zip(
+                [e[0] for e in new],
+                pool.map(_hash_listed, [(e[5], e[6]) for e in new]),
+                strict=True,
+            )
+        )
 
 
 _ISO_TIME = re.compile(r"(\d{4})-?(\d{2})-?(\d{2})[T_ ](\d{2})[-:]?(\d{2})[-:]?(\d{2})(?:[.,]\d+)?")

@@ -582,6 +582,43 @@ def _name(piece: Piece) -> str:
     return f"{piece.name}_{t:%H%M}{part}.json.gz"
 
 
+def _metrics_wanted(client: Client, server: PromServer, start: int, end: int) -> list[str]:
+    """The metric names the server holds over [start, end) (within its matchers) that the
+    pipeline reads (`wanted`)."""
+    body = client.get(
+        "/api/v1/label/__name__/values",
+        {
+            **({"match[]": "{" + server.matchers + "}"} if server.matchers else {}),
+            "start": _iso(start),
+            "end": _iso(end - 0.001),
+        },
+    )
+    return wanted(_listing(client, body, "__name__"))
+
+
+def _write_piece(
+    server: PromServer, piece: Piece, folder: Path
+) -> tuple[Path, bool, int, int, int]:
+    """Write one piece's document into `folder` unless the file already holds those bytes
+    (through a temporary file, renamed): (path, changed, bytes, series, samples)."""
+    try:
+        data = _document(server, piece)
+    except RecursionError:
+        raise PullError(
+            f"{server.public_url}: {piece.query}: the answer is not a Prometheus API "
+            "response: nested too deep"
+        ) from None
+    path = folder / _name(piece)
+    changed = not path.is_file() or path.read_bytes() != data
+    if changed:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    points = sum(len(x["values"]) for x in piece.series if isinstance(x, dict))
+    return path, changed, len(data), len(piece.series), points
+
+
 def pull_day(
     server: PromServer,
     day: date,
@@ -594,15 +631,7 @@ def pull_day(
     start = int(datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp())
     end = start + DAY_S  # the day is [start, end)
     report = PullReport(day)
-    body = client.get(
-        "/api/v1/label/__name__/values",
-        {
-            **({"match[]": "{" + server.matchers + "}"} if server.matchers else {}),
-            "start": _iso(start),
-            "end": _iso(end - 0.001),
-        },
-    )
-    report.metrics = wanted(_listing(client, body, "__name__"))
+    report.metrics = _metrics_wanted(client, server, start, end)
     folder = Path(raw_root) / server.cluster / "_pulled" / server.folder / day.isoformat()
     windows = [(s, min(s + server.window_s, end)) for s in range(start, end, server.window_s)]
     jobs = [(name, s, e) for name in report.metrics for s, e in windows]
@@ -629,23 +658,8 @@ def pull_day(
             queries += 1
             if not piece.series:
                 continue
-            try:
-                data = _document(server, piece)
-            except RecursionError:
-                raise PullError(
-                    f"{server.public_url}: {piece.query}: the answer is not a Prometheus API "
-                    "response: nested too deep"
-                ) from None
-            path = folder / _name(piece)
-            changed = not path.is_file() or path.read_bytes() != data
-            if changed:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_name(f".{path.name}.tmp")
-                tmp.write_bytes(data)
-                tmp.replace(path)
-            points = sum(len(x["values"]) for x in piece.series if isinstance(x, dict))
-            written.append((path, changed, len(data), len(piece.series), points))
-            del piece, data
+            written.append(_write_piece(server, piece, folder))
+            del piece
         with lock:
             report.queries += queries
             report.warnings += warnings

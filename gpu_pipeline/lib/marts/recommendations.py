@@ -308,23 +308,7 @@ def _recommend(
         return _unpriced(row)
     caps = caps or {}
     cost = row["cost_usd"] or 0.0
-    models = " ".join(row["models"] or []).upper()
-    s = {
-        **row,
-        "idle_usd": row["idle_waste_usd"] or 0.0,
-        "stall_usd": row["stall_waste_usd"] or 0.0,
-        "headroom_usd": row["headroom_waste_usd"] or 0.0,
-        "idle_frac": (row["idle_waste_usd"] or 0.0) / cost if cost else 0.0,
-        "stall_frac": (row["stall_waste_usd"] or 0.0) / cost if cost else 0.0,
-        "headroom_frac": (row["headroom_waste_usd"] or 0.0) / cost if cost else 0.0,
-        "unprofiled_bottleneck": row["_unknown"] > r.unprofiled_unknown_above
-        and row["bottlenecked"] >= r.unprofiled_bottlenecked_from,
-        "pcie_known": row.get("pcie_measured", 0.0) >= r.pcie_measured_from,
-        "pcie_loading": row.get("pcie_busy", 0.0) >= r.pcie_busy_share_from,
-        "mig_capable": bool(pl.select(pl.lit(models).str.contains(MIG_CAPABLE)).item()),
-        "bf16_capable": _capable(row, caps, 0, BF16_CAPABLE),
-        "fp8_capable": _capable(row, caps, 1, FP8_CAPABLE),
-    }
+    s = _signals(row, caps, r, cost)
     # float sums of the components can land a hair above 1: a fraction of cost is at most 1
     waste_frac = (
         min(1.0, (s["idle_usd"] + s["stall_usd"] + s["headroom_usd"]) / cost) if cost else 0.0
@@ -354,14 +338,7 @@ def _recommend(
                 "inference): the same work, a lower rate",
             }
         )
-    best: dict[str, float] = {}
-    for d in details:
-        if d["group"] != "rate":
-            best[d["group"]] = max(best.get(d["group"], 0.0), d["fraction"])
-    keep = 1.0
-    for f in best.values():
-        keep *= 1.0 - f
-    utilization = min(1.0 - keep, waste_frac)
+    utilization = _utilization_savings(details, waste_frac)
     rate = rate if rate > r.rate_saving_from else 0.0
     total = 1.0 - (1.0 - utilization) * (1.0 - rate)
     return {
@@ -380,6 +357,43 @@ def _recommend(
         "monthly_cost_usd": cost * DAYS_PER_MONTH,
         "monthly_savings_usd": round(total * cost * DAYS_PER_MONTH, 2),
     }
+
+
+def _signals(row: dict, caps: dict, r: RecommendationThresholds, cost: float) -> dict:
+    """What the rules read of a namespace's day: its row, the waste in dollars and as fractions
+    of `cost`, and the flags the thresholds and its models decide (an unprofiled bottleneck,
+    PCIe measured and loading, MIG, bf16 and fp8 capable)."""
+    models = " ".join(row["models"] or []).upper()
+    return {
+        **row,
+        "idle_usd": row["idle_waste_usd"] or 0.0,
+        "stall_usd": row["stall_waste_usd"] or 0.0,
+        "headroom_usd": row["headroom_waste_usd"] or 0.0,
+        "idle_frac": (row["idle_waste_usd"] or 0.0) / cost if cost else 0.0,
+        "stall_frac": (row["stall_waste_usd"] or 0.0) / cost if cost else 0.0,
+        "headroom_frac": (row["headroom_waste_usd"] or 0.0) / cost if cost else 0.0,
+        "unprofiled_bottleneck": row["_unknown"] > r.unprofiled_unknown_above
+        and row["bottlenecked"] >= r.unprofiled_bottlenecked_from,
+        "pcie_known": row.get("pcie_measured", 0.0) >= r.pcie_measured_from,
+        "pcie_loading": row.get("pcie_busy", 0.0) >= r.pcie_busy_share_from,
+        "mig_capable": bool(pl.select(pl.lit(models).str.contains(MIG_CAPABLE)).item()),
+        "bf16_capable": _capable(row, caps, 0, BF16_CAPABLE),
+        "fp8_capable": _capable(row, caps, 1, FP8_CAPABLE),
+    }
+
+
+def _utilization_savings(details: list[dict], waste_frac: float) -> float:
+    """The fraction of cost the utilization actions save together: within an overlap group the
+    best one, the groups compounded (each saves from what the others leave), at most the
+    measured waste (`waste_frac`)."""
+    best: dict[str, float] = {}
+    for d in details:
+        if d["group"] != "rate":
+            best[d["group"]] = max(best.get(d["group"], 0.0), d["fraction"])
+    keep = 1.0
+    for f in best.values():
+        keep *= 1.0 - f
+    return min(1.0 - keep, waste_frac)
 
 
 def _unpriced(row: dict) -> dict:

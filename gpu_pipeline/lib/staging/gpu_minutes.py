@@ -108,65 +108,7 @@ def _utilization(per_minute: pl.LazyFrame, mig: bool | None = None) -> pl.LazyFr
             pl.lit(None, pl.Float64).alias("_mig_util"), pl.lit(1.0).alias("gpu_share")
         )
     else:
-        instance = pl.col("gpu_instance_id").is_not_null()
-        # a profile without a slice count (not `<n>g…`) holds one slice
-        share = (_SLICES.fill_null(1.0) / pl.col("_mig_slices").fill_null(MIG_SLICES)).clip(0, 1)
-        per_minute = per_minute.with_columns(
-            pl.when(instance).then(share).otherwise(None).alias("_inst_share")
-        ).with_columns(
-            # instances that claim more than the whole GPU (an odd profile, a wrong slice count)
-            # share it in proportion: a physical GPU never counts more than once
-            (
-                pl.col("_inst_share")
-                / pl.max_horizontal(pl.col("_inst_share").sum().over("gpu_uuid", "minute"), 1.0)
-            ).alias("_inst_share")
-        )
-        inst_util = pl.coalesce(pl.col("gpu_util_pct"), 100.0 * pl.col("_gr"))
-        inst = (
-            per_minute.filter(instance)
-            .group_by("gpu_uuid", "minute")
-            .agg(
-                # slice-weighted activity of the instances (free slices are idle); none if no
-                # instance reports any
-                pl.when(inst_util.count() > 0)
-                .then((inst_util * pl.col("_inst_share")).sum())
-                .clip(0.0, 100.0)
-                .alias("_mig_util"),
-                pl.col("_inst_share").sum().clip(0.0, 1.0).alias("_alloc"),
-                pl.col("date").first(),
-                *[pl.col(c).drop_nulls().first() for c in ("hostname", "cluster", "gpu_model")],
-                *[pl.col(c).first() for c in _MODEL_COLUMNS],
-            )
-        )
-        physical = per_minute.filter(~instance).select("gpu_uuid", "minute")
-        made_up = (
-            inst.join(physical, on=["gpu_uuid", "minute"], how="anti")
-            .drop("_mig_util", "_alloc")
-            .with_columns(pl.lit(0, pl.UInt32).alias("samples"))
-        )
-        joined = (
-            pl.concat([per_minute, made_up], how="diagonal_relaxed")
-            .sort(*GPU_KEY, "minute", nulls_last=False, maintain_order=True)
-            .join(
-                inst.select(
-                    "gpu_uuid",
-                    "minute",
-                    "_mig_util",
-                    "_alloc",
-                    pl.lit(None, pl.Int32).alias("gpu_instance_id"),
-                ),
-                on=["gpu_uuid", "gpu_instance_id", "minute"],
-                how="left",
-                nulls_equal=True,
-                maintain_order="left",
-            )
-            .with_columns(
-                pl.when(instance)
-                .then(pl.col("_inst_share"))
-                .otherwise(1.0 - pl.col("_alloc").fill_null(0.0))
-                .alias("gpu_share")
-            )
-        )
+        joined = _with_mig_shares(per_minute)
     return joined.with_columns(
         pl.coalesce("gpu_util_pct", gr, "_mig_util").alias("gpu_util_pct"),
         pl.when(pl.col("gpu_util_pct").is_not_null())
@@ -176,6 +118,86 @@ def _utilization(per_minute: pl.LazyFrame, mig: bool | None = None) -> pl.LazyFr
         .when(pl.col("_mig_util").is_not_null())
         .then(pl.lit(dtype=UTIL_SOURCE_ENUM, value="mig_instances"))
         .alias("util_source"),
+    )
+
+
+def _with_mig_shares(per_minute: pl.LazyFrame) -> pl.LazyFrame:
+    """Each row's `gpu_share` under MIG (an instance: its slices; the physical GPU's row: the
+    slices no instance holds), the physical GPU's row made up in a minute that has instances
+    but none, and `_mig_util`, the instances' utilization, on the physical GPU's row."""
+    instance = pl.col("gpu_instance_id").is_not_null()
+    per_minute = _instance_shares(per_minute)
+    inst = _instances_per_gpu(per_minute)
+    physical = per_minute.filter(~instance).select("gpu_uuid", "minute")
+    made_up = (
+        inst.join(physical, on=["gpu_uuid", "minute"], how="anti")
+        .drop("_mig_util", "_alloc")
+        .with_columns(pl.lit(0, pl.UInt32).alias("samples"))
+    )
+    return (
+        pl.concat([per_minute, made_up], how="diagonal_relaxed")
+        .sort(*GPU_KEY, "minute", nulls_last=False, maintain_order=True)
+        .join(
+            inst.select(
+                "gpu_uuid",
+                "minute",
+                "_mig_util",
+                "_alloc",
+                pl.lit(None, pl.Int32).alias("gpu_instance_id"),
+            ),
+            on=["gpu_uuid", "gpu_instance_id", "minute"],
+            how="left",
+            nulls_equal=True,
+            maintain_order="left",
+        )
+        .with_columns(
+            pl.when(instance)
+            .then(pl.col("_inst_share"))
+            .otherwise(1.0 - pl.col("_alloc").fill_null(0.0))
+            .alias("gpu_share")
+        )
+    )
+
+
+def _instance_shares(per_minute: pl.LazyFrame) -> pl.LazyFrame:
+    """`_inst_share`: a MIG instance's slices over its model's, scaled down when a GPU's
+    instances claim more than all of it (null on a physical GPU's row)."""
+    instance = pl.col("gpu_instance_id").is_not_null()
+    # a profile without a slice count (not `<n>g…`) holds one slice
+    share = (_SLICES.fill_null(1.0) / pl.col("_mig_slices").fill_null(MIG_SLICES)).clip(0, 1)
+    return per_minute.with_columns(
+        pl.when(instance).then(share).otherwise(None).alias("_inst_share")
+    ).with_columns(
+        # instances that claim more than the whole GPU (an odd profile, a wrong slice count)
+        # share it in proportion: a physical GPU never counts more than once
+        (
+            pl.col("_inst_share")
+            / pl.max_horizontal(pl.col("_inst_share").sum().over("gpu_uuid", "minute"), 1.0)
+        ).alias("_inst_share")
+    )
+
+
+def _instances_per_gpu(per_minute: pl.LazyFrame) -> pl.LazyFrame:
+    """Per physical GPU and minute with MIG instances: their slice-weighted utilization
+    (`_mig_util`), the share of the GPU they hold (`_alloc`), and the GPU's identity and model
+    columns (for a minute with no row of the physical GPU)."""
+    instance = pl.col("gpu_instance_id").is_not_null()
+    inst_util = pl.coalesce(pl.col("gpu_util_pct"), 100.0 * pl.col("_gr"))
+    return (
+        per_minute.filter(instance)
+        .group_by("gpu_uuid", "minute")
+        .agg(
+            # slice-weighted activity of the instances (free slices are idle); none if no
+            # instance reports any
+            pl.when(inst_util.count() > 0)
+            .then((inst_util * pl.col("_inst_share")).sum())
+            .clip(0.0, 100.0)
+            .alias("_mig_util"),
+            pl.col("_inst_share").sum().clip(0.0, 1.0).alias("_alloc"),
+            pl.col("date").first(),
+            *[pl.col(c).drop_nulls().first() for c in ("hostname", "cluster", "gpu_model")],
+            *[pl.col(c).first() for c in _MODEL_COLUMNS],
+        )
     )
 
 

@@ -279,26 +279,7 @@ def finalize(
     """
     lo, hi = window or Context("").time_window()
     records = records_by_day(g.unique("line", keep="first") if multi else g, lo, hi)
-    if not normalized:
-        g = normalize_series(g, source_file)
-    if "_attr_reason" in g.columns:
-        g = g.with_columns(pl.coalesce("pre_reason", "_attr_reason").alias("pre_reason"))
-    if "_lo" not in g.columns:  # parsers with distinct series attach the bounds per series
-        g = g.with_columns(value_bounds())
-    g = g.with_columns((pl.col("value") * pl.col("scale")).alias("scaled"))
-    bad_range = out_of_range(pl.col("value"), pl.col("scaled"))
-    implausible = pl.col("ts_ms").is_not_null() & ~pl.col("ts_ms").is_between(lo, hi)
-    g = g.with_columns(implausible.alias("_implausible"))
-    rejected = (
-        pl.col("pre_reason").is_not_null()
-        | pl.col("value").is_null()
-        | pl.col("column").is_null()
-        | pl.col("ts_ms").is_null()
-        | pl.col("_implausible")
-        | pl.col("gpu_uuid").is_null()
-        | bad_range
-    )
-    g = g.with_columns(rejected.alias("_rejected"))
+    g = _judged(g, normalized, source_file, lo, hi)
     ts = (
         pl.when(pl.col("_implausible"))
         .then(None)
@@ -321,7 +302,52 @@ def finalize(
         *ATTR_COLUMNS,
     )
     bad = g.filter(pl.col("_rejected")) if any_rejected else g.clear()
-    reason = (
+    kept = (
+        pl.col("line").is_in(ok.get_column("line").unique().implode())
+        if multi and any_rejected
+        else pl.lit(False)
+    )
+    quarantine = bad.select(
+        "line",
+        ts.alias("timestamp"),
+        _rejection_reason(lo, hi).alias("reason"),
+        "raw",
+        pl.col("column").alias("field"),
+        kept.alias("record_kept"),
+    )
+    return conform(samples, LONG_SCHEMA), conform(quarantine, QUARANTINE_LINE_SCHEMA), records
+
+
+def _judged(g: pl.DataFrame, normalized: bool, source_file: str, lo: int, hi: int) -> pl.DataFrame:
+    """The candidate rows with their series normalized (unless `normalized`), the value in its
+    field's unit (`scaled`), and the cheap boolean tests: `_implausible` (a time outside
+    [lo, hi]) and `_rejected` (any reason to quarantine the row)."""
+    if not normalized:
+        g = normalize_series(g, source_file)
+    if "_attr_reason" in g.columns:
+        g = g.with_columns(pl.coalesce("pre_reason", "_attr_reason").alias("pre_reason"))
+    if "_lo" not in g.columns:  # parsers with distinct series attach the bounds per series
+        g = g.with_columns(value_bounds())
+    g = g.with_columns((pl.col("value") * pl.col("scale")).alias("scaled"))
+    bad_range = out_of_range(pl.col("value"), pl.col("scaled"))
+    implausible = pl.col("ts_ms").is_not_null() & ~pl.col("ts_ms").is_between(lo, hi)
+    g = g.with_columns(implausible.alias("_implausible"))
+    rejected = (
+        pl.col("pre_reason").is_not_null()
+        | pl.col("value").is_null()
+        | pl.col("column").is_null()
+        | pl.col("ts_ms").is_null()
+        | pl.col("_implausible")
+        | pl.col("gpu_uuid").is_null()
+        | bad_range
+    )
+    return g.with_columns(rejected.alias("_rejected"))
+
+
+def _rejection_reason(lo: int, hi: int) -> pl.Expr:
+    """Why a rejected row is quarantined: the first of its reasons, worded (`lo`, `hi`: the
+    plausible window, epoch ms)."""
+    return (
         pl.when(pl.col("pre_reason").is_not_null())
         .then(pl.col("pre_reason"))
         .when(pl.col("value").is_null())
@@ -361,20 +387,6 @@ def finalize(
             )
         )
     )
-    kept = (
-        pl.col("line").is_in(ok.get_column("line").unique().implode())
-        if multi and any_rejected
-        else pl.lit(False)
-    )
-    quarantine = bad.select(
-        "line",
-        ts.alias("timestamp"),
-        reason.alias("reason"),
-        "raw",
-        pl.col("column").alias("field"),
-        kept.alias("record_kept"),
-    )
-    return conform(samples, LONG_SCHEMA), conform(quarantine, QUARANTINE_LINE_SCHEMA), records
 
 
 def _iso(ms: int) -> str:

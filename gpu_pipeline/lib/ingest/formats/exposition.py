@@ -516,44 +516,13 @@ def _parse_fast(source: bytes | Path, ctx: Context, data, text: bool) -> ParsedL
         return False
     d, distinct = scanned
     series, attr_cols = _series_table(pl.DataFrame({"s": distinct}), ctx.source_file)
-    # comments and blank lines (indented comments are rare: the slow path tells them apart), and
-    # series of other things than GPU telemetry (node_*, go_*: a /federate answer): skipped
-    other = distinct.str.starts_with("#") | (
-        series.get_column("metric").is_not_null()
-        & ~series.select(_gpu_metric(pl.col("metric"))).to_series().fill_null(False)
-    )
-    comments = pl.Series([i for i, c in enumerate(other.to_list()) if c], dtype=pl.UInt32)
-    fields = sorted(set(series.filter(~other).get_column("column").drop_nulls().unique().to_list()))
-    # a series the series pattern rejects (odd label syntax) goes the slow way, line by line
-    odd = series.with_row_index("_code").filter(pl.col("metric").is_null()).get_column("_code")
-    code = pl.col("_code")
-    skip = pl.col("_no_series")
-    if comments.len():
-        skip = skip | code.is_in(comments.implode())
-    lead = pl.col("_lead")
-    if odd.len():
-        lead = lead & ~code.is_in(odd.implode())
-    d = d.with_columns(skip.alias("_skip"), lead.alias("_lead"))
+    d, fields = _mark_skipped(d, distinct, series)
     # timestamp units, and whether the samples carry their own time, are decided once per file
     units, timed, odd_ts = TimeUnits.of_scan(d, pl.col("_skip"))
     if odd_ts and not text:
         return None
-    file_ms = None if ctx.file_time is None or timed else int(ctx.file_time.timestamp() * 1000)
-    if odd_ts:
-        d = d.with_columns(_ts_ms(pl.col("ts_s"), units, file_ms, pl.lit(True)).alias("ts_ms"))
-    elif file_ms is not None or units != TimeUnits():
-        d = d.with_columns(
-            pl.when(pl.col("_has_ts"))
-            .then(units.int_ms(pl.col("ts_ms")))
-            .otherwise(pl.lit(file_ms, pl.Int64))
-            .alias("ts_ms")
-        )
-    fast_ok = (
-        pl.col("_lead")
-        & pl.col("value").is_not_null()
-        & (~pl.col("_has_ts") | pl.col("ts_ms").is_not_null())
-    ).fill_null(False)
-    path = d.select(pl.when(pl.col("_skip")).then(0).when(fast_ok).then(1).otherwise(2)).to_series()
+    d = _resolve_times(d, ctx, units, timed, odd_ts)
+    path = _route(d)
     d = d.with_columns(path.alias("_path"))
     # each line takes its series' parsed columns by code (a gather, no hashing per line); what
     # no line needs stays out: attributes no series carries and unit factors of 1 (`candidates`
@@ -580,11 +549,94 @@ def _parse_fast(source: bytes | Path, ctx: Context, data, text: bool) -> ParsedL
                 records_by_day(fast, *window),
                 fields=fields,
             )
-    per_line = series.select(
-        pl.col(*extra, "column", "_lo", "_hi", *attr_cols).gather(fast.get_column("_code"))
+    frames = [_fast_candidates(fast, series, [*extra, "column", "_lo", "_hi", *attr_cols], timed)]
+    if bool((path == 2).any()):
+        slow_lines = d.filter(pl.col("_path") == 2).get_column("line")
+        g_slow, n_skipped = _slow_lines(_lines_numbered(data(), slow_lines), ctx, units, timed)
+        skipped += n_skipped
+        frames.append(g_slow)
+    g = frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
+    samples, quarantine, records = finalize(g, normalized=True, window=window)
+    rejected_fast = quarantine.filter(pl.col("raw").is_null())
+    if rejected_fast.height:  # read those lines again, the slow way: their text and reasons
+        raw = _lines_numbered(data(), rejected_fast.get_column("line"))
+        quarantine = _quote_rejected(quarantine, rejected_fast, raw, ctx, units, timed, window)
+    untimed = (
+        not timed
+        and ctx.file_time is not None
+        and bool(
+            frames[0].select((~pl.col("_has_ts")).any()).item()
+            or any(
+                f.select((pl.col("pre_reason").is_null() & pl.col("ts_s").is_null()).any()).item()
+                for f in frames[1:]
+            )
+        )
     )
-    # the fast rows carry no text: a rejected one is read again the slow way (below), so its
-    # reason quotes the value as written
+    basis = ctx.file_time_basis if untimed else "sample"
+    return ParsedLines(samples, quarantine, d.height, skipped, basis, records, fields=fields)
+
+
+def _mark_skipped(
+    d: pl.DataFrame, distinct: pl.Series, series: pl.DataFrame
+) -> tuple[pl.DataFrame, list[str]]:
+    """Which scanned lines are skipped (`_skip`) and which the fast path can't read (`_lead`
+    false); also the fields of the file's GPU series (sorted)."""
+    # comments and blank lines (indented comments are rare: the slow path tells them apart), and
+    # series of other things than GPU telemetry (node_*, go_*: a /federate answer): skipped
+    other = distinct.str.starts_with("#") | (
+        series.get_column("metric").is_not_null()
+        & ~series.select(_gpu_metric(pl.col("metric"))).to_series().fill_null(False)
+    )
+    comments = pl.Series([i for i, c in enumerate(other.to_list()) if c], dtype=pl.UInt32)
+    fields = sorted(set(series.filter(~other).get_column("column").drop_nulls().unique().to_list()))
+    # a series the series pattern rejects (odd label syntax) goes the slow way, line by line
+    odd = series.with_row_index("_code").filter(pl.col("metric").is_null()).get_column("_code")
+    code = pl.col("_code")
+    skip = pl.col("_no_series")
+    if comments.len():
+        skip = skip | code.is_in(comments.implode())
+    lead = pl.col("_lead")
+    if odd.len():
+        lead = lead & ~code.is_in(odd.implode())
+    return d.with_columns(skip.alias("_skip"), lead.alias("_lead")), fields
+
+
+def _resolve_times(
+    d: pl.DataFrame, ctx: Context, units: TimeUnits, timed: bool, odd_ts: bool
+) -> pl.DataFrame:
+    """`ts_ms` in epoch ms: the sample's own time in the file's `units` (from its text when some
+    timestamp is not an integer, `odd_ts`), else the file's time when the file is not `timed`."""
+    file_ms = None if ctx.file_time is None or timed else int(ctx.file_time.timestamp() * 1000)
+    if odd_ts:
+        return d.with_columns(_ts_ms(pl.col("ts_s"), units, file_ms, pl.lit(True)).alias("ts_ms"))
+    if file_ms is not None or units != TimeUnits():
+        return d.with_columns(
+            pl.when(pl.col("_has_ts"))
+            .then(units.int_ms(pl.col("ts_ms")))
+            .otherwise(pl.lit(file_ms, pl.Int64))
+            .alias("ts_ms")
+        )
+    return d
+
+
+def _route(d: pl.DataFrame) -> pl.Series:
+    """Each line's way: 0 skipped, 1 the fast path (numbers read, series known), 2 the slow
+    path (one regex per line)."""
+    fast_ok = (
+        pl.col("_lead")
+        & pl.col("value").is_not_null()
+        & (~pl.col("_has_ts") | pl.col("ts_ms").is_not_null())
+    ).fill_null(False)
+    return d.select(pl.when(pl.col("_skip")).then(0).when(fast_ok).then(1).otherwise(2)).to_series()
+
+
+def _fast_candidates(
+    fast: pl.DataFrame, series: pl.DataFrame, series_cols: list[str], timed: bool
+) -> pl.DataFrame:
+    """The fast path's lines as `candidates`, with their series' `series_cols` taken by code."""
+    per_line = series.select(pl.col(*series_cols).gather(fast.get_column("_code")))
+    # the fast rows carry no text: a rejected one is read again the slow way (`_quote_rejected`),
+    # so its reason quotes the value as written
     fast = pl.concat(
         [
             fast.select(
@@ -603,47 +655,53 @@ def _parse_fast(source: bytes | Path, ctx: Context, data, text: bool) -> ParsedL
         fast = fast.with_columns(
             pl.when(~pl.col("_has_ts")).then(pl.lit(UNTIMED_IN_TIMED)).alias("pre_reason")
         )
-    frames = [candidates(fast)]
+    return candidates(fast)
 
-    def slow(lines: pl.DataFrame) -> tuple[pl.DataFrame, int]:
-        g, n_other = _regex_candidates(lines, ctx, units, timed)
-        return g.with_columns(value_bounds()), n_other
 
-    if bool((path == 2).any()):
-        slow_lines = d.filter(pl.col("_path") == 2).get_column("line")
-        raw = _read_lines(data()).filter(pl.col("line").is_in(slow_lines.implode()))
-        blank_or_comment = pl.col("raw").str.contains(r"^[ \t]*(#|$)")
-        skipped += int(raw.select(blank_or_comment.sum()).item())
-        g_slow, n_other = slow(raw.filter(~blank_or_comment))
-        skipped += n_other
-        frames.append(g_slow)
-    g = frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
-    samples, quarantine, records = finalize(g, normalized=True, window=window)
-    rejected_fast = quarantine.filter(pl.col("raw").is_null())
-    if rejected_fast.height:  # read those lines again, the slow way: their text and reasons
-        raw = _read_lines(data()).filter(
-            pl.col("line").is_in(rejected_fast.get_column("line").implode())
-        )
-        _, again, _ = finalize(slow(raw)[0], normalized=True, window=window)
-        if again.get_column("line").sort().equals(rejected_fast.get_column("line").sort()):
-            kept = quarantine.filter(pl.col("raw").is_not_null())
-            quarantine = pl.concat([kept, again]).sort("line")
-        else:  # both readings must reject the same lines; if not, keep the fast reasons
-            quarantine = (
-                quarantine.join(raw.rename({"raw": "_raw"}), on="line", how="left")
-                .with_columns(pl.coalesce("raw", "_raw").alias("raw"))
-                .drop("_raw")
-            )
-    untimed = (
-        not timed
-        and ctx.file_time is not None
-        and bool(
-            fast.select((~pl.col("_has_ts")).any()).item()
-            or any(
-                f.select((pl.col("pre_reason").is_null() & pl.col("ts_s").is_null()).any()).item()
-                for f in frames[1:]
-            )
-        )
+def _slow_candidates(
+    lines: pl.DataFrame, ctx: Context, units: TimeUnits, timed: bool
+) -> tuple[pl.DataFrame, int]:
+    """`_regex_candidates` with the file's `units` and `timed`, and their fields' valid ranges."""
+    g, n_other = _regex_candidates(lines, ctx, units, timed)
+    return g.with_columns(value_bounds()), n_other
+
+
+def _lines_numbered(data: bytes, lines: pl.Series) -> pl.DataFrame:
+    """(line, raw) of the lines numbered `lines`, read again from `data` by the slow reader."""
+    return _read_lines(data).filter(pl.col("line").is_in(lines.implode()))
+
+
+def _slow_lines(
+    raw: pl.DataFrame, ctx: Context, units: TimeUnits, timed: bool
+) -> tuple[pl.DataFrame, int]:
+    """The lines the fast path routed the slow way (`raw`: line, raw) as candidates; also how
+    many of them are skipped (blank, comments, other series than GPU telemetry)."""
+    blank_or_comment = pl.col("raw").str.contains(r"^[ \t]*(#|$)")
+    skipped = int(raw.select(blank_or_comment.sum()).item())
+    g_slow, n_other = _slow_candidates(raw.filter(~blank_or_comment), ctx, units, timed)
+    return g_slow, skipped + n_other
+
+
+def _quote_rejected(
+    quarantine: pl.DataFrame,
+    rejected_fast: pl.DataFrame,
+    raw: pl.DataFrame,
+    ctx: Context,
+    units: TimeUnits,
+    timed: bool,
+    window: tuple[int, int],
+) -> pl.DataFrame:
+    """The quarantine with the fast path's rejected lines (no `raw`) read again the slow way
+    (`raw`: their line and text), so each carries its text and a reason that quotes it."""
+    _, again, _ = finalize(
+        _slow_candidates(raw, ctx, units, timed)[0], normalized=True, window=window
     )
-    basis = ctx.file_time_basis if untimed else "sample"
-    return ParsedLines(samples, quarantine, d.height, skipped, basis, records, fields=fields)
+    if again.get_column("line").sort().equals(rejected_fast.get_column("line").sort()):
+        kept = quarantine.filter(pl.col("raw").is_not_null())
+        return pl.concat([kept, again]).sort("line")
+    # both readings must reject the same lines; if not, keep the fast reasons
+    return (
+        quarantine.join(raw.rename({"raw": "_raw"}), on="line", how="left")
+        .with_columns(pl.coalesce("raw", "_raw").alias("raw"))
+        .drop("_raw")
+    )

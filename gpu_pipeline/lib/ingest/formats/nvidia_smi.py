@@ -255,27 +255,13 @@ def loop_positions(ts_ms: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
 
 
 def parse(text: str, ctx: Context) -> ParsedLines:
-    header_at = next(i for i, ln in enumerate(text.split("\n")) if ln.strip())
-    first = text.split("\n", header_at + 1)[header_at]
-    if not _is_header(first) and _is_headerless(text):
-        if not ctx.csv_header:
-            raise ValueError(NO_HEADER)
-        text = ctx.csv_header.strip("\r\n") + "\n" + text
-        header_at = 0
-    header, body, total, skipped = split_rows(text, header_at)
-    if header_at == 0 and ctx.csv_header and not _is_header(first):
-        total, skipped = total - 1, skipped - 1  # the header line is the sidecar's
-        body = body.with_columns(pl.col("line") - 1)
+    header, body, total, skipped = _header_and_rows(text, ctx)
     keys = [header_key(h) for h in header]
     idx: dict[str, int] = {}
     for i, (k, _) in reversed(list(enumerate(keys))):
         idx[k] = i
     used: set[int] = set()
-
-    def find(aliases: list[str]) -> list[int]:
-        return [idx[a] for a in aliases if a in idx]
-
-    ids = {a: find(names) for a, names in ID_ALIASES.items()}
+    ids = {a: _columns_named(idx, names) for a, names in ID_ALIASES.items()}
     ids = {a: i[0] for a, i in ids.items() if i}
     used.update(ids.values())
     if "timestamp" in ids:
@@ -291,38 +277,10 @@ def parse(text: str, ctx: Context) -> ParsedLines:
         row_reason = None
     attrs = {a: cell(i) for a, i in ids.items() if a != "timestamp"}
     if not {"gpu_uuid", "pci_bus_id", "gpu_index"} & attrs.keys():
-        body = body.with_columns(ts_ms.alias("_t"))
-        t = body.get_column("_t").cast(pl.Float64).fill_null(float("nan")).to_numpy()
-        pos, unknown, size = loop_positions(t)
-        body = body.with_columns(
-            pl.Series("_pos", pos, dtype=pl.Int32), pl.Series("_unknown", unknown)
-        )
+        body, row_reason = _gpus_by_loop_position(body, ts_ms, row_reason)
         attrs["gpu_index"] = pl.col("_pos").cast(pl.String)
-        lost = pl.when(pl.col("_unknown")).then(
-            pl.format(
-                "loop iteration with another number of rows than the log's {} GPUs: which GPU "
-                "each of its rows is cannot be told (the log has no uuid, pci.bus_id or index "
-                "column)",
-                pl.lit(size),
-            )
-        )
-        row_reason = (
-            lost
-            if row_reason is None
-            else row_reason.when(pl.col("_unknown")).then(lost.otherwise(None))
-        )
-    fields: dict[str, tuple[list[int], float]] = {}
-    metric_names: dict[str, str] = {}
-    for column, aliases in HEADER_ALIASES.items():
-        present = find(aliases)
-        if not present:
-            continue
-        unit = keys[present[0]][1].replace("°", "").strip()
-        scale = 1.0
-        if column in UNIT_FIELDS and unit and unit != UNIT_FIELDS[column]:
-            scale = UNIT_FACTORS.get(unit, 1.0)
-        fields[column] = (present, scale)
-        metric_names[column] = header[present[0]].strip()
+    fields, metric_names = _field_columns(header, keys, idx)
+    for present, _ in fields.values():
         used.update(present)
     g = to_long(body, len(header), fields, ts_ms, attrs, row_reason, metric_names)
     g = g.drop([c for c in ("_t", "_pos", "_unknown") if c in g.columns])
@@ -339,3 +297,71 @@ def parse(text: str, ctx: Context) -> ParsedLines:
     out.columns_ignored = [h.strip() for i, h in enumerate(header) if i not in used and h.strip()]
     out.fields = list(fields)
     return out
+
+
+def _header_and_rows(text: str, ctx: Context) -> tuple[list[str], pl.DataFrame, int, int]:
+    """`split_rows` at the file's header line, the first that is not blank; a file without one
+    takes the sidecar's (`ctx.csv_header`), whose line is not counted (ValueError without it)."""
+    header_at = next(i for i, ln in enumerate(text.split("\n")) if ln.strip())
+    first = text.split("\n", header_at + 1)[header_at]
+    if not _is_header(first) and _is_headerless(text):
+        if not ctx.csv_header:
+            raise ValueError(NO_HEADER)
+        text = ctx.csv_header.strip("\r\n") + "\n" + text
+        header_at = 0
+    header, body, total, skipped = split_rows(text, header_at)
+    if header_at == 0 and ctx.csv_header and not _is_header(first):
+        total, skipped = total - 1, skipped - 1  # the header line is the sidecar's
+        body = body.with_columns(pl.col("line") - 1)
+    return header, body, total, skipped
+
+
+def _columns_named(idx: dict[str, int], aliases: list[str]) -> list[int]:
+    """The columns (first of each header name, in `idx`) that carry one of `aliases`."""
+    return [idx[a] for a in aliases if a in idx]
+
+
+def _gpus_by_loop_position(
+    body: pl.DataFrame, ts_ms: pl.Expr, row_reason: pl.Expr | None
+) -> tuple[pl.DataFrame, pl.Expr]:
+    """A log without identity columns: each row's position in its loop iteration (`_pos`, the
+    GPU's index) from the rows' times (`loop_positions`); rows whose GPU cannot be told are
+    `_unknown`, with a reason added to `row_reason`."""
+    body = body.with_columns(ts_ms.alias("_t"))
+    t = body.get_column("_t").cast(pl.Float64).fill_null(float("nan")).to_numpy()
+    pos, unknown, size = loop_positions(t)
+    body = body.with_columns(pl.Series("_pos", pos, dtype=pl.Int32), pl.Series("_unknown", unknown))
+    lost = pl.when(pl.col("_unknown")).then(
+        pl.format(
+            "loop iteration with another number of rows than the log's {} GPUs: which GPU "
+            "each of its rows is cannot be told (the log has no uuid, pci.bus_id or index "
+            "column)",
+            pl.lit(size),
+        )
+    )
+    row_reason = (
+        lost
+        if row_reason is None
+        else row_reason.when(pl.col("_unknown")).then(lost.otherwise(None))
+    )
+    return body, row_reason
+
+
+def _field_columns(
+    header: list[str], keys: list[tuple[str, str]], idx: dict[str, int]
+) -> tuple[dict[str, tuple[list[int], float]], dict[str, str]]:
+    """Each field the header carries: its columns and the scale of the header's unit to the
+    field's; and the metric name it is written under (the first column's header)."""
+    fields: dict[str, tuple[list[int], float]] = {}
+    metric_names: dict[str, str] = {}
+    for column, aliases in HEADER_ALIASES.items():
+        present = _columns_named(idx, aliases)
+        if not present:
+            continue
+        unit = keys[present[0]][1].replace("°", "").strip()
+        scale = 1.0
+        if column in UNIT_FIELDS and unit and unit != UNIT_FIELDS[column]:
+            scale = UNIT_FACTORS.get(unit, 1.0)
+        fields[column] = (present, scale)
+        metric_names[column] = header[present[0]].strip()
+    return fields, metric_names

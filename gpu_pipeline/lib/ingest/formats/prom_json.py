@@ -39,6 +39,31 @@ def _points(r: dict, rtype: str) -> list:
 
 
 def parse(text: str, ctx: Context) -> ParsedLines:
+    """A query or query_range answer -> its samples; each record stands in for a line."""
+    doc, rtype, results = _response(text)
+    g = _candidates(len(results), *_records(results, rtype))
+    # series that are not GPU telemetry (node_*, up, an exporter's own): skipped, not rejected
+    other = ~pl.col("metric").str.to_lowercase().str.starts_with("dcgm") & (pl.col("metric") != "?")
+    skipped = int(g.select(other.sum()).item())
+    if skipped:
+        g = g.filter(~other)
+    out = parsed(
+        g,
+        lines_total=g.height + skipped,
+        lines_skipped=skipped,
+        window=ctx.time_window(),
+        source_file=ctx.source_file,
+    )
+    out.fields = sorted(set(g.get_column("column").unique().drop_nulls().to_list()))
+    prov = doc.get("gpu_pipeline")  # written by `gpu-pipeline pull`: the server and the query
+    if isinstance(prov, dict) and prov.get("server"):
+        out.origin = f"{prov.get('server')} {prov.get('query', '')}".strip()[:500]
+    return out
+
+
+def _response(text: str) -> tuple[dict, str, list]:
+    """The document, its result type ("matrix" or "vector") and its list of series; WholeFile,
+    with the reason, when `text` is not a query or query_range answer."""
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
@@ -76,6 +101,13 @@ def parse(text: str, ctx: Context) -> ParsedLines:
         results = []
     if not isinstance(results, list):
         raise WholeFile('field "data.result" is not a list of series')
+    return doc, rtype, results
+
+
+def _records(results: list, rtype: str) -> tuple[dict[str, list], dict[str, list], dict[str, list]]:
+    """The series in document order, walked once: every point a record (series number,
+    timestamp, value text, reason it can't be read) and a series that is not an object one
+    record; each series' name and labels (as JSON); its label pairs (series number, key, value)."""
     points = "values" if rtype == "matrix" else "value"
     shape = '[timestamp, "value"]'
 
@@ -113,21 +145,28 @@ def parse(text: str, ctx: Context) -> ParsedLines:
                 ts.append(None)
                 vals.append(json.dumps(p)[:200])
                 pre.append(f"{where} is not {shape}")
+    records = {"series": series, "ts": ts, "value_s": vals, "pre_reason": pre}
+    names = {"metric": metric, "labels_json": labels_json}
+    return records, names, {"series": pair_s, "k": pair_k, "v": pair_v}
 
+
+def _candidates(
+    n_series: int, records: dict[str, list], names: dict[str, list], pairs: dict[str, list]
+) -> pl.DataFrame:
+    """The records as candidate lines (numbered from 1 in document order), with their series'
+    name, attributes, field, unit scale, a `raw` text that quotes them, and the reasons known
+    before `finalize` (no __name__, a timestamp out of range)."""
     per_series = pl.DataFrame(
-        {"series": range(len(results)), "metric": metric, "labels_json": labels_json},
+        {"series": range(n_series), **names},
         schema={"series": pl.Int64, "metric": pl.String, "labels_json": pl.String},
     )
     attrs = resolve_aliases(
-        pl.DataFrame(
-            {"series": pair_s, "k": pair_k, "v": pair_v},
-            schema={"series": pl.Int64, "k": pl.String, "v": pl.String},
-        ),
+        pl.DataFrame(pairs, schema={"series": pl.Int64, "k": pl.String, "v": pl.String}),
         "series",
     )
-    g = (
+    return (
         pl.DataFrame(
-            {"series": series, "ts": ts, "value_s": vals, "pre_reason": pre},
+            records,
             schema={
                 "series": pl.Int64,
                 "ts": pl.Float64,
@@ -166,20 +205,3 @@ def parse(text: str, ctx: Context) -> ParsedLines:
         )
         .with_columns(pl.col("metric").fill_null("?"))
     )
-    # series that are not GPU telemetry (node_*, up, an exporter's own): skipped, not rejected
-    other = ~pl.col("metric").str.to_lowercase().str.starts_with("dcgm") & (pl.col("metric") != "?")
-    skipped = int(g.select(other.sum()).item())
-    if skipped:
-        g = g.filter(~other)
-    out = parsed(
-        g,
-        lines_total=g.height + skipped,
-        lines_skipped=skipped,
-        window=ctx.time_window(),
-        source_file=ctx.source_file,
-    )
-    out.fields = sorted(set(g.get_column("column").unique().drop_nulls().to_list()))
-    prov = doc.get("gpu_pipeline")  # written by `gpu-pipeline pull`: the server and the query
-    if isinstance(prov, dict) and prov.get("server"):
-        out.origin = f"{prov.get('server')} {prov.get('query', '')}".strip()[:500]
-    return out
