@@ -12,16 +12,6 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "gpu_pipeline"
 MAX_LINES = 80
 
-# (path relative to gpu_pipeline/, function name). These go when the CLI and report splits
-# land: those files are being changed elsewhere. An exemption that no longer names a long
-# function fails the test below, so none outlives its reason.
-EXEMPT = {
-    ("cli.py", "cmd_materialize"),
-    ("cli.py", "parser"),
-    ("lib/io/report.py", "build_report"),
-    ("lib/io/report.py", "dollars_appendix"),
-}
-
 
 def function_lengths() -> list[tuple[str, str, int, int]]:
     """(path relative to gpu_pipeline/, name, first line, length) of every function."""
@@ -38,22 +28,6 @@ def test_no_function_over_80_lines():
     long = [
         f"{rel}:{line} {name} ({n} lines)"
         for rel, name, line, n in function_lengths()
-        if n > MAX_LINES and (rel, name) not in EXEMPT
+        if n > MAX_LINES
     ]
     assert not long, f"functions over {MAX_LINES} lines:\n" + "\n".join(long)
-
-
-def test_exemptions_are_not_stale():
-    lengths: dict[tuple[str, str], list[int]] = {}
-    for rel, name, _, n in function_lengths():
-        lengths.setdefault((rel, name), []).append(n)
-    gone = sorted(f"{rel} {name}" for rel, name in EXEMPT if (rel, name) not in lengths)
-    short = sorted(
-        f"{rel} {name} ({max(lengths[rel, name])} lines)"
-        for rel, name in EXEMPT
-        if (rel, name) in lengths and max(lengths[rel, name]) <= MAX_LINES
-    )
-    assert not gone, "exempted functions that no longer exist (drop them):\n" + "\n".join(gone)
-    assert not short, f"exempted functions now {MAX_LINES} lines or fewer (drop them):\n" + (
-        "\n".join(short)
-    )
