@@ -433,7 +433,9 @@ def no_data(ingest: dict) -> dict:
     """A day without GPU-minutes: what was read and rejected, and the most common reasons."""
     if not ingest["read"]:
         return {"read": ""}
-    reasons = [(str(r["reason"])[:300], f"{r['len']:,}") for r in ingest["reasons"].iter_rows()]
+    reasons = [
+        (str(r["reason"])[:300], f"{r['len']:,}") for r in ingest["reasons"].iter_rows(named=True)
+    ]
     return {
         "read": f"{ingest['read']:,}",
         "files": f"{ingest['files']:,}",
