@@ -171,11 +171,13 @@ def warm_parse_cache(landing, lake, say: Say) -> list:
     """Parse new landing files up front, with progress; the run then reads the cache. `landing`
     and `lake`: the run's `LandingResource` and `LakeResource` (its parse options and cache)."""
     from gpu_pipeline.lib.ingest.cache import is_cached, parse_all
-    from gpu_pipeline.lib.ingest.landing import hash_memo, list_landing
+    from gpu_pipeline.lib.ingest.landing import hash_memo, list_landing, remember_hashes
 
     cache = lake.open().cache_dir
     opts = landing.parse_options()
-    files = list_landing(landing.root, hash_memo(cache))
+    # new files are hashed by their parse (read once), and the memo learns their hashes for
+    # the run's own listing
+    files = list_landing(landing.root, hash_memo(cache), hash_new=False)
     todo = [f for f in files if not is_cached(f, cache, opts)]
     if not todo:
         return parse_all(files, cache, opts)
@@ -194,7 +196,9 @@ def warm_parse_cache(landing, lake, say: Say) -> list:
                 rate = progress["bytes"] / 2**20 / max(time.perf_counter() - t, 1e-9)
                 say(f"  parsed {i}/{len(todo)} files ({rate:,.0f} MiB/s)")
 
-    return parse_all(files, cache, opts, done)
+    parsed = parse_all(files, cache, opts, done)
+    remember_hashes(hash_memo(cache), [pf.file for pf in parsed])
+    return parsed
 
 
 def check_records(parsed: list, days: list[date], req: Request, raw: Path, say: Say) -> None:

@@ -18,10 +18,14 @@ from pathlib import Path
 import polars as pl
 
 from gpu_pipeline.lib.ingest.landing import (
+    CHANGED,
     DEFAULT_PARSE,
+    Changed,
     LandingFile,
     ParseOptions,
     PieceParse,
+    _hash_listed,
+    _ident,
     _sha256,
     _whole_file,
     home_day,
@@ -127,7 +131,7 @@ def is_cached(
     return (
         lf.problem is not None
         or lf.skipped is not None
-        or (Path(cache_root) / _cache_key(lf, opts) / "meta.json").is_file()
+        or (lf.hashed and (Path(cache_root) / _cache_key(lf, opts) / "meta.json").is_file())
     )
 
 
@@ -180,6 +184,13 @@ def _write_cache(
         pp = None
     if pp is not None and pp.sha256 and pp.sha256 != lf.sha256:
         lf = replace(lf, sha256=pp.sha256, size=pp.size or lf.size)
+    if not lf.hashed:  # listed unhashed, and the parse did not read it to its end
+        sha = _hash_listed((lf.target or lf.path, lf.ident or _ident(lf.path)))
+        if isinstance(sha, OSError):
+            shutil.rmtree(tmp, ignore_errors=True)
+            why = CHANGED if isinstance(sha, Changed) else f"cannot be read: {sha.strerror or sha}"
+            return _uncached(lf, "refused", _whole_file(why, "", changed=True))
+        lf = replace(lf, sha256=sha)
     cdir = cache_root / _cache_key(lf, opts)
     if (cdir / "meta.json").is_file():  # these bytes were cached meanwhile
         shutil.rmtree(tmp, ignore_errors=True)
@@ -282,7 +293,8 @@ def load_or_parse(
     cdir = cache_root / _cache_key(lf, opts)
     meta_path = cdir / "meta.json"
     for attempt in range(2):
-        if not meta_path.is_file():
+        # a file listed unhashed is not looked up: its hash comes from its parse
+        if not (lf.hashed and meta_path.is_file()):
             written = _write_cache(lf, cache_root, opts)
             if isinstance(written, ParsedFile):
                 return written
