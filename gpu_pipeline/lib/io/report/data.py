@@ -160,9 +160,10 @@ MINUTE_COLUMNS = (
 
 def read_minutes(lake: Lake, day: date) -> pl.DataFrame:
     """The day's physical GPU-minutes, MINUTE_COLUMNS only when the day has its fleet_daily row
-    (else whole: `fleet_row` makes the row from them)."""
+    (else whole: `fleet_row` makes the row from them; a day without minutes has an empty
+    fleet_daily, and its report says there is no data)."""
     physical = pl.col("gpu_instance_id").is_null()
-    if not (lake.exists("gpu_minutes", day) and lake.exists("fleet_daily", day)):
+    if not (lake.exists("gpu_minutes", day) and (lake.row_count("fleet_daily", day) or 0)):
         return read(lake, "gpu_minutes", day).filter(physical)
     scan = lake.scan_days("gpu_minutes", [day]).select(MINUTE_COLUMNS).filter(physical)
     return collect_stable(scan)
