@@ -15,16 +15,10 @@ from pathlib import Path
 
 import polars as pl
 
+from gpu_pipeline.lib.money import MONEY
+from gpu_pipeline.lib.rules import PHASES
+
 REL = 1e-6
-PHASES = ("idle", "underutilized", "productive", "compute_bound", "unknown")
-MONEY = (
-    "cost_usd",
-    "productive_usd",
-    "idle_waste_usd",
-    "stall_waste_usd",
-    "headroom_waste_usd",
-    "unmeasured_usd",
-)
 # table -> (join keys, numeric columns, exact columns: labels, categories, counts)
 TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
     "gpu_minutes": (
