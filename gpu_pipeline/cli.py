@@ -777,5 +777,22 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+def run() -> None:
+    """The command (`gpu-pipeline`, `python -m gpu_pipeline.cli`): `main`, then out without the
+    interpreter's teardown. Everything is written and closed by then; what the teardown would
+    do is free, object by object, what a day's run left (the Dagster definitions, the
+    allocators' kept buffers): about a second on the 1,000-GPU day (benchmarks/README.md)."""
+    import logging
+
+    code = main()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+    os._exit(code if isinstance(code, int) else 0)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

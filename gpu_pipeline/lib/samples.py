@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import polars as pl
 
@@ -58,6 +58,31 @@ LONG_SCHEMA: dict[str, pl.DataType] = {
     "value": pl.Float64,
     **{c: (pl.Int32 if c in INT_ATTRS else pl.String) for c in ATTR_COLUMNS},
 }
+# the same samples keyed by series (`ParsedLines.series`): a file's few dozen series (a GPU's
+# field with its labels) carry the column and attributes once each, and a sample only its
+# series' number `sid` (the series' row in its table): what a parse builds, sorts and caches
+# per sample is four numbers, not eleven strings (issue 34)
+KEYED_SCHEMA: dict[str, pl.DataType] = {
+    "line": pl.Int64,
+    "timestamp": pl.Datetime("ms", "UTC"),
+    "value": pl.Float64,
+    "sid": pl.Int32,
+}
+SERIES_SCHEMA: dict[str, pl.DataType] = {
+    "column": pl.String,
+    **{c: (pl.Int32 if c in INT_ATTRS else pl.String) for c in ATTR_COLUMNS},
+}
+
+
+def unkey(samples: pl.DataFrame, series: pl.DataFrame) -> pl.DataFrame:
+    """Keyed samples (`KEYED_SCHEMA`) in the long form, each with its series' column and
+    attributes (`series`: `SERIES_SCHEMA`, one row per sid)."""
+    sid = samples.get_column("sid")
+    attrs = series.select(list(SERIES_SCHEMA)).gather(sid)
+    out = pl.concat([samples.select("line", "timestamp", "value"), attrs], how="horizontal")
+    return out.select(list(LONG_SCHEMA))
+
+
 QUARANTINE_LINE_SCHEMA: dict[str, pl.DataType] = {
     "line": pl.Int64,
     "timestamp": pl.Datetime("ms", "UTC"),
@@ -96,6 +121,14 @@ class ParsedLines:
     changed: bool = False
     sha256: str | None = None  # of the bytes read, the ones parsed
     bytes_read: int | None = None
+    # when set, `samples` are keyed (`KEYED_SCHEMA`) and this is their series (`SERIES_SCHEMA`)
+    series: pl.DataFrame | None = None
+
+    def unkeyed(self) -> ParsedLines:
+        """These lines with their samples in the long form (`LONG_SCHEMA`)."""
+        if self.series is None:
+            return self
+        return replace(self, samples=unkey(self.samples, self.series), series=None)
 
 
 def normalize_uuid(expr: pl.Expr) -> pl.Expr:

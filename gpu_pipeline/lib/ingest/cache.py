@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from datetime import date
+from datetime import UTC, date, datetime, time
 from pathlib import Path
 
 import polars as pl
@@ -32,16 +32,39 @@ from gpu_pipeline.lib.ingest.landing import (
     merge_pieces,
     parse_landing_file,
 )
-from gpu_pipeline.lib.samples import ParsedLines
+from gpu_pipeline.lib.samples import LONG_SCHEMA, SERIES_SCHEMA, ParsedLines
 
 # bump when parsing changes what a file yields, so cached parses are redone
-PARSER_VERSION = "p9"
+PARSER_VERSION = "p10"
 # a cached parse keeps its samples by UTC day, then GPU, then time: a day's run reads only that
 # day's row groups of a file, and assembling a day a range of GPUs at a time
 # (`gpu_samples.DayAssembly`) only the row groups of the range (a GPU-day of 30 s samples of
 # ten fields is ~29,000 rows: two row groups)
 SAMPLES_ORDER = (pl.col("timestamp").dt.date(), "gpu_uuid", "timestamp", "line")
 SAMPLES_ROW_GROUP = 16384
+
+
+def keyed_in_cache_order(
+    samples: pl.DataFrame, series: pl.DataFrame
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Keyed samples and their series (`ParsedLines.series`) as cached: each series with its sid
+    and `_g`, its GPU's rank among the file's UUIDs (sorted; 0: no UUID), each sample with its
+    series' `_g`, in SAMPLES_ORDER (by day, `_g`, time, line: integers only). A range of UUIDs
+    is then a range of `_g`, and a run of row groups (`ParsedFile.rows`)."""
+    uuids = series.get_column("gpu_uuid").drop_nulls().unique().sort()
+    ranks = pl.int_range(1, uuids.len() + 1, dtype=pl.Int32, eager=True)
+    series = series.with_columns(
+        pl.int_range(0, pl.len(), dtype=pl.Int32).alias("sid"),
+        pl.col("gpu_uuid").replace_strict(uuids, ranks, default=0).alias("_g"),
+    )
+    g = series.get_column("_g").gather(samples.get_column("sid"))
+    samples = samples.with_columns(g.alias("_g"))
+    if samples.height:
+        day = pl.col("timestamp").dt.epoch("ms") // 86_400_000
+        samples = samples.sort("timestamp", "line", nulls_last=False).sort(
+            day * (uuids.len() + 1) + pl.col("_g"), maintain_order=True, nulls_last=False
+        )
+    return samples, series
 
 
 def in_cache_order(samples: pl.DataFrame) -> pl.DataFrame:
@@ -88,7 +111,6 @@ class ParsedFile:
     days: list[date]
     rows_by_day: dict[date, int]  # samples per UTC day (before duplicates are resolved)
     records_by_day: dict[date | None, int]  # records read per day (None: the home day's own)
-    samples: pl.LazyFrame
     quarantine: pl.LazyFrame
     origin: str | None = None
     columns_ignored: list[str] = field(default_factory=list)
@@ -98,6 +120,36 @@ class ParsedFile:
     # the file as a whole was rejected: refused, unreadable, of no known format, or given up
     # on by its parser (one record, quarantined on the days it names)
     rejected_whole: bool = False
+    # the cached samples: (samples file, its series table or None when not keyed) per piece
+    pieces: list[tuple[Path, Path | None]] = field(default_factory=list)
+    # samples held otherwise (a file not cached; or set: `samples`)
+    frames: pl.LazyFrame | None = None
+
+    @property
+    def samples(self) -> pl.LazyFrame:
+        """The file's samples in the long form (`LONG_SCHEMA`)."""
+        if self.frames is not None:
+            return self.frames
+        if not self.pieces:
+            return pl.LazyFrame(schema=LONG_SCHEMA)
+        return pl.concat([_piece(s, t) for s, t in self.pieces])
+
+    @samples.setter
+    def samples(self, frames: pl.LazyFrame) -> None:
+        self.frames = frames
+
+    def rows(self, day: date, uuids: tuple[str, str] | None = None, no_uuid: bool = True):
+        """The file's samples of `day` in the long form; with `uuids` (lowest, highest), only
+        those of GPUs in that range (and, `no_uuid`, those without a UUID). A cached keyed
+        piece reads only the row groups of the range (its `_g`, the GPUs' ranks)."""
+        in_day = pl.col("timestamp").dt.date() == day
+        if self.frames is not None or not self.pieces:
+            rows = self.samples.filter(in_day)
+            if uuids is None:
+                return rows
+            rng = pl.col("gpu_uuid").is_between(pl.lit(uuids[0]), pl.lit(uuids[1]))
+            return rows.filter(rng | pl.col("gpu_uuid").is_null() if no_uuid else rng)
+        return pl.concat([_piece(s, t, day, uuids, no_uuid) for s, t in self.pieces])
 
     def touched_days(self) -> list[date]:
         """Every day this file has a ledger row on: its samples', its records' and its home day."""
@@ -114,6 +166,45 @@ class ParsedFile:
         """Records of this file accounted on `day` (the ledger's rows_read)."""
         n = self.records_by_day.get(day, 0)
         return n + (self.records_by_day.get(None, 0) if day == self.home_day else 0)
+
+
+def read_series(path: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """A keyed piece's series table (one row per sid, in sid order: `sid`, `_g`,
+    `SERIES_SCHEMA`) and its samples per day and series (`date`, `sid`, `len`)."""
+    table = pl.read_parquet(path)
+    counts = table.select("date", "sid", "len").drop_nulls("date")
+    return table.drop("date", "len").unique("sid", keep="first").sort("sid"), counts
+
+
+def _piece(
+    samples: Path,
+    series: Path | None,
+    day: date | None = None,
+    uuids: tuple[str, str] | None = None,
+    no_uuid: bool = True,
+) -> pl.LazyFrame:
+    """One cached piece's samples in the long form: of `day` and the GPUs in `uuids` when given."""
+    rows = pl.scan_parquet(samples, glob=False)
+    if series is None:  # cached in the long form
+        if day is not None:
+            rows = rows.filter(pl.col("timestamp").dt.date() == day)
+        if uuids is not None:
+            rng = pl.col("gpu_uuid").is_between(pl.lit(uuids[0]), pl.lit(uuids[1]))
+            rows = rows.filter(rng | pl.col("gpu_uuid").is_null() if no_uuid else rng)
+        return rows
+    table, _ = read_series(series)
+    if uuids is not None:  # the range's ranks: consecutive, UUIDs rank in order
+        lo_hi = pl.lit(uuids[0]), pl.lit(uuids[1])
+        g = table.filter(pl.col("gpu_uuid").is_between(*lo_hi)).get_column("_g")
+        lo, hi = (int(g.min()), int(g.max())) if g.len() else (1, 0)
+        keep = pl.col("_g").is_between(lo, hi)
+        rows = rows.filter(keep | (pl.col("_g") == 0) if no_uuid else keep)
+    if day is not None:
+        start = int(datetime.combine(day, time(), UTC).timestamp() * 1000)
+        t = pl.col("timestamp").dt.epoch("ms")
+        rows = rows.filter(t.is_between(start, start + 86_399_999))
+    attrs = table.select("sid", *SERIES_SCHEMA).lazy()
+    return rows.join(attrs, on="sid", how="left", maintain_order="left").select(list(LONG_SCHEMA))
 
 
 def _cache_key(lf: LandingFile, opts: ParseOptions) -> str:
@@ -147,7 +238,7 @@ def _uncached(lf: LandingFile, fmt: str, parsed) -> ParsedFile:
         days=[],
         rows_by_day={},
         records_by_day=parsed.records_by_day,
-        samples=parsed.samples.lazy(),
+        frames=parsed.samples.lazy(),
         quarantine=parsed.quarantine.lazy(),
         skip_reason=lf.skipped,
         rejected_whole=parsed.rejected_whole,
@@ -165,7 +256,7 @@ def _write_cache(
     tmp = cache_root / f".tmp-{uuid.uuid4().hex}"
     tmp.mkdir(parents=True)
     try:
-        pp = PieceParse(lf, opts)
+        pp = PieceParse(lf, opts, keyed=True)
         pieces = _write_pieces(pp, tmp)
         if pp.rejected:
             if pp.rejected[1].changed:
@@ -219,6 +310,12 @@ def _write_cache(
         "file_sha256": lf.sha256,
         "file_bytes": lf.size,
         "samples": [f for f in files if f.startswith("samples")],
+        # each samples file's series table, when its samples are keyed ("" when not)
+        "series": [
+            f"series-{f[8:]}" if f"series-{f[8:]}" in files else ""
+            for f in files
+            if f.startswith("samples")
+        ],
         "quarantine": [f for f in files if f.startswith("quarantine")],
         # the cache checks itself: a cached file that no longer has this hash is parsed again
         "sha256": {name: _sha256(tmp / name) for name in files},
@@ -245,14 +342,25 @@ def _write_pieces(parts, folder: Path) -> tuple[str, ParsedLines, dict, list[str
         for d, n in zip(per_day["d"].to_list(), per_day["len"].to_list(), strict=True):
             rows_by_day[d] = rows_by_day.get(d, 0) + n
         name = f"samples-{i:05d}.parquet"
-        in_cache_order(parsed.samples).write_parquet(
-            folder / name, row_group_size=SAMPLES_ROW_GROUP
-        )
+        if parsed.series is None:
+            in_cache_order(parsed.samples).write_parquet(
+                folder / name, row_group_size=SAMPLES_ROW_GROUP
+            )
+        else:
+            samples, series = keyed_in_cache_order(parsed.samples, parsed.series)
+            samples.write_parquet(folder / name, row_group_size=SAMPLES_ROW_GROUP)
+            # each series' samples per day beside it: a day's assembly cuts its chunks from them
+            # without reading the samples (`keyed_day.KeyedDay.per_file`)
+            by_day = samples.group_by(pl.col("timestamp").dt.date().alias("date"), "sid").len()
+            series.join(by_day, on="sid", how="left").write_parquet(
+                folder / f"series-{i:05d}.parquet"
+            )
+            files.append(f"series-{i:05d}.parquet")
         qname = f"quarantine-{i:05d}.parquet"
         parsed.quarantine.write_parquet(folder / qname)
         files += [name, qname]
         empty = ParsedLines(
-            parsed.samples.clear(),
+            pl.DataFrame(schema=LONG_SCHEMA),
             parsed.quarantine.clear(),
             parsed.lines_total,
             parsed.lines_skipped,
@@ -319,7 +427,10 @@ def load_or_parse(
         records_by_day={
             (date.fromisoformat(d) if d else None): n for d, n in meta["records_by_day"].items()
         },
-        samples=pl.scan_parquet([cdir / f for f in meta["samples"]], glob=False),
+        pieces=[
+            (cdir / f, cdir / t if t else None)
+            for f, t in zip(meta["samples"], meta["series"], strict=True)
+        ],
         quarantine=pl.scan_parquet([cdir / f for f in meta["quarantine"]], glob=False),
         origin=meta.get("origin"),
         columns_ignored=meta.get("columns_ignored", []),

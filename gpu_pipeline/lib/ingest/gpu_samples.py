@@ -16,6 +16,7 @@ from gpu_pipeline.lib.fields import FIELD_COLUMNS
 from gpu_pipeline.lib.ingest.cache import ParsedFile
 from gpu_pipeline.lib.ingest.formats import WIDE_FORMATS
 from gpu_pipeline.lib.ingest.ingest_log import ingest_log as day_ingest_log
+from gpu_pipeline.lib.ingest.keyed_day import KeyedDay, keyed_only
 from gpu_pipeline.lib.ingest.landing import DEFAULT_CLUSTER
 from gpu_pipeline.lib.ingest.quarantine import quarantine as day_quarantine
 from gpu_pipeline.lib.samples import (
@@ -29,14 +30,12 @@ from gpu_pipeline.lib.schemas import GPU_SAMPLES_SCHEMA
 KEY = ("gpu_uuid", "gpu_instance_id", "timestamp")
 
 
-def _in_day(day: date) -> pl.Expr:
-    return pl.col("timestamp").dt.date() == day
-
-
-def _day_rows(pf: ParsedFile, order: int, day: date) -> pl.LazyFrame:
-    """A file's samples of `day`, with the file they came from, its cluster, and whether its
-    records hold several values (`_wide`)."""
-    return pf.samples.filter(_in_day(day)).with_columns(
+def _day_rows(
+    pf: ParsedFile, order: int, day: date, uuids: tuple[str, str] | None = None, no_uuid=True
+) -> pl.LazyFrame:
+    """A file's samples of `day` (of the GPUs in `uuids` when given: `ParsedFile.rows`), with the
+    file they came from, its cluster, and whether its records hold several values (`_wide`)."""
+    return pf.rows(day, uuids, no_uuid).with_columns(
         pl.lit(pf.file.source_file).alias("source_file"),
         pl.lit(order).alias("file_order"),
         pl.col("cluster").fill_null(pf.file.dir_cluster or DEFAULT_CLUSTER),
@@ -44,6 +43,9 @@ def _day_rows(pf: ParsedFile, order: int, day: date) -> pl.LazyFrame:
     )
 
 
+# a keyed sample takes a fraction of a long one's memory (four numbers, not eleven strings): a
+# keyed chunk holds this many times the budget's long rows (measured: benchmarks/README.md)
+KEYED_ROWS = 4
 SAMPLE_KEY = ("gpu_uuid", "gpu_instance_id", "column", "timestamp")
 
 
@@ -75,6 +77,9 @@ class DayAssembly:
             yield conform(pl.DataFrame(schema=GPU_SAMPLES_SCHEMA), GPU_SAMPLES_SCHEMA)
             return
         day = self.day
+        if keyed_only(parts):
+            yield from self._keyed(KeyedDay(parts, day))
+            return
         # rows per GPU and file (each file counted on its own: a few hundred rows to keep, where
         # the day's UUID column at once would take GiBs): the chunks are cut from the sums, and a
         # chunk reads only the files that hold its GPUs
@@ -110,14 +115,50 @@ class DayAssembly:
             # that holds one of its GPUs, and the rest of the file is not read
             known = tuple(u for u in chunk if u is not None)
             rng = Chunk(None, known).predicate if known else pl.lit(False)
-            if len(known) < len(chunk):  # samples without a UUID sort first
+            no_uuid = len(known) < len(chunk)  # samples without a UUID sort first
+            if no_uuid:
                 rng = rng | pl.col("gpu_uuid").is_null()
+            ends = (known[0], known[-1]) if known else ("", "")
             orders = sorted(set(per_file.filter(rng).get_column("_file").to_list()))
             yield self._assemble(
                 collect_stable(
-                    pl.concat([_day_rows(by_order[o], o, day).filter(rng) for o in orders])
+                    pl.concat([_day_rows(by_order[o], o, day, ends, no_uuid) for o in orders])
                 )
             )
+
+    def _keyed(self, kd: KeyedDay) -> Iterator[pl.DataFrame]:
+        """`gpu_samples` from keyed cached parses (`keyed_day`): the same chunks, on integers."""
+        from gpu_pipeline.lib.staging.chunked import cut_by_size
+
+        per_file = kd.per_file()
+        sizes = (
+            per_file.group_by("gpu_uuid")
+            .agg(pl.col("len").sum().alias("n"))
+            .sort("gpu_uuid", nulls_last=False)
+        )
+        rows = self.max_rows * KEYED_ROWS
+        chunks = cut_by_size(sizes["gpu_uuid"].to_list(), sizes["n"].to_list(), None, rows)
+        self.chunks = max(1, len(chunks))
+        for chunk in chunks or [[]]:
+            known = tuple(u for u in chunk if u is not None)
+            if len(chunks) <= 1:
+                ends, no_uuid = None, True
+                orders = set(per_file.get_column("_file").to_list())
+            else:
+                ends = (known[0], known[-1]) if known else ("", "")
+                no_uuid = len(known) < len(chunk)
+                rng = pl.col("gpu_uuid").is_in(pl.Series(known, dtype=pl.String))
+                if no_uuid:
+                    rng = rng | pl.col("gpu_uuid").is_null()
+                orders = set(per_file.filter(rng).get_column("_file").to_list())
+            rows = kd.rows(orders, ends, no_uuid)
+            done = kd.assemble(rows)
+            if done is None:  # a duplicate, or attributes that differ: the general way
+                yield self._assemble(kd.long(rows))
+                continue
+            gpu_samples, counts = done
+            self._counts.append(counts)
+            yield gpu_samples
 
     def _assemble(self, long: pl.DataFrame) -> pl.DataFrame:
         """One range of GPUs: duplicates and conflicts resolved, pivoted to wide samples."""

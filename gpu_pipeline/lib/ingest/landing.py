@@ -24,6 +24,7 @@ import polars as pl
 from gpu_pipeline.lib.ingest.formats import FORMATS
 from gpu_pipeline.lib.ingest.formats.common import Context
 from gpu_pipeline.lib.samples import (
+    KEYED_SCHEMA,
     LONG_SCHEMA,
     QUARANTINE_LINE_SCHEMA,
     ParsedLines,
@@ -722,10 +723,17 @@ class PieceParse:
     bytes read. A file whose content fits one piece, or is one document (JSON, XML), is parsed
     whole, as `parse_landing_file` does. When the file turns out to be rejected as a whole
     after some pieces (a gzip that ends early, a piece its parser gives up on), `rejected`
-    holds that one result and the pieces given before it are void."""
+    holds that one result and the pieces given before it are void. With `keyed`, a piece may
+    come keyed by series (`ParsedLines.series`)."""
 
-    def __init__(self, lf: LandingFile, opts: ParseOptions = DEFAULT_PARSE, piece_bytes: int = 0):
-        self.lf, self.opts = lf, opts
+    def __init__(
+        self,
+        lf: LandingFile,
+        opts: ParseOptions = DEFAULT_PARSE,
+        piece_bytes: int = 0,
+        keyed: bool = False,
+    ):
+        self.lf, self.opts, self.keyed = lf, opts, keyed
         self.piece_bytes = piece_bytes or PIECE_BYTES
         self.sha256: str | None = None
         self.size: int | None = None
@@ -833,7 +841,7 @@ class PieceParse:
             self._reject("unreadable", _whole_file(str(e), ""))
             return
         if second is None and len(first) <= self.piece_bytes:  # one piece: the whole file
-            yield _parse_read(self.lf, _text_read(first, "", 0), self.opts)
+            yield _parse_read(self.lf, _text_read(first, "", 0), self.opts, self.keyed)
             return
         if first[:2] in (b"\xff\xfe", b"\xfe\xff"):
             why = f"UTF-16 text over {self.piece_bytes:,} bytes: convert it to UTF-8 to read it"
@@ -871,7 +879,7 @@ class PieceParse:
             rest = [second] if second is not None else []
             for i, piece in enumerate(itertools.chain([first], rest, pieces)):
                 data = piece if i == 0 else prefix + piece
-                got, out = _parse_text(self.lf, data, self.opts, fmt)
+                got, out = _parse_text(self.lf, data, self.opts, fmt, self.keyed)
                 if out.rejected_whole:  # this piece's parser gave up: the file as a whole
                     self._reject(got, out)
                     return
@@ -942,11 +950,11 @@ def parse_landing_file(
 
 
 def merge_pieces(parts: list[tuple[str, ParsedLines]]) -> tuple[str, ParsedLines]:
-    """The pieces of one file's parse as one."""
+    """The pieces of one file's parse as one (in the long form)."""
     if len(parts) == 1:
-        return parts[0]
+        return parts[0][0], parts[0][1].unkeyed()
     fmt = parts[0][0]
-    outs = [p for _, p in parts]
+    outs = [p.unkeyed() for _, p in parts]
     records: dict = {}
     for o in outs:
         for d, n in o.records_by_day.items():
@@ -964,17 +972,20 @@ def merge_pieces(parts: list[tuple[str, ParsedLines]]) -> tuple[str, ParsedLines
     )
 
 
-def _parse_read(lf: LandingFile, read: Read, opts: ParseOptions) -> tuple[str, ParsedLines]:
+def _parse_read(
+    lf: LandingFile, read: Read, opts: ParseOptions, keyed: bool = False
+) -> tuple[str, ParsedLines]:
     """Detect and parse a file read whole (`_text_read`)."""
     if read.data is None:
         return "unreadable", _whole_file(read.why or "unreadable", repr(read.head))
-    return _parse_text(lf, read.data, opts)
+    return _parse_text(lf, read.data, opts, keyed=keyed)
 
 
 def _parse_text(
-    lf: LandingFile, data: bytes, opts: ParseOptions, fmt: str | None = None
+    lf: LandingFile, data: bytes, opts: ParseOptions, fmt: str | None = None, keyed: bool = False
 ) -> tuple[str, ParsedLines]:
-    """Parse text (UTF-8 bytes) of `lf` in format `fmt`, detected from it when None."""
+    """Parse text (UTF-8 bytes) of `lf` in format `fmt`, detected from it when None (`keyed`:
+    exposition samples may come keyed by series, `ParsedLines.series`)."""
     clean, bad = _bad_lines(data)
     fmt = fmt or detect_format(clean, lf.source_file)
     if bad and (fmt not in LINE_FORMATS or len(bad) * 2 > clean.count(b"\n") + 1):
@@ -1010,7 +1021,10 @@ def _parse_text(
         csv_header=lf.header,
     )
     try:
-        out = FORMATS[fmt].parse(data if fmt == "dcgm_exposition" else text, ctx)
+        if fmt == "dcgm_exposition":
+            out = FORMATS[fmt].parse(data, ctx, keyed=keyed)
+        else:
+            out = FORMATS[fmt].parse(text, ctx)
     except Exception as e:  # a parser that gives up on a file quarantines it whole, with why
         text = text or data.decode("utf-8", "replace")
         return fmt, _whole_file(f"{fmt}: {e}", text[:RAW_CHARS], named_days(text))
@@ -1037,7 +1051,7 @@ def _parse_text(
         records[None] = records.get(None, 0) + len(bad)
         skipped -= len(bad)
     return fmt, ParsedLines(
-        conform(out.samples, LONG_SCHEMA),
+        conform(out.samples, LONG_SCHEMA if out.series is None else KEYED_SCHEMA),
         _cap_raw(quarantine),
         out.lines_total,
         skipped,
@@ -1047,6 +1061,7 @@ def _parse_text(
         out.columns_ignored,
         out.fields,
         out.rejected_whole,
+        series=out.series,
     )
 
 

@@ -37,8 +37,10 @@ from gpu_pipeline.lib.ingest.formats.common import (
     value_bounds,
 )
 from gpu_pipeline.lib.samples import (
+    KEYED_SCHEMA,
     LONG_SCHEMA,
     QUARANTINE_LINE_SCHEMA,
+    SERIES_SCHEMA,
     ParsedLines,
     conform,
 )
@@ -436,10 +438,13 @@ def _clean_samples(
     scaled: bool,
     timed: bool,
     window: tuple[int, int],
-) -> pl.DataFrame | None:
+    keyed: bool = False,
+) -> tuple[pl.DataFrame, pl.DataFrame | None] | None:
     """The usual file's samples in three queries, when `finalize` would reject none of them:
     the checks run on numbers and flags taken by code, the text columns are taken only then.
     None when some line is rejected: the caller goes the general way, which words the reasons.
+    With `keyed`, the samples are keyed by series (`KEYED_SCHEMA`) and come with their series
+    table (one row per code); else in the long form, with None.
 
     The same rules as `finalize`: a series without a known field, a GPU UUID or with labels that
     can't be kept; a time missing or outside `window`; a value outside its field's range (blank
@@ -470,19 +475,25 @@ def _clean_samples(
     )
     if g.select(rejected.fill_null(True).any()).item():
         return None
+    timestamp = pl.from_epoch(ts, time_unit="ms").dt.replace_time_zone("UTC").alias("timestamp")
+    kept = pl.when(is_blank_sentinel(pl.col("value"))).then(None).otherwise(value).alias("value")
+    if keyed:  # the series' columns stay in the series table
+        samples = g.with_columns(codes.cast(pl.Int32).alias("sid")).select(
+            "line", timestamp, kept, "sid"
+        )
+        table = conform(series.select("column", *attr_cols), SERIES_SCHEMA)
+        return conform(samples, KEYED_SCHEMA), table
     text = series.select(pl.col("column", *attr_cols).gather(codes))
     samples = pl.concat([g, text], how="horizontal").select(
-        "line",
-        pl.from_epoch(ts, time_unit="ms").dt.replace_time_zone("UTC").alias("timestamp"),
-        "column",
-        pl.when(is_blank_sentinel(pl.col("value"))).then(None).otherwise(value).alias("value"),
-        *attr_cols,
+        "line", timestamp, "column", kept, *attr_cols
     )
-    return conform(samples, LONG_SCHEMA)
+    return conform(samples, LONG_SCHEMA), None
 
 
-def parse(text: str | bytes | Path, ctx: Context) -> ParsedLines:
-    """Parse exposition text, bytes or a file (read memory-mapped; bytes only for slow lines)."""
+def parse(text: str | bytes | Path, ctx: Context, keyed: bool = False) -> ParsedLines:
+    """Parse exposition text, bytes or a file (read memory-mapped; bytes only for slow lines).
+    With `keyed`, a file whose every line is accepted comes back keyed by series
+    (`ParsedLines.series`); otherwise, and always without it, in the long form."""
     source = text.encode("utf-8") if isinstance(text, str) else text
 
     def data() -> bytes:
@@ -490,9 +501,9 @@ def parse(text: str | bytes | Path, ctx: Context) -> ParsedLines:
 
     # numbers only first; a file with timestamps that are not all integers is read again with
     # the text of its values and timestamps (their units and reasons need it)
-    parsed = _parse_fast(source, ctx, data, text=False)
+    parsed = _parse_fast(source, ctx, data, text=False, keyed=keyed)
     if parsed is None:
-        parsed = _parse_fast(source, ctx, data, text=True)
+        parsed = _parse_fast(source, ctx, data, text=True, keyed=keyed)
     if parsed is not False:
         return parsed
     lines = _read_lines(data())
@@ -508,7 +519,9 @@ def parse(text: str | bytes | Path, ctx: Context) -> ParsedLines:
     return out
 
 
-def _parse_fast(source: bytes | Path, ctx: Context, data, text: bool) -> ParsedLines | None | bool:
+def _parse_fast(
+    source: bytes | Path, ctx: Context, data, text: bool, keyed: bool = False
+) -> ParsedLines | None | bool:
     """The fast path over `_scan`; False: the file can't be scanned (the caller reads it line by
     line); None: its timestamps need the text (`text=False` only)."""
     scanned = _scan(source, text)
@@ -537,17 +550,18 @@ def _parse_fast(source: bytes | Path, ctx: Context, data, text: bool) -> ParsedL
     window = ctx.time_window()
     skipped = int((path == 0).sum())
     if not bool((path == 2).any()):
-        clean = _clean_samples(fast, series, attr_cols, "scale" in extra, timed, window)
+        clean = _clean_samples(fast, series, attr_cols, "scale" in extra, timed, window, keyed)
         if clean is not None:
             untimed = not timed and ctx.file_time is not None and not bool(fast["_has_ts"].all())
             return ParsedLines(
-                clean,
+                clean[0],
                 pl.DataFrame(schema=QUARANTINE_LINE_SCHEMA),
                 d.height,
                 skipped,
                 ctx.file_time_basis if untimed else "sample",
                 records_by_day(fast, *window),
                 fields=fields,
+                series=clean[1],
             )
     frames = [_fast_candidates(fast, series, [*extra, "column", "_lo", "_hi", *attr_cols], timed)]
     if bool((path == 2).any()):
