@@ -787,10 +787,8 @@ def run() -> None:
     code = main()
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(BrokenPipeError, ValueError):
             stream.flush()
-        except (BrokenPipeError, ValueError):
-            pass
     os._exit(code if isinstance(code, int) else 0)
 
 

@@ -402,7 +402,7 @@ class Settings:
     rules: str = ""  # the TOML rules file (thresholds)
     start_date: str = DEFAULT_START_DATE  # the first daily partition
     executor: str = "in_process"
-    chunk_mb: int = 640  # memory budget of a chunk of GPUs
+    chunk_mb: int = 320  # memory budget of a chunk of GPUs
     chunk_gpus: int = 0  # 0: chunks follow the memory budget
     split: str = "gpus"  # or "cluster"
     csv_timezone: str = "UTC"  # the zone of zone-less CSV times

@@ -43,9 +43,6 @@ def _day_rows(
     )
 
 
-# a keyed sample takes a fraction of a long one's memory (four numbers, not eleven strings): a
-# keyed chunk holds this many times the budget's long rows (measured: benchmarks/README.md)
-KEYED_ROWS = 4
 SAMPLE_KEY = ("gpu_uuid", "gpu_instance_id", "column", "timestamp")
 
 
@@ -136,8 +133,9 @@ class DayAssembly:
             .agg(pl.col("len").sum().alias("n"))
             .sort("gpu_uuid", nulls_last=False)
         )
-        rows = self.max_rows * KEYED_ROWS
-        chunks = cut_by_size(sizes["gpu_uuid"].to_list(), sizes["n"].to_list(), None, rows)
+        # the budget's rows, as the general way: bigger keyed chunks are no faster (the cached
+        # samples are read uncompressed) and keep more in memory (benchmarks/README.md)
+        chunks = cut_by_size(sizes["gpu_uuid"].to_list(), sizes["n"].to_list(), None, self.max_rows)
         self.chunks = max(1, len(chunks))
         for chunk in chunks or [[]]:
             known = tuple(u for u in chunk if u is not None)

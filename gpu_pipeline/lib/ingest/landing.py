@@ -1021,10 +1021,8 @@ def _parse_text(
         csv_header=lf.header,
     )
     try:
-        if fmt == "dcgm_exposition":
-            out = FORMATS[fmt].parse(data, ctx, keyed=keyed)
-        else:
-            out = FORMATS[fmt].parse(text, ctx)
+        expo = fmt == "dcgm_exposition"
+        out = FORMATS[fmt].parse(data, ctx, keyed) if expo else FORMATS[fmt].parse(text, ctx)
     except Exception as e:  # a parser that gives up on a file quarantines it whole, with why
         text = text or data.decode("utf-8", "replace")
         return fmt, _whole_file(f"{fmt}: {e}", text[:RAW_CHARS], named_days(text))

@@ -31,7 +31,7 @@ from gpu_pipeline.lib.rules import DEFAULT, DIAGNOSIS, DiagnosisThresholds, Thre
 from gpu_pipeline.lib.samples import MINUTE_MS, SAMPLE_ORDER, collect_stable
 from gpu_pipeline.lib.staging.gpu_minutes import gpu_minutes
 
-DEFAULT_CHUNK_MB = 640
+DEFAULT_CHUNK_MB = 320
 # working memory per sample row of a chunk, two chunks in flight, freed buffers kept for reuse
 # (gpu_pipeline/allocator.py): measured with benchmarks/run.py
 BYTES_PER_ROW = 1536
