@@ -79,11 +79,11 @@ DEFAULTS = {
     "catalog": "the shipped GPU catalog alone",
     "energy": "the shipped energy rates",
     "rules": "the built-in rules",
-    "chunk_mb": "640",
+    "chunk_mb": str(Settings.chunk_mb),
     "chunk_gpus": "0: chunks follow chunk_mb",
     "split": "gpus",
     "csv_timezone": "UTC",
-    "max_file_mb": "1024",
+    "max_file_mb": str(Settings.max_file_mb),
 }
 
 

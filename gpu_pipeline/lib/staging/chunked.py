@@ -13,8 +13,8 @@ contiguous in every table of the day and a very large fleet's day is processed c
 
 Peak memory is two chunks' samples and minutes (one computed while the previous is aggregated
 and written) plus the small partials, whatever the fleet size. A chunk is sized from a memory
-budget, `Chunking.mb` (default 640 MiB, at about 1.5 KiB of working memory per sample row with
-two chunks in flight: ~437,000 rows, 300 GPUs of minute data, half that at 30 s samples);
+budget, `Chunking.mb` (default 320 MiB, at about 1.5 KiB of working memory per sample row with
+two chunks in flight: ~218,000 rows, 150 GPUs of minute data, half that at 30 s samples);
 `Chunking.gpus` caps chunks by GPU count instead (GPU_PIPELINE_CHUNK_MB / _CHUNK_GPUS / _SPLIT
 set them through the resources).
 """
@@ -30,8 +30,9 @@ import polars as pl
 from gpu_pipeline.lib.rules import DEFAULT, DIAGNOSIS, DiagnosisThresholds, Thresholds
 from gpu_pipeline.lib.samples import MINUTE_MS, SAMPLE_ORDER, collect_stable
 from gpu_pipeline.lib.staging.gpu_minutes import gpu_minutes
+from gpu_pipeline.settings import Settings
 
-DEFAULT_CHUNK_MB = 320
+DEFAULT_CHUNK_MB = Settings.chunk_mb  # one home: the settings' default
 # working memory per sample row of a chunk, two chunks in flight, freed buffers kept for reuse
 # (gpu_pipeline/allocator.py): measured with benchmarks/run.py
 BYTES_PER_ROW = 1536
