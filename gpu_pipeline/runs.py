@@ -167,9 +167,10 @@ def resources(s: settings.Settings) -> Iterator[dict[str, object]]:
         yield res
 
 
-def warm_parse_cache(landing, lake, say: Say) -> list:
+def warm_parse_cache(landing, lake, say: Say, days: list[date] | None = None) -> list:
     """Parse new landing files up front, with progress; the run then reads the cache. `landing`
-    and `lake`: the run's `LandingResource` and `LakeResource` (its parse options and cache)."""
+    and `lake`: the run's `LandingResource` and `LakeResource` (its parse options and cache);
+    `days`: the run's (cached parses of other days are not checked)."""
     from gpu_pipeline.lib.ingest.cache import is_cached, parse_all
     from gpu_pipeline.lib.ingest.landing import hash_memo, list_landing, remember_hashes
 
@@ -180,7 +181,7 @@ def warm_parse_cache(landing, lake, say: Say) -> list:
     files = list_landing(landing.root, hash_memo(cache), hash_new=False)
     todo = [f for f in files if not is_cached(f, cache, opts)]
     if not todo:
-        return parse_all(files, cache, opts)
+        return parse_all(files, cache, opts, days=days)
     total = sum(f.size for f in todo)
     say(f"parsing {len(todo)} new landing file(s), {total / 2**20:,.0f} MiB")
     t, step = time.perf_counter(), max(1, len(todo) // 10)
@@ -196,7 +197,7 @@ def warm_parse_cache(landing, lake, say: Say) -> list:
                 rate = progress["bytes"] / 2**20 / max(time.perf_counter() - t, 1e-9)
                 say(f"  parsed {i}/{len(todo)} files ({rate:,.0f} MiB/s)")
 
-    parsed = parse_all(files, cache, opts, done)
+    parsed = parse_all(files, cache, opts, done, days)
     remember_hashes(hash_memo(cache), [pf.file for pf in parsed])
     return parsed
 
@@ -250,7 +251,7 @@ def materialize_range(s: settings.Settings, req: Request, say: Say) -> RangeRun:
             say(f"warning: {warning}")
         if req.pull and not s.prom_url:
             raise Refused(2, "--pull needs a server: --url URL or GPU_PIPELINE_PROM_URL")
-        parsed = warm_parse_cache(landing, lake, say)
+        parsed = warm_parse_cache(landing, lake, say, days)
         check_records(parsed, days, req, Path(landing.root), say)
         init_instance()
         say(f"materializing {len(days)} day(s) {req.start}..{req.end}: raw={s.raw} lake={s.lake}")

@@ -129,8 +129,8 @@ def ingest_days(
     store = lake.open()
     files = list_landing(landing.root, hash_memo(store.cache_dir))
     opts, max_rows = landing.parse_options(), lake.chunking().rows
-    parsed = parse_all(files, store.cache_dir, opts)
     days = partition_days(context)
+    parsed = parse_all(files, store.cache_dir, opts, days=days)
     for name, where in rejected_elsewhere(parsed, days):
         context.log.warning(f"{name}: rejected whole, filed in the quarantine of {where}")
     writers = {t: DayWriter(store, t) for t in RAW_TABLES}

@@ -9,7 +9,7 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, time
@@ -398,12 +398,26 @@ def _cache_intact(cdir: Path, meta: dict) -> bool:
         return False
 
 
+def _touches(meta: dict, days: Collection[date] | None) -> bool:
+    """Whether a cached parse has a record or sample on one of `days` (None: on any day)."""
+    if days is None:
+        return True
+    touched = {*meta["days"], *(d for d, n in meta["records_by_day"].items() if d and n)}
+    touched.add(meta["home_day"])
+    return not touched.isdisjoint(d.isoformat() for d in days)
+
+
 def load_or_parse(
-    lf: LandingFile, cache_root: str | os.PathLike, opts: ParseOptions = DEFAULT_PARSE
+    lf: LandingFile,
+    cache_root: str | os.PathLike,
+    opts: ParseOptions = DEFAULT_PARSE,
+    days: Collection[date] | None = None,
 ) -> ParsedFile:
     """The parse of `lf` with `opts`, from the cache when this content was parsed the same way
     before and the cached parse is intact (its Parquet files still have the hashes recorded
-    beside them)."""
+    beside them). With `days`, a cached parse with nothing on those days is not checked: the
+    run will not read it (a day's run checks what it reads; its work does not grow with the
+    landing zone's history: issue 35)."""
     if lf.problem or lf.skipped:  # nothing to cache: the file is never opened
         fmt, parsed = parse_landing_file(lf, opts)
         return _uncached(lf, fmt, parsed)
@@ -419,7 +433,7 @@ def load_or_parse(
             cdir, lf = written
             meta_path = cdir / "meta.json"
         meta = json.loads(meta_path.read_text())
-        if _cache_intact(cdir, meta):
+        if not _touches(meta, days) or _cache_intact(cdir, meta):
             break
         # altered or damaged since it was written: parse the file again rather than trust it
         shutil.rmtree(cdir, ignore_errors=True)
@@ -462,10 +476,12 @@ def parse_all(
     cache_root: str | os.PathLike,
     opts: ParseOptions = DEFAULT_PARSE,
     done: Callable[[LandingFile, ParsedFile], None] | None = None,
+    days: Collection[date] | None = None,
 ) -> list[ParsedFile]:
     """`load_or_parse` of every file, in order. The files not cached yet are parsed first, the
     small ones `PARSE_WORKERS` at a time (a file of one host keeps Polars' threads busy only part of
-    the time), each large one alone; `done(file, parsed)` is called as each is cached."""
+    the time), each large one alone; `done(file, parsed)` is called as each is cached. `days`:
+    the days the caller will read (`load_or_parse`)."""
     todo = [i for i, f in enumerate(files) if not is_cached(f, cache_root, opts)]
     parsed: dict[int, ParsedFile] = {}
 
@@ -482,4 +498,4 @@ def parse_all(
         if files[i].size > CONCURRENT_PARSE_BYTES:
             one(i)
     # the files parsed just now are not read back; the others come from the cache
-    return [parsed.get(i) or load_or_parse(f, cache_root, opts) for i, f in enumerate(files)]
+    return [parsed.get(i) or load_or_parse(f, cache_root, opts, days) for i, f in enumerate(files)]
