@@ -69,7 +69,8 @@ def _settings(a: argparse.Namespace) -> settings.Settings:
         v = getattr(a, flag, None)
         if v:
             settings.parse(settings.ENV_VARS[flag], v, name=f"--{flag}")
-            flags[flag] = v if flag == "lake" and "://" in v else str(Path(v).resolve())
+            # an object-store lake or landing zone stays the URI it is
+            flags[flag] = v if flag in ("lake", "raw") and "://" in v else str(Path(v).resolve())
     s = settings.current().replace(**flags)
     if getattr(a, "url", None):
         settings.parse(settings.PROM_SETTINGS["url"][0], a.url, name="--url")

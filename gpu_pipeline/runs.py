@@ -172,13 +172,27 @@ def warm_parse_cache(landing, lake, say: Say, days: list[date] | None = None) ->
     and `lake`: the run's `LandingResource` and `LakeResource` (its parse options and cache);
     `days`: the run's (cached parses of other days are not checked)."""
     from gpu_pipeline.lib.ingest.cache import is_cached, parse_all
-    from gpu_pipeline.lib.ingest.landing import hash_memo, list_landing, remember_hashes
+    from gpu_pipeline.lib.ingest.landing import (
+        LandingRootError,
+        hash_memo,
+        list_landing,
+        remember_hashes,
+    )
+    from gpu_pipeline.lib.ingest.remote import landing_root
 
     cache = lake.open().cache_dir
     opts = landing.parse_options()
+    try:  # an object-store landing zone is mirrored here first (the run's steps find it so)
+        root, refused = landing_root(landing.root, cache)
+    except LandingRootError as e:
+        if "://" in str(landing.root):  # nothing can be read: no run
+            raise Refused(1, str(e)) from None
+        root, refused = Path(landing.root), []  # the refusal is check_records' to word
+    for key in refused:
+        say(f"warning: {landing.root}: object {key!r} not read: not a plain relative path")
     # new files are hashed by their parse (read once), and the memo learns their hashes for
     # the run's own listing
-    files = list_landing(landing.root, hash_memo(cache), hash_new=False)
+    files = list_landing(root, hash_memo(cache), hash_new=False)
     todo = [f for f in files if not is_cached(f, cache, opts)]
     if not todo:
         return parse_all(files, cache, opts, days=days)

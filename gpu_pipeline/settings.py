@@ -292,7 +292,9 @@ _CSV = "a readable CSV file"
 # every variable read, with what it allows: a new setting adds its line here (a variable without
 # one is read by its type alone, and tests/test_config_errors.py fails until it has one)
 CHECKS: dict[str, Check] = {
-    "GPU_PIPELINE_RAW": Check("a local folder (not a file)", _folder()),
+    "GPU_PIPELINE_RAW": Check(
+        "a local folder (not a file) or s3://bucket/prefix", _folder(("s3",))
+    ),
     "GPU_PIPELINE_LAKE": Check(
         "a local folder (not a file) or s3://bucket/prefix", _folder(("s3",))
     ),

@@ -158,7 +158,7 @@ def test_an_unreachable_landing_zone_fails_the_run_and_changes_no_partition(tmp_
     assert len(before) >= 10
     for root, words in (
         (tmp_path / "not-mounted", "does not exist"),
-        ("s3://bucket/landing", "object-store landing zone"),
+        ("gs://bucket/landing", "only s3:// object-store landing zones are read"),
         (raw / "store" / "node.prom", "is not a folder"),
     ):
         res = _run(tmp_path, root)

@@ -1,5 +1,6 @@
 """The lake on an object store: a local S3-compatible server on loopback, started by the test."""
 
+import os
 from datetime import date, timedelta
 
 import dagster as dg
@@ -91,3 +92,88 @@ def test_pipeline_materializes_into_s3(s3, tmp_path):
     ]
     w = lake.read("priced_waste", START)
     assert w["cost_usd"].sum() == pytest.approx(2 * 100 / 60 * 2.5)
+
+
+def _put_tree(s3_uri: str, folder) -> None:
+    """Upload every file below `folder` under the `s3_uri` prefix (keys: relative paths)."""
+    import boto3
+
+    bucket, _, prefix = s3_uri.removeprefix("s3://").partition("/")
+    client = boto3.client("s3")
+    for f in sorted(folder.rglob("*")):
+        if f.is_file():
+            key = f"{prefix}/{f.relative_to(folder).as_posix()}"
+            client.put_object(Bucket=bucket, Key=key, Body=f.read_bytes())
+
+
+def _cli_lake(tmp_path, raw: str, lake) -> dict:
+    from helpers import cli, cli_env
+
+    env = {**cli_env(tmp_path), **{k: v for k, v in os.environ.items() if k.startswith("AWS_")}}
+    out = cli("materialize", "--start", str(START), "--raw", raw, "--lake", str(lake), env=env)
+    assert "ok" in out.stdout, out.stdout + out.stderr
+    return {
+        t: pl.read_parquet(lake / t / f"date={START}" / "data.parquet")
+        for t in ("gpu_samples", "ingest_log", "gpu_minutes", "priced_waste")
+    }
+
+
+def test_an_s3_landing_zone_is_read_as_the_same_files_on_disk(s3, tmp_path):
+    """GPU_PIPELINE_RAW=s3://…: the objects are the landing files (keys as names), the tables
+    those of the same files in a local folder; a new object is read by the next run, a deleted
+    one is gone from it; an unreachable store fails the run in one line."""
+    import boto3
+
+    raw = tmp_path / "raw"
+    for h in ("n1", "n2"):
+        lines = expo_lines(f"GPU-{h}", MODELS["A100"], h, "team", START, range(0, 90), 70, 250.0)
+        write_file(raw / "c1" / f"{h}_{START}.prom", lines)
+    landing = "s3://gpu-lake/landing"
+    _put_tree(landing, raw)
+    remote = _cli_lake(tmp_path / "a", landing, tmp_path / "lake_s3")
+    local = _cli_lake(tmp_path / "b", str(raw), tmp_path / "lake_local")
+    for t in remote:
+        assert remote[t].height > 0 and remote[t].drop("sha256", strict=False).equals(
+            local[t].drop("sha256", strict=False)
+        ), t
+    assert remote["ingest_log"]["source_file"].to_list() == [
+        f"c1/n1_{START}.prom",
+        f"c1/n2_{START}.prom",
+    ]
+    assert remote["ingest_log"]["sha256"].equals(local["ingest_log"]["sha256"])
+    # a third host lands, the first is deleted: the next run sees both changes
+    write_file(
+        raw / "c1" / f"n3_{START}.prom",
+        expo_lines("GPU-n3", MODELS["A100"], "n3", "team", START, range(0, 90), 70, 250.0),
+    )
+    _put_tree(landing, raw)
+    boto3.client("s3").delete_object(Bucket="gpu-lake", Key=f"landing/c1/n1_{START}.prom")
+    again = _cli_lake(tmp_path / "a", landing, tmp_path / "lake_s3_2")
+    assert sorted(again["gpu_samples"]["gpu_uuid"].unique().to_list()) == ["GPU-n2", "GPU-n3"]
+
+
+def test_an_unreachable_s3_landing_zone_fails_in_one_line(tmp_path, monkeypatch):
+    from helpers import cli, cli_env
+
+    env = {
+        **cli_env(tmp_path),
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9",  # nothing listens there
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    out = cli(
+        "materialize",
+        "--start",
+        str(START),
+        "--raw",
+        "s3://gpu-lake/landing",
+        "--lake",
+        str(tmp_path / "lake"),
+        "--allow-empty",
+        env=env,
+        check=False,
+    )
+    assert out.returncode != 0
+    assert "landing zone s3://gpu-lake/landing cannot be listed" in out.stdout + out.stderr

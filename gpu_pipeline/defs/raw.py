@@ -15,10 +15,10 @@ from gpu_pipeline.lib.ingest.gpu_samples import DayAssembly
 from gpu_pipeline.lib.ingest.ingest_log import gone_from_landing, rejected_elsewhere
 from gpu_pipeline.lib.ingest.landing import (
     LandingRootError,
-    check_landing_root,
     hash_memo,
     list_landing,
 )
+from gpu_pipeline.lib.ingest.remote import landing_root
 from gpu_pipeline.lib.schemas import validated_batches
 
 RAW_TABLES = {
@@ -122,12 +122,14 @@ def ingest_days(
     """Parse every landing file once (cached by content) and assemble each day of the partition
     range. A landing zone that cannot be read fails the run (nothing is replaced); a day whose
     earlier files are gone from the landing zone keeps its partitions unless `replace_missing`."""
+    store = lake.open()
     try:
-        check_landing_root(landing.root)
+        root, refused = landing_root(landing.root, store.cache_dir)
     except LandingRootError as e:
         raise dg.Failure(description=str(e)) from None
-    store = lake.open()
-    files = list_landing(landing.root, hash_memo(store.cache_dir))
+    for key in refused:
+        context.log.warning(f"{landing.root}: object {key!r} not read: not a plain relative path")
+    files = list_landing(root, hash_memo(store.cache_dir))
     opts, max_rows = landing.parse_options(), lake.chunking().rows
     days = partition_days(context)
     parsed = parse_all(files, store.cache_dir, opts, days=days)

@@ -32,10 +32,10 @@ from gpu_pipeline.lib.ingest.cache import ParsedFile, is_cached, load_or_parse, 
 from gpu_pipeline.lib.ingest.landing import (
     LandingFile,
     LandingRootError,
-    check_landing_root,
     hash_memo,
     list_landing,
 )
+from gpu_pipeline.lib.ingest.remote import landing_root
 
 # what a late day changes after itself: persistence of D+1..D+6 reads D's GPU-day
 WINDOW_ASSETS = [dg.AssetKey("persistent_bottlenecks"), dg.AssetKey("daily_report")]
@@ -45,12 +45,12 @@ WINDOW_ASSETS = [dg.AssetKey("persistent_bottlenecks"), dg.AssetKey("daily_repor
 def landing_files(context: dg.AssetExecutionContext, landing: LandingResource, lake: LakeResource):
     """Every landing file parsed once into the lake's ingest cache (keyed by content); the
     landing-zone sensor asks for this before it plans the days new files touch."""
+    cache, opts = lake.open().cache_dir, landing.parse_options()
     try:
-        check_landing_root(landing.root)
+        root, _ = landing_root(landing.root, cache)
     except LandingRootError as e:
         raise dg.Failure(description=str(e)) from None
-    cache, opts = lake.open().cache_dir, landing.parse_options()
-    files = list_landing(landing.root, hash_memo(cache))
+    files = list_landing(root, hash_memo(cache))
     todo = [f for f in files if not is_cached(f, cache, opts)]
 
     for f, pf in zip(todo, parse_all(todo, cache, opts), strict=True):
@@ -116,12 +116,12 @@ def plan_landing(
 ):
     """One tick of the landing-zone sensor (`build_landing_sensor`)."""
     seen: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
+    cache, opts = lake.open().cache_dir, landing.parse_options()
     try:
-        check_landing_root(landing.root)
+        root, _ = landing_root(landing.root, cache)
     except LandingRootError as e:
         return dg.SkipReason(str(e))
-    cache, opts = lake.open().cache_dir, landing.parse_options()
-    files = list_landing(landing.root, hash_memo(cache))
+    files = list_landing(root, hash_memo(cache))
     changed = [f for f in files if seen.get(f.source_file) != f.sha256]
     if not changed:
         return dg.SkipReason(f"no new or changed files among {len(files)}")

@@ -242,8 +242,8 @@ def check_landing_root(raw_root: str | os.PathLike) -> Path:
     text = os.fspath(raw_root)
     if "://" in text:
         raise LandingRootError(
-            f"landing zone {text}: an object-store landing zone is not read (only the lake may "
-            "be on an object store): point GPU_PIPELINE_RAW at a local folder or a mounted volume"
+            f"landing zone {text}: only s3:// object-store landing zones are read: point "
+            "GPU_PIPELINE_RAW at s3://bucket/prefix, a local folder or a mounted volume"
         )
     root = Path(text)
     try:
