@@ -2,6 +2,7 @@
 
 import os
 from datetime import date, timedelta
+from pathlib import Path
 
 import dagster as dg
 import polars as pl
@@ -92,6 +93,16 @@ def test_pipeline_materializes_into_s3(s3, tmp_path):
     ]
     w = lake.read("priced_waste", START)
     assert w["cost_usd"].sum() == pytest.approx(2 * 100 / 60 * 2.5)
+    # each day's report beside the lake in the store, the same bytes as the pod's copy
+    import boto3
+
+    listed = boto3.client("s3").list_objects_v2(Bucket="gpu-lake", Prefix="fleet/_reports/")
+    keys = [o["Key"] for o in listed.get("Contents", []) if not o["Key"].endswith("/")]
+    names = sorted(k.rsplit("/", 1)[1] for k in keys)
+    assert names == [f"gpu_report_{START + timedelta(days=i)}.html" for i in range(3)]
+    body = boto3.client("s3").get_object(Bucket="gpu-lake", Key=f"fleet/_reports/{names[0]}")
+    local = next(tmp_path.rglob(names[0]), None) or next(Path("data").rglob(names[0]))
+    assert body["Body"].read() == local.read_bytes()
 
 
 def _put_tree(s3_uri: str, folder) -> None:

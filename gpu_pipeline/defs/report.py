@@ -64,8 +64,10 @@ def daily_report(
         tmp = out.with_name("." + out.name + ".tmp")
         tmp.write_text(rep.html)
         tmp.replace(out)
+        # an object-store lake gets a copy beside it (the local one is the pod's, and goes)
+        stored = lake.open().put_report(out.name, out)
         meta = {
-            "dagster/uri": dg.MetadataValue.path(str(out)),
+            "dagster/uri": dg.MetadataValue.path(stored or str(out)),
             "charts": len(rep.charts),
             "bottlenecked_namespaces": ", ".join(rep.bottlenecked_namespaces) or "none",
         }
