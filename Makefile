@@ -42,20 +42,25 @@ demo: $(STAMP) $(NATIVE)
 	$(BIN)/gpu-pipeline generate --start $(START) --days $(DAYS)
 	$(BIN)/gpu-pipeline materialize --start $(START) --end $(END) --summary
 
-# Real servers the tests start on loopback (VictoriaMetrics, Prometheus 2.x with promtool), and
+# Real servers the tests start on loopback (VictoriaMetrics, Prometheus 2.x with promtool,
+# PostgreSQL 15 for the Dagster instance: its binaries are off PATH, in /usr/lib/postgresql), and
 # the browser that renders the report (Debian packages); a test that needs one fails with
 # the reason when it is still missing, it never skips. The tests run their own server on a free
 # port with their own data; the system service Debian's prometheus package starts (0.0.0.0:9090)
-# is stopped and disabled when this installs it.
-SERVER_PACKAGES := victoria-metrics prometheus chromium
+# and the postgresql cluster service are stopped and disabled when this installs them.
+SERVER_PACKAGES := victoria-metrics prometheus chromium postgresql
 servers:
-	@missing=""; for b in $(SERVER_PACKAGES); do command -v $$b >/dev/null || missing="$$missing $$b"; done; \
+	@missing=""; for b in $(SERVER_PACKAGES); do \
+		case $$b in postgresql) test -x /usr/lib/postgresql/15/bin/postgres;; *) command -v $$b >/dev/null;; esac \
+			|| missing="$$missing $$b"; done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing$$missing (Debian packages) for the tests"; \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null) \
 			|| echo "warning: could not install$$missing; the tests that need it will fail"; \
 		case " $$missing " in *" prometheus "*) \
 			systemctl disable --now prometheus >/dev/null 2>&1 || true;; esac; \
+		case " $$missing " in *" postgresql "*) \
+			systemctl disable --now postgresql >/dev/null 2>&1 || true;; esac; \
 	fi
 
 test: $(DEV_STAMP) $(NATIVE) servers

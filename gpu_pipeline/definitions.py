@@ -246,4 +246,15 @@ def build_definitions(s: Settings | None = None, pull: bool | None = None) -> dg
     )
 
 
+def cli_job(flags: str, pull: bool | None) -> dg.JobDefinition:
+    """`daily_pipeline` as `gpu-pipeline materialize` builds it, for GPU_PIPELINE_EXECUTOR=
+    multiprocess (`dg.build_reconstructable_job`, runs.py `_launch`): rebuilt in every step's
+    process from that process's environment (the CLI's own) with the CLI's flags over it
+    (`flags`: JSON, setting name -> value)."""
+    import json
+
+    s = Settings.from_env().replace(**json.loads(flags))
+    return build_definitions(s, pull=pull).resolve_job_def("daily_pipeline")
+
+
 defs = build_definitions()

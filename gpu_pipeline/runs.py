@@ -46,6 +46,14 @@ PACKAGE = Path(__file__).resolve().parent  # what the package ships: config/, sq
 # the CLI prints its own progress and one line per failure (--verbose shows Dagster's logs)
 QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 HOST_TAG, PID_TAG = "gpu_pipeline/host", "gpu_pipeline/pid"
+# a run `execute_job` creates (multiprocess) gets its id from Dagster: this tag finds it
+REQUEST_TAG = "gpu_pipeline/request"
+# what the CLI says when GPU_PIPELINE_EXECUTOR=k8s: it runs the steps in its own process
+K8S_NOTE = (
+    "note: GPU_PIPELINE_EXECUTOR=k8s: gpu-pipeline materialize runs the steps in this process "
+    "(a pod per step needs the cluster's run launcher: launch the job from the Dagster UI, "
+    "a schedule or a backfill there)"
+)
 # at most this many files rejected whole are named with their reason, then a count
 MAX_LISTED = 20
 
@@ -273,7 +281,7 @@ def materialize_range(s: settings.Settings, req: Request, say: Say) -> RangeRun:
         run = RangeRun(days=days, lake=lake.open(), views=settings.warehouse_path(root))
     with dg.DagsterInstance.from_config(str(settings.dagster_home())) as instance:
         fail_orphaned_runs(instance, say)
-        result = _execute(defs, instance, req, days, run, say)
+        result = _execute(s, defs, instance, req, days, run, say)
         if not run.success:
             return run
         _refresh_views(defs, instance, run, root)
@@ -297,27 +305,21 @@ def _run_tags(job, days: list[date]) -> dict[str, str]:
     return {**tags, HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())}
 
 
-def _execute(defs, instance, req: Request, days: list[date], run: RangeRun, say: Say):
+def _execute(s, defs, instance, req: Request, days: list[date], run: RangeRun, say: Say):
     """One run for the whole range, as a backfill from the UI runs it (single-run backfill
     policy): every asset loops over the days, and Dagster's per-run cost is paid once. Fills
     `run` with what happened; returns Dagster's result (Refused, exit 1, when it cannot start)."""
     import dagster as dg
 
-    job = defs.resolve_job_def("daily_pipeline")
     run_config = {} if req.verbose else dict(QUIET)
     if req.replace_missing:
         run_config["ops"] = {"ingest": {"config": {"replace_missing": True}}}
     t = time.perf_counter()
-    run_id = str(uuid.uuid4())
-    watch = Progress(instance, run_id, t, say) if not req.verbose else None
+    request = str(uuid.uuid4())
+    tags = {**_run_tags(defs.resolve_job_def("daily_pipeline"), days), REQUEST_TAG: request}
+    watch = Progress(instance, request, t, say) if not req.verbose else None
     try:
-        res = job.execute_in_process(
-            instance=instance,
-            raise_on_error=False,
-            run_config=run_config,
-            run_id=run_id,
-            tags=_run_tags(job, days),
-        )
+        res = _launch(s, defs, instance, req, run_config, tags, say)
     except dg.DagsterError as e:
         raise Refused(
             1, f"the run could not start: {type(e).__name__}: {first_line(str(e))}"
@@ -338,6 +340,37 @@ def _execute(defs, instance, req: Request, days: list[date], run: RangeRun, say:
                 if ev.is_step_failure
             ]
     return res
+
+
+def _launch(s, defs, instance, req: Request, run_config: dict, tags: dict, say: Say):
+    """Runs `daily_pipeline` where GPU_PIPELINE_EXECUTOR says: `multiprocess`, each step in a
+    process of its own (`execute_job` on the job rebuilt from the code location,
+    `gpu_pipeline.definitions.cli_job`); `in_process`, and `k8s` (said, `K8S_NOTE`), every
+    step in this process. Dagster's result either way."""
+    import dagster as dg
+
+    if s.executor == "multiprocess":
+        import json
+
+        # the step processes inherit this environment; the flags' values go as the job's
+        # arguments (paths: the run record keeps them), a --url through its variable (it may
+        # carry a password, which the run record must not)
+        flags = {n: getattr(s, n) for n in ("raw", "lake", "prices") if n not in s.from_env_fields}
+        if s.prom_url and "prom.url" not in s.from_env_fields:
+            os.environ[settings.PROM_SETTINGS["url"][0]] = s.prom_url
+        job = dg.build_reconstructable_job(
+            "gpu_pipeline.definitions",
+            "cli_job",
+            reconstructable_args=(json.dumps(flags, sort_keys=True), req.pull),
+        )
+        return dg.execute_job(
+            job, instance=instance, run_config=run_config, tags=tags, raise_on_error=False
+        )
+    if s.executor == "k8s":
+        say(K8S_NOTE)
+    return defs.resolve_job_def("daily_pipeline").execute_in_process(
+        instance=instance, raise_on_error=False, run_config=run_config, tags=tags
+    )
 
 
 def _refresh_views(defs, instance, run: RangeRun, root: str) -> None:
@@ -375,8 +408,9 @@ class Progress:
     and the per-day lines the assets log, read from the run's event log every half second (so a
     long backfill is never a silent terminal)."""
 
-    def __init__(self, instance, run_id: str, t0: float, say: Say):
-        self.instance, self.run_id, self.say = instance, run_id, say
+    def __init__(self, instance, request: str, t0: float, say: Say):
+        self.instance, self.request, self.say = instance, request, say
+        self.run_id = ""  # found by its REQUEST_TAG once the run exists
         self.t0 = time.time() - (time.perf_counter() - t0)  # the run's start, wall clock
         self.cursor: str | None = None
         self.started: dict[str, float] = {}
@@ -389,9 +423,17 @@ class Progress:
             self._poll()
 
     def _poll(self) -> None:
+        import dagster as dg
         from dagster import DagsterEventType as T
 
         try:  # only what is new since the last poll (the cursor), never the whole log again
+            if not self.run_id:
+                found = self.instance.get_run_ids(
+                    filters=dg.RunsFilter(tags={REQUEST_TAG: self.request}), limit=1
+                )
+                if not found:
+                    return
+                self.run_id = found[0]
             conn = self.instance.get_records_for_run(self.run_id, cursor=self.cursor)
         except Exception:  # the run's log may not exist yet; progress is best effort
             return

@@ -156,3 +156,105 @@ def start_prometheus(tmp: Path, files: list[Path]) -> tuple[subprocess.Popen, st
     proc.kill()
     proc.wait(timeout=30)
     pytest.fail(f"prometheus did not start: {(tmp / 'prometheus.log').read_text()[-2000:]}")
+
+
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+class Postgres:
+    """A real PostgreSQL 15 on 127.0.0.1 (Debian package postgresql; `make test` installs it):
+    its own cluster in a temporary folder, a free port, the unix socket in that folder, one
+    database and a user with a password. Fails, never skips, when it cannot start; `stop()`."""
+
+    user, password, db = "dagster", "gpu-pipeline-test", "dagster"
+
+    def __init__(self) -> None:
+        if not (PG_BIN / "initdb").is_file():
+            pytest.fail(
+                f"PostgreSQL 15 is not installed (no {PG_BIN}/initdb): `make test` installs it "
+                "(apt-get install -y postgresql); the Postgres storage is tested on a real server"
+            )
+        import os
+        import tempfile
+
+        # not under pytest's tmp folder: that one is private to this user, and initdb refuses
+        # to run as root, so the server runs as Debian's `postgres` user
+        self.dir = Path(tempfile.mkdtemp(prefix="gpu-pipeline-pg-"))
+        self.as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        if self.as_user:
+            shutil.chown(self.dir, "postgres", "postgres")
+        self.port = free_port()
+        (self.dir / "pw").write_text(self.password + "\n")
+        self._run(
+            PG_BIN / "initdb",
+            f"--pgdata={self.dir / 'data'}",
+            f"--username={self.user}",
+            f"--pwfile={self.dir / 'pw'}",
+            "--auth=scram-sha-256",
+            "--encoding=UTF8",
+            "--no-sync",
+        )
+        opts = (
+            f"-c listen_addresses=127.0.0.1 -p {self.port} -c unix_socket_directories={self.dir}"
+            " -c fsync=off -c synchronous_commit=off"
+        )
+        self._run(
+            PG_BIN / "pg_ctl", "-D", self.dir / "data", "-l", self.dir / "log", "-o", opts,
+            "-w", "-t", "30", "start",
+        )  # fmt: skip
+        self.env = {
+            "DAGSTER_PG_USERNAME": self.user,
+            "DAGSTER_PG_PASSWORD": self.password,
+            "DAGSTER_PG_HOST": "127.0.0.1",
+            "DAGSTER_PG_DB": self.db,
+            "DAGSTER_PG_PORT": str(self.port),
+        }
+        # initdb made the databases postgres, template0 and template1: the instance's own one
+        self.sql("postgres", f"CREATE DATABASE {self.db}")
+
+    def _run(self, *args) -> None:
+        p = subprocess.run(
+            [*self.as_user, *map(str, args)], capture_output=True, text=True, timeout=60
+        )
+        if p.returncode != 0:
+            log = self.dir / "log"
+            tail = log.read_text()[-1500:] if log.exists() else ""
+            self.stop()
+            pytest.fail(
+                f"postgres: {Path(args[0]).name} failed: {(p.stderr or p.stdout)[-1500:]}{tail}"
+            )
+
+    def connect(self, db: str = ""):
+        """A psycopg2 connection to database `db` (default: the instance's), over TCP with the
+        password, autocommitting."""
+        import psycopg2
+
+        con = psycopg2.connect(
+            host="127.0.0.1",
+            port=self.port,
+            user=self.user,
+            password=self.password,
+            dbname=db or self.db,
+        )
+        con.autocommit = True
+        return con
+
+    def sql(self, db: str, statement: str) -> list[tuple]:
+        """The rows of one statement on database `db`."""
+        con = self.connect(db)
+        try:
+            with con.cursor() as cur:
+                cur.execute(statement)
+                return cur.fetchall() if cur.description else []
+        finally:
+            con.close()
+
+    def stop(self) -> None:
+        if (self.dir / "data" / "postmaster.pid").exists():
+            subprocess.run(
+                [*self.as_user, str(PG_BIN / "pg_ctl"), "-D", str(self.dir / "data"), "-m",
+                 "fast", "-w", "stop"],
+                capture_output=True,
+                timeout=60,
+            )  # fmt: skip
+        shutil.rmtree(self.dir, ignore_errors=True)
