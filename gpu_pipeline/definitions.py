@@ -37,6 +37,8 @@ from gpu_pipeline.defs.sensors import (
 from gpu_pipeline.settings import CHECKS, DEFAULT_LAKE, ENV_VARS, PROM_SETTINGS, _no_password
 
 EXECUTORS = ("in_process", "multiprocess", "k8s")
+# what persistent_bottlenecks reads over its window of days (the rules' `window_days`)
+PERSISTENCE_INPUT = dg.AssetKey("gpu_daily")
 
 
 def executor(kind: str) -> dg.ExecutorDefinition:
@@ -154,15 +156,20 @@ def prometheus(s: Settings, enabled: bool | None = None) -> dict:
 
 
 def partitioned(a: dg.AssetsDefinition, p: Partitioning) -> dg.AssetsDefinition:
-    """`a` on partitioning `p`: its days, and its window over the days before (the modules
-    build their assets on the default partitioning; settings enter here, not at import)."""
+    """`a` on partitioning `p`: its days, its window over the days before and its backfill
+    policy (the modules build their assets on the default partitioning; settings enter here,
+    not at import)."""
     if a.partitions_def is None or p == DEFAULT_PARTITIONING:
         return a
+    if a.backfill_policy != p.backfill_policy:
+        a = a.with_attributes(backfill_policy=p.backfill_policy)
 
     def spec(s: dg.AssetSpec) -> dg.AssetSpec:
         deps = [
             dg.AssetDep(d.asset_key, partition_mapping=p.window)
-            if isinstance(d.partition_mapping, dg.TimeWindowPartitionMapping)
+            # the persistence window follows the rules; the report's trend is 7 days whatever
+            if d.asset_key == PERSISTENCE_INPUT
+            and isinstance(d.partition_mapping, dg.TimeWindowPartitionMapping)
             else d
             for d in s.deps
         ]

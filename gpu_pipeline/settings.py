@@ -28,6 +28,10 @@ from typing import NamedTuple
 
 DEFAULT_START_DATE = "2024-01-01"
 DEFAULT_LAKE = "data/lake"
+# days per run of a backfill from the UI or the sensor (BackfillPolicy.multi_run): a run's own
+# cost (a process, Dagster, Polars, the definitions) is paid once for that many days, and the
+# run queue runs the backfill's runs side by side (measured: docs/deploy.md, "Backfills")
+DEFAULT_BACKFILL_DAYS = 7
 
 # field -> environment variable (the typed fields' types are the dataclass's)
 ENV_VARS = {
@@ -46,6 +50,7 @@ ENV_VARS = {
     "csv_timezone": "GPU_PIPELINE_CSV_TIMEZONE",
     "max_file_mb": "GPU_PIPELINE_MAX_FILE_MB",
     "sensor_interval_s": "GPU_PIPELINE_SENSOR_INTERVAL",
+    "backfill_days": "GPU_PIPELINE_BACKFILL_DAYS",
     "sql_memory_mb": "GPU_PIPELINE_SQL_MEMORY_MB",
     "sql_threads": "GPU_PIPELINE_SQL_THREADS",
     "sql_timeout_s": "GPU_PIPELINE_SQL_TIMEOUT_S",
@@ -322,6 +327,7 @@ CHECKS: dict[str, Check] = {
     "GPU_PIPELINE_SENSOR_INTERVAL": Check(
         "a whole number of seconds from 1 to 86400", _whole(1, 86400)
     ),
+    "GPU_PIPELINE_BACKFILL_DAYS": Check("a whole number of days from 1 to 366", _whole(1, 366)),
     "GPU_PIPELINE_PROM_URL": Check(
         "an http:// or https:// URL with a host", _url, show=lambda v: shlex.quote(_no_password(v))
     ),
@@ -412,6 +418,8 @@ class Settings:
     csv_timezone: str = "UTC"  # the zone of zone-less CSV times
     max_file_mb: int = 1024  # larger landing files are quarantined whole
     sensor_interval_s: int = 60
+    # days per run of a UI or sensor backfill (the backfill's runs share the run queue)
+    backfill_days: int = DEFAULT_BACKFILL_DAYS
     # `gpu-pipeline sql`: DuckDB's memory limit, worker threads, spill files; seconds per run (0: none)
     sql_memory_mb: int = 1024
     sql_threads: int = 2

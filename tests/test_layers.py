@@ -98,7 +98,9 @@ def test_configuration_enters_through_build_definitions(tmp_path):
 
     rules = tmp_path / "rules.toml"
     rules.write_text("[bottlenecks]\nwindow_days = 3\npersistent_min_days = 2\n")
-    s = Settings().replace(start_date="2023-06-01", sensor_interval_s=7, rules=str(rules))
+    s = Settings().replace(
+        start_date="2023-06-01", sensor_interval_s=7, rules=str(rules), backfill_days=3
+    )
     defs = build_definitions(s)
     graph = defs.resolve_asset_graph()
     starts = {
@@ -112,6 +114,16 @@ def test_configuration_enters_through_build_definitions(tmp_path):
         dg.AssetKey("gpu_daily")
     ]
     assert window.start_offset == -2
+    # the report's 7-day trend is not the persistence window: it stays 7 days
+    trend = graph.get(dg.AssetKey("daily_report")).partition_mappings[dg.AssetKey("fleet_daily")]
+    assert trend.start_offset == -6
+    # every daily asset (and so its checks) fans a backfill out into runs of 3 days
+    policies = {
+        graph.get(k).backfill_policy
+        for k in graph.get_all_asset_keys()
+        if graph.get(k).partitions_def is not None
+    }
+    assert policies == {dg.BackfillPolicy.multi_run(3)}
     assert {x.name: x.minimum_interval_seconds for x in defs.sensors}["landing_zone_sensor"] == 7
     # nothing global: the defaults again
     other = build_definitions(Settings()).resolve_job_def("daily_pipeline")

@@ -1,8 +1,9 @@
-"""What every daily asset shares: the partitions, the single-run backfill policy, day-by-day writes.
+"""What every daily asset shares: the partitions, the backfill policy, day-by-day writes.
 
-A run covers one day (schedule, sensor, `gpu-pipeline materialize`) or a range of days (a backfill
-from the UI, `dagster asset materialize --partition-range`): assets loop over the days of their
-partition time window and replace each day's partition atomically, keeping only counters in memory.
+A run covers one day (schedule, the UI's "Materialize" of a day) or a range of days (a run of a
+UI or sensor backfill, at most `GPU_PIPELINE_BACKFILL_DAYS` of them; `gpu-pipeline materialize`,
+its whole range): assets loop over the days of their partition time window and replace each
+day's partition atomically, keeping only counters in memory.
 Dagster records one materialization per partition of the range; each carries its own day's
 metadata (`context.add_asset_metadata(..., partition_key=day)`): row count, path, preview.
 """
@@ -15,15 +16,16 @@ import dagster as dg
 import polars as pl
 
 from gpu_pipeline.defs.metadata import spec_metadata, table_metadata
-from gpu_pipeline.defs.partitions import daily_partitions
+from gpu_pipeline.defs.partitions import DEFAULT, daily_partitions
 from gpu_pipeline.lib.io.lake import Lake
 from gpu_pipeline.lib.rules import Rules
 from gpu_pipeline.lib.schemas import validate
 
-# a range of days runs as one run; steps of different assets still run in parallel processes.
-# Dagster 1.13 marks `backfill_policy` beta; single-run is what `--partition-range` requires.
+# a backfill fans out into runs of up to `backfill_days` days each (defs/partitions.py
+# `backfill_policy`); every daily asset and its checks share this one policy (build_definitions
+# rebinds it to the settings'). Dagster 1.13 marks `backfill_policy` beta.
 warnings.filterwarnings("ignore", message=r"Parameter `backfill_policy`", category=dg.BetaWarning)
-BACKFILL_POLICY = dg.BackfillPolicy.single_run()
+BACKFILL_POLICY = DEFAULT.backfill_policy
 
 
 def daily(table: str | None, group: str, **kwargs) -> dict:

@@ -12,7 +12,7 @@ from functools import cache
 import dagster as dg
 
 from gpu_pipeline.lib.rules import DEFAULT as DEFAULT_THRESHOLDS
-from gpu_pipeline.settings import DEFAULT_START_DATE, Settings
+from gpu_pipeline.settings import DEFAULT_BACKFILL_DAYS, DEFAULT_START_DATE, Settings
 
 
 @cache
@@ -33,13 +33,31 @@ def window(days: int) -> dg.TimeWindowPartitionMapping:
         )
 
 
+@cache
+def backfill_policy(days: int) -> dg.BackfillPolicy:
+    """A backfill of N days from the UI or the sensor: ceil(N / `days`) runs per group of
+    assets, queued on the instance's run queue (`run_queue` in dagster.yaml), each looping over
+    its days. `gpu-pipeline materialize` runs its range as one run whatever this says.
+
+    Days may run in parallel and out of order. The one asset that reads other days,
+    persistent_bottlenecks (gpu_daily of D-6..D through `window`), is not simple to Dagster's
+    backfill daemon once a backfill spans more than one run: its days are requested only after
+    every gpu_daily day of their window that the backfill targets is materialized, so D never
+    runs before D-1's gpu_daily (tests/test_fanout.py)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        return dg.BackfillPolicy.multi_run(max_partitions_per_run=days)
+
+
 @dataclass(frozen=True)
 class Partitioning:
-    """The first day, the persistence window and how often the landing-zone sensor looks."""
+    """The first day, the persistence window, how often the landing-zone sensor looks and how
+    many days a backfill's run covers."""
 
     start_date: str = DEFAULT_START_DATE
     window_days: int = DEFAULT_THRESHOLDS.window_days
     sensor_interval_s: int = Settings.sensor_interval_s
+    backfill_days: int = DEFAULT_BACKFILL_DAYS
 
     @property
     def daily(self) -> dg.DailyPartitionsDefinition:
@@ -48,6 +66,10 @@ class Partitioning:
     @property
     def window(self) -> dg.TimeWindowPartitionMapping:
         return window(self.window_days)
+
+    @property
+    def backfill_policy(self) -> dg.BackfillPolicy:
+        return backfill_policy(self.backfill_days)
 
     @classmethod
     def of(cls, s: Settings) -> Partitioning:
@@ -58,6 +80,7 @@ class Partitioning:
             start_date=s.start_date,
             window_days=load_rules(s.rules or None).thresholds.window_days,
             sensor_interval_s=s.sensor_interval_s,
+            backfill_days=s.backfill_days,
         )
 
 

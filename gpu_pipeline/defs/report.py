@@ -7,8 +7,10 @@ import dagster as dg
 from gpu_pipeline import settings
 from gpu_pipeline.defs import checks
 from gpu_pipeline.defs.daily import daily, day_metadata, partition_days
+from gpu_pipeline.defs.partitions import window
 from gpu_pipeline.defs.resources import LakeResource, ReferenceResource
 from gpu_pipeline.lib.io.report import InForce, build_report
+from gpu_pipeline.lib.io.report.data import TREND_DAYS
 
 REPORT_INPUTS = [
     "gpu_minutes",
@@ -22,6 +24,14 @@ REPORT_INPUTS = [
     "namespace_efficiency",
     "fleet_daily",
 ]
+# the 7-day trend reads fleet_daily and priced_waste of D-6..D (report/data.py `trend_days`):
+# declared, so that a backfill fanned out into several runs writes D's report only once those
+# days are written (Dagster's backfill daemon waits for them), never from a day still missing
+TREND_INPUTS = ("fleet_daily", "priced_waste")
+REPORT_DEPS = [
+    dg.AssetDep(k, partition_mapping=window(TREND_DAYS)) if k in TREND_INPUTS else k
+    for k in REPORT_INPUTS
+]
 
 
 # a day's charts go into its own materialization for runs of up to this many days; a longer
@@ -33,7 +43,7 @@ CHART_DAYS = 14
     **daily(
         None,
         "reports",
-        deps=REPORT_INPUTS,
+        deps=REPORT_DEPS,
         check_specs=[
             checks.spec(
                 "daily_report",
