@@ -306,8 +306,9 @@ def _run_tags(job, days: list[date]) -> dict[str, str]:
 
 
 def _execute(s, defs, instance, req: Request, days: list[date], run: RangeRun, say: Say):
-    """One run for the whole range, as a backfill from the UI runs it (single-run backfill
-    policy): every asset loops over the days, and Dagster's per-run cost is paid once. Fills
+    """One run for the whole range (a UI backfill fans out into runs of up to
+    GPU_PIPELINE_BACKFILL_DAYS days; the command is one run): every asset loops over the days,
+    and Dagster's per-run cost is paid once. Fills
     `run` with what happened; returns Dagster's result (Refused, exit 1, when it cannot start)."""
     import dagster as dg
 
