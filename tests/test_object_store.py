@@ -188,3 +188,45 @@ def test_an_unreachable_s3_landing_zone_fails_in_one_line(tmp_path, monkeypatch)
     )
     assert out.returncode != 0
     assert "landing zone s3://gpu-lake/landing cannot be listed" in out.stdout + out.stderr
+
+
+def test_two_writers_of_one_day_on_s3_take_turns(s3, tmp_path, monkeypatch):
+    """An S3 lake's day lock: a second holder waits until the first is done; a lock its holder
+    stopped renewing (a killed run) is taken over once it has expired."""
+    import threading
+    import time
+
+    from gpu_pipeline.lib.io import s3lock
+
+    lake = Lake(s3, cache=tmp_path / "cache")
+    spans: dict[str, tuple[float, float]] = {}
+    waited: list[str] = []
+
+    def writer(name: str) -> None:
+        with lake.day_locks([START], waiting=lambda d: waited.append(name)):
+            t0 = time.monotonic()
+            time.sleep(1.5)
+            spans[name] = (t0, time.monotonic())
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+        time.sleep(0.2)
+    for t in threads:
+        t.join(30)
+    (a0, a1), (b0, b1) = spans["a"], spans["b"]
+    assert a1 <= b0 or b1 <= a0, spans  # one after the other, never at once
+    assert waited == ["b"]
+    # released: the lock object is gone
+    import boto3
+
+    keys = boto3.client("s3").list_objects_v2(Bucket="gpu-lake", Prefix="fleet/_locks/")
+    assert [o["Key"] for o in keys.get("Contents", []) if o["Key"].endswith(".lock")] == []
+    # a holder that died (no release, no renewal) blocks until its lock expires
+    monkeypatch.setattr(s3lock, "TTL_S", 1.0)
+    dead = s3lock.S3DayLock("gpu-lake", "fleet", START)
+    assert dead.try_acquire()
+    t0 = time.monotonic()
+    with lake.day_locks([START]):
+        took = time.monotonic() - t0
+    assert 0.5 < took < 10, took

@@ -275,9 +275,17 @@ class Lake:
         """Hold an exclusive lock on each of these days (`<lake>/_locks/<day>.lock`) until the
         block ends: two runs of one day write its tables one after the other, never mixed.
         Days are locked in order, so two runs over overlapping ranges never deadlock; a lock is
-        released by the kernel when its process dies. Object-store lakes are not locked."""
+        released by the kernel when its process dies. An S3 lake's day is locked by an object
+        created only if absent, renewed while held, taken over when its holder stopped renewing
+        it (`s3lock.py`); other object stores are not locked."""
         if self.remote:
-            yield
+            if self.uri.startswith("s3://"):
+                from gpu_pipeline.lib.io.s3lock import s3_day_locks
+
+                with s3_day_locks(self.uri, days, waiting):
+                    yield
+            else:
+                yield
             return
         folder = self.root / "_locks"
         folder.mkdir(parents=True, exist_ok=True)
