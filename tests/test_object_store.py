@@ -249,17 +249,21 @@ def test_runs_of_one_day_on_an_s3_lake_take_turns(s3, tmp_path):
         lines = expo_lines(f"GPU-{name}", MODELS["A100"], "n1", "ns", START, range(120), 80, 200.0)
         write_file(tmp_path / f"raw_{name}" / f"{name}_{START}.prom", lines)
 
+    # a prefix of its own: moto's store is the process's, shared by the tests' servers
+    uri = f"{s3}-turns"
+
     def start(name: str) -> subprocess.Popen:
         args = ["materialize", "--start", str(START), "--raw", str(tmp_path / f"raw_{name}")]
         return subprocess.Popen(
-            [sys.executable, "-m", "gpu_pipeline.cli", *args, "--lake", s3],
+            [sys.executable, "-m", "gpu_pipeline.cli", *args, "--lake", uri],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
         )
 
-    lake = Lake(s3, cache=tmp_path / "cache")
+    lake = Lake(uri, cache=tmp_path / "cache")
+    assert not lake.exists("gpu_samples", START)
     with lake.day_locks([START]):
         p = start("a")
         time.sleep(10)  # long enough for an unlocked run of this tiny day to finish

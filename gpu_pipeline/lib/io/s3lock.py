@@ -27,7 +27,9 @@ POLL_S = 1.0
 def _client():
     import boto3
 
-    return boto3.client("s3", endpoint_url=os.environ.get("AWS_ENDPOINT_URL") or None)
+    # a session of its own: endpoint and credentials read from the AWS_* variables now (boto3's
+    # default session keeps what it read first)
+    return boto3.session.Session().client("s3")
 
 
 def _code(e: Exception) -> str:
