@@ -1,11 +1,16 @@
 """Real servers the tests start on loopback, and stop."""
 
 import gzip
+import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -258,3 +263,32 @@ class Postgres:
                 timeout=60,
             )  # fmt: skip
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@contextmanager
+def dg_dev(env: dict, log: Path) -> Iterator[int]:
+    """What `make dev` runs: `dg dev` (the project from pyproject.toml's [tool.dg]) on a free
+    loopback port with `env`, its output in `log`; yields the port, and stops the server's
+    process group (webserver, daemon, code server, runs) at the end."""
+    port = free_port()
+    dg_cli = str(Path(sys.executable).with_name("dg"))
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [dg_cli, "dev", "-h", "127.0.0.1", "-p", str(port)],
+            cwd=REPO,
+            env={**env, "VIRTUAL_ENV": sys.prefix},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            yield port
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)

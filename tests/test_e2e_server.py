@@ -7,10 +7,6 @@ The end state of the sensor's backfills must equal a clean run of the same files
 import json
 import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
 import time
 import urllib.request
 from datetime import UTC, date, datetime, timedelta
@@ -20,7 +16,7 @@ import dagster as dg
 import polars as pl
 import pytest
 from helpers import MODELS, expo_lines, write_file
-from servers import load, start_victoria_metrics
+from servers import dg_dev, load, start_victoria_metrics
 
 from gpu_pipeline.defs import marts, report, staging
 from gpu_pipeline.defs import raw as raw_assets
@@ -101,12 +97,6 @@ def gql(port: int, query: str, variables: dict | None = None) -> dict:
     return out["data"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def wait_for(fn, timeout: float, what: str, log: Path | None = None):
     end = time.time() + timeout
     last = None
@@ -139,7 +129,6 @@ def server(tmp_path):
     home = tmp_path / "dh"
     home.mkdir()
     shutil.copyfile(REPO / "config" / "dagster.yaml", home / "dagster.yaml")
-    port = free_port()
     env = {
         **os.environ,
         "DAGSTER_HOME": str(home),
@@ -150,28 +139,12 @@ def server(tmp_path):
         "GPU_PIPELINE_PROM_URL": vm_url,
         "GPU_PIPELINE_PROM_CLUSTER": PULL_CLUSTER,
     }
-    # what `make dev` runs: `dg dev`, loading the project from pyproject.toml's [tool.dg]
-    env["VIRTUAL_ENV"] = sys.prefix
-    dg_cli = str(Path(sys.executable).with_name("dg"))
-    with open(tmp_path / "dev.log", "w") as log:
-        proc = subprocess.Popen(
-            [dg_cli, "dev", "-h", "127.0.0.1", "-p", str(port)],
-            cwd=REPO,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
+    try:
+        with dg_dev(env, tmp_path / "dev.log") as port:
             yield port, tmp_path
-        finally:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-            vm.terminate()
-            vm.wait(timeout=30)
+    finally:
+        vm.terminate()
+        vm.wait(timeout=30)
 
 
 MATERIALIZATIONS = (

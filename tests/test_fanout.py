@@ -7,7 +7,6 @@ reads earlier days' gpu_daily, in runs of their own once those days are written.
 """
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -19,12 +18,12 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from servers import dg_dev
 from test_e2e_server import (
     LAUNCH,
     LOCATION,
     PARTITIONED,
     backfills,
-    free_port,
     gql,
     log_tail,
     wait_for,
@@ -54,33 +53,15 @@ def dev_server(tmp: Path, per_run: int):
     # 30 s between looks at a backfill is Dagster's own, not configurable)
     instance["run_queue"]["dequeue_interval_seconds"] = 1
     (home / "dagster.yaml").write_text(yaml.safe_dump(instance))
-    port = free_port()
     env = {
         **os.environ,
         "DAGSTER_HOME": str(home),
         "GPU_PIPELINE_RAW": str(tmp / "raw"),
         "GPU_PIPELINE_LAKE": str(tmp / "lake"),
         "GPU_PIPELINE_BACKFILL_DAYS": str(per_run),
-        "VIRTUAL_ENV": sys.prefix,
     }
-    dg_cli = str(Path(sys.executable).with_name("dg"))
-    with open(tmp / "dev.log", "w") as log:
-        proc = subprocess.Popen(
-            [dg_cli, "dev", "-h", "127.0.0.1", "-p", str(port)],
-            cwd=REPO,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
-            yield port
-        finally:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+    with dg_dev(env, tmp / "dev.log") as port:
+        yield port
 
 
 @pytest.fixture()

@@ -6,22 +6,18 @@ The helpers are tests/test_e2e_server.py's; one server serves every test of this
 order (the sensor's test comes after the backfill's).
 """
 
-import os
 import shutil
-import signal
-import subprocess
-import sys
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from helpers import cli, cli_env
+from servers import dg_dev
 from test_e2e_server import (
     LAUNCH,
     LOCATION,
     START_SENSOR,
     TICKS,
-    free_port,
     gql,
     wait_backfills,
     wait_for,
@@ -72,31 +68,14 @@ def ui(tmp_path_factory):
     # runs from the CLI first, in the instance the UI then reads: one day, then a range
     cli("materialize", "--start", str(CLI_DAY), env=env)
     cli("materialize", "--start", str(CLI_RANGE[0]), "--end", str(CLI_RANGE[-1]), env=env)
-    port = free_port()
-    dg_cli = str(Path(sys.executable).with_name("dg"))
-    with open(tmp / "dev.log", "w") as log:
-        proc = subprocess.Popen(
-            [dg_cli, "dev", "-h", "127.0.0.1", "-p", str(port)],
-            cwd=REPO,
-            env={**env, "VIRTUAL_ENV": sys.prefix},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
+    with dg_dev(env, tmp / "dev.log") as port:
 
-            def loaded():
-                entries = gql(port, LOCATION)["workspaceOrError"]["locationEntries"]
-                return entries and all(e["loadStatus"] == "LOADED" for e in entries) and entries
+        def loaded():
+            entries = gql(port, LOCATION)["workspaceOrError"]["locationEntries"]
+            return entries and all(e["loadStatus"] == "LOADED" for e in entries) and entries
 
-            wait_for(loaded, 180, "the code location to load", tmp / "dev.log")
-            yield port, tmp
-        finally:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+        wait_for(loaded, 180, "the code location to load", tmp / "dev.log")
+        yield port, tmp
 
 
 def test_resource_fields_name_their_variable_and_the_value_in_force(ui):
