@@ -176,6 +176,17 @@ def read_series(path: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
     return table.drop("date", "len").unique("sid", keep="first").sort("sid"), counts
 
 
+def rank_range(table: pl.DataFrame, uuids: tuple[str, str], no_uuid: bool) -> pl.Expr:
+    """The keyed samples of a piece (its series `table`) whose GPU's UUID is in `uuids` (lowest,
+    highest), and those without a UUID when `no_uuid`: a range of `_g`, the GPUs' ranks (they
+    rank in UUID order), which the row groups' statistics prune."""
+    ends = pl.lit(uuids[0]), pl.lit(uuids[1])
+    g = table.filter(pl.col("gpu_uuid").is_between(*ends)).get_column("_g")
+    lo, hi = (int(g.min()), int(g.max())) if g.len() else (1, 0)
+    keep = pl.col("_g").is_between(lo, hi)
+    return keep | (pl.col("_g") == 0) if no_uuid else keep
+
+
 def _piece(
     samples: Path,
     series: Path | None,
@@ -193,12 +204,8 @@ def _piece(
             rows = rows.filter(rng | pl.col("gpu_uuid").is_null() if no_uuid else rng)
         return rows
     table, _ = read_series(series)
-    if uuids is not None:  # the range's ranks: consecutive, UUIDs rank in order
-        lo_hi = pl.lit(uuids[0]), pl.lit(uuids[1])
-        g = table.filter(pl.col("gpu_uuid").is_between(*lo_hi)).get_column("_g")
-        lo, hi = (int(g.min()), int(g.max())) if g.len() else (1, 0)
-        keep = pl.col("_g").is_between(lo, hi)
-        rows = rows.filter(keep | (pl.col("_g") == 0) if no_uuid else keep)
+    if uuids is not None:
+        rows = rows.filter(rank_range(table, uuids, no_uuid))
     if day is not None:
         start = int(datetime.combine(day, time(), UTC).timestamp() * 1000)
         t = pl.col("timestamp").dt.epoch("ms")

@@ -19,7 +19,7 @@ import numpy as np
 import polars as pl
 
 from gpu_pipeline.lib.fields import FIELD_COLUMNS
-from gpu_pipeline.lib.ingest.cache import ParsedFile, read_series
+from gpu_pipeline.lib.ingest.cache import ParsedFile, rank_range, read_series
 from gpu_pipeline.lib.ingest.landing import DEFAULT_CLUSTER
 from gpu_pipeline.lib.samples import ATTR_COLUMNS, SERIES_SCHEMA, conform
 from gpu_pipeline.lib.schemas import GPU_SAMPLES_SCHEMA
@@ -100,14 +100,7 @@ class KeyedDay:
         for order, samples, offset, table in self.pieces:
             if order not in orders:
                 continue
-            keep = None
-            if uuids is not None:
-                ends = pl.lit(uuids[0]), pl.lit(uuids[1])
-                g = table.filter(pl.col("gpu_uuid").is_between(*ends)).get_column("_g")
-                lo, hi = (int(g.min()), int(g.max())) if g.len() else (1, 0)
-                keep = pl.col("_g").is_between(lo, hi)
-                if no_uuid:
-                    keep = keep | (pl.col("_g") == 0)
+            keep = None if uuids is None else rank_range(table, uuids, no_uuid)
             frames.append(self._scan(samples, offset, keep))
         if not frames:
             return self._scan(self.pieces[0][1], 0, pl.lit(False)).collect()
