@@ -7,7 +7,7 @@ the kernel zeroes page by page: on the 10,000-GPU day that was 0.3–0.4 of the 
 seconds (`perf`: `clear_page_erms`, page faults). Kept for reuse, the same buffers serve chunk
 after chunk; the peak stays what the chunks need at once (`benchmarks/README.md`).
 
-Two settings, both only where the environment does not set them already:
+These settings, each only where the environment does not set it already:
 
 - Polars' jemalloc reads `_RJEM_MALLOC_CONF` once, when Polars is first imported: pages a chunk
   freed are returned after 1 s unused (`JEMALLOC_CONF`; Polars' own setting starts after 0.5 s).
@@ -18,8 +18,10 @@ Two settings, both only where the environment does not set them already:
 - glibc malloc (NumPy's buffers): blocks up to 32 MiB come from the heap instead of a fresh
   mapping each, and the heap is trimmed when more than 64 MiB of it is free: the values glibc
   itself moves to once blocks that large were freed, set from the start (`mallopt`; skipped
-  when `MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_` or `GLIBC_TUNABLES` is set, and on
-  any other C library). Larger thresholds were no faster and kept more memory.
+  when `MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_`, `MALLOC_ARENA_MAX` or
+  `GLIBC_TUNABLES` is set, and on any other C library). Larger thresholds were no faster and
+  kept more memory. One arena (`ARENA_MAX`) for all threads, and the heap trimmed as each step
+  ends (`release`): what a step freed is not held through the next one.
 """
 
 from __future__ import annotations
@@ -33,8 +35,18 @@ import sys
 JEMALLOC_CONF = "dirty_decay_ms:1000,muzzy_decay_ms:1000"
 MMAP_THRESHOLD = 32 * 2**20  # glibc's own upper bound for it on 64-bit
 TRIM_THRESHOLD = 2 * MMAP_THRESHOLD  # as glibc sets it when it raises the threshold
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # <malloc.h>
-_GLIBC_VARIABLES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES")
+# one heap for every thread: glibc's default of 8 a core kept each thread's freed blocks in a
+# heap of its own (the 1,000-GPU day's peak: 1,067 MiB with one, 1,177 with the default, both
+# trimmed after each step; benchmarks/README.md)
+ARENA_MAX = 1
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8  # <malloc.h>
+_GLIBC_VARIABLES = (
+    "MALLOC_MMAP_THRESHOLD_",
+    "MALLOC_TRIM_THRESHOLD_",
+    "MALLOC_ARENA_MAX",
+    "GLIBC_TUNABLES",
+)
+_libc: ctypes.CDLL | None = None  # set by `configure` when it applied the glibc settings
 
 
 def configure() -> dict[str, bool]:
@@ -50,7 +62,18 @@ def configure() -> dict[str, bool]:
                 applied["glibc"] = bool(
                     libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
                     and libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+                    and libc.mallopt(_M_ARENA_MAX, ARENA_MAX)
                 )
+                global _libc
+                _libc = libc if applied["glibc"] else None
             except (OSError, AttributeError):  # no usable C library: the defaults stay
                 pass
     return applied
+
+
+def release() -> None:
+    """Hand the C heap's free pages back to the kernel (`malloc_trim`), where `configure` set
+    glibc up: a step's last buffers are not carried into the next step (called as each step
+    ends, `defs.daily.DayWriter.result`; a few milliseconds)."""
+    if _libc is not None:
+        _libc.malloc_trim(0)

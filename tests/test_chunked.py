@@ -16,6 +16,7 @@ from gpu_pipeline.lib.ingest.landing import list_landing
 from gpu_pipeline.lib.io.lake import Lake
 from gpu_pipeline.lib.marts.day_tables import DayTables
 from gpu_pipeline.lib.marts.fleet_daily import fleet_daily
+from gpu_pipeline.lib.marts.gpu_health import gpu_health, gpu_health_by_chunk
 from gpu_pipeline.lib.marts.hourly_fleet_metrics import hourly_fleet_metrics
 from gpu_pipeline.lib.marts.priced_waste import priced_waste
 from gpu_pipeline.lib.reference import load_catalog, load_prices
@@ -115,6 +116,30 @@ def test_chunks_give_the_tables_of_one_pass(samples, max_gpus, split, chunks):
     mig = minutes.filter(pl.col("gpu_uuid") == "GPU-mig0", pl.col("gpu_instance_id").is_null())
     assert mig["util_source"].unique().to_list() == ["mig_instances"]
     assert mig["gpu_util_pct"][0] == pytest.approx(100 * (3 * 0.7 + 2 * 0.2) / 7)
+
+
+@pytest.mark.parametrize("max_gpus", [1, 5, 100])
+def test_gpu_health_by_chunk_is_the_days_table(samples, max_gpus):
+    """gpu_health computed a chunk of whole GPUs at a time is the table of the day at once (the
+    MIG GPU's instances stay with it: only its physical row counts)."""
+    hot = samples.with_columns(  # a hot GPU and an XID, so the table is not all `ok`
+        pl.when(pl.col("gpu_uuid") == samples["gpu_uuid"][0])
+        .then(pl.lit(95.0))
+        .otherwise(pl.col("gpu_temp_c"))
+        .alias("gpu_temp_c"),
+        pl.when(pl.col("gpu_uuid") == samples["gpu_uuid"][-1])
+        .then(pl.lit(79))
+        .otherwise(pl.col("xid_errors"))
+        .cast(samples.schema["xid_errors"])
+        .alias("xid_errors"),
+    )
+    whole = collect_stable(gpu_health(hot.lazy(), CAT))
+    got = gpu_health_by_chunk(hot.lazy(), CAT, chunking=chunked.Chunking(gpus=max_gpus))
+    assert_frame_equal(got, whole)
+    assert got.height == 13 and got["gpu_uuid"].is_unique().all()
+    assert sorted(got["status"].unique().to_list()) == ["ok", "warn"]
+    empty = gpu_health_by_chunk(hot.lazy().head(0), CAT)
+    assert empty.height == 0 and empty.columns == whole.columns
 
 
 def test_cluster_split_never_mixes_clusters(samples):

@@ -15,6 +15,7 @@ from datetime import date, timedelta
 import dagster as dg
 import polars as pl
 
+from gpu_pipeline import allocator
 from gpu_pipeline.defs.metadata import spec_metadata, table_metadata
 from gpu_pipeline.defs.partitions import DEFAULT, daily_partitions
 from gpu_pipeline.lib.io.lake import Lake
@@ -112,4 +113,5 @@ class DayWriter:
             meta = table_metadata(head, path, self.rows[day]) | (per_day or {}).get(day, {})
             day_metadata(context, day, meta, self.table)
         shared = {} if rules is None else {"rules": dg.MetadataValue.json(rules.flat())}
+        allocator.release()  # the step's freed buffers are not carried into the next step
         return dg.MaterializeResult(asset_key=self.table, metadata=shared)

@@ -14,7 +14,7 @@ from gpu_pipeline.defs.partitions import DEFAULT
 from gpu_pipeline.defs.resources import LakeResource, ReferenceResource
 from gpu_pipeline.lib.io.lake import Lake
 from gpu_pipeline.lib.marts.efficiency_roi import efficiency_roi as compute_efficiency_roi
-from gpu_pipeline.lib.marts.gpu_health import gpu_health as compute_gpu_health
+from gpu_pipeline.lib.marts.gpu_health import gpu_health_by_chunk
 from gpu_pipeline.lib.marts.namespace_efficiency import (
     namespace_efficiency as compute_namespace_efficiency,
 )
@@ -107,7 +107,7 @@ def gpu_health(context: dg.AssetExecutionContext, lake: LakeResource, reference:
     out = DayWriter(store, "gpu_health", source="gpu_samples")
     for day in partition_days(context):
         samples = store.scan_days("gpu_samples", [day])
-        out.write(day, collect_stable(compute_gpu_health(samples, catalog, rules.health)))
+        out.write(day, gpu_health_by_chunk(samples, catalog, rules.health, lake.chunking()))
     return out.result(context, rules)
 
 
