@@ -188,7 +188,8 @@ def warm_parse_cache(landing, lake, say: Say, days: list[date] | None = None) ->
     )
     from gpu_pipeline.lib.ingest.remote import landing_root
 
-    cache = lake.open().cache_dir
+    store = lake.open()
+    cache, shared = store.cache_dir, store.shared_cache
     opts = landing.parse_options()
     try:  # an object-store landing zone is mirrored here first (the run's steps find it so)
         root, refused = landing_root(landing.root, cache)
@@ -199,11 +200,12 @@ def warm_parse_cache(landing, lake, say: Say, days: list[date] | None = None) ->
     for key in refused:
         say(f"warning: {landing.root}: object {key!r} not read: not a plain relative path")
     # new files are hashed by their parse (read once), and the memo learns their hashes for
-    # the run's own listing
-    files = list_landing(root, hash_memo(cache), hash_new=False)
-    todo = [f for f in files if not is_cached(f, cache, opts)]
+    # the run's own listing; beside a lake in an object store they are hashed first, to be
+    # looked up in the parse cache's copy there (another machine may have parsed them)
+    files = list_landing(root, hash_memo(cache), hash_new=shared is not None)
+    todo = [f for f in files if not is_cached(f, cache, opts, shared)]
     if not todo:
-        return parse_all(files, cache, opts, days=days)
+        return parse_all(files, cache, opts, days=days, shared=shared)
     total = sum(f.size for f in todo)
     say(f"parsing {len(todo)} new landing file(s), {total / 2**20:,.0f} MiB")
     t, step = time.perf_counter(), max(1, len(todo) // 10)
@@ -219,7 +221,7 @@ def warm_parse_cache(landing, lake, say: Say, days: list[date] | None = None) ->
                 rate = progress["bytes"] / 2**20 / max(time.perf_counter() - t, 1e-9)
                 say(f"  parsed {i}/{len(todo)} files ({rate:,.0f} MiB/s)")
 
-    parsed = parse_all(files, cache, opts, done, days)
+    parsed = parse_all(files, cache, opts, done, days, shared)
     remember_hashes(hash_memo(cache), [pf.file for pf in parsed])
     return parsed
 

@@ -282,3 +282,60 @@ def test_runs_of_one_day_on_an_s3_lake_take_turns(s3, tmp_path):
     assert len(set(uuids.values())) == 1, uuids  # every table of the day from one run
     (gpu,) = uuids["gpu_samples"]
     assert set(lake.read("ingest_log", START)["source_file"]) == {f"{gpu[-1]}_{START}.prom"}
+
+
+def test_a_fresh_machine_reads_the_parses_another_left_beside_the_lake(s3, tmp_path):
+    """Beside an S3 lake the parse cache has a copy (`<lake>/_ingest_cache/`): a run on a
+    machine with an empty cache parses nothing another machine parsed, downloads only the
+    parses of its own day (the others' meta.json alone), and writes the tables of a local
+    parse; a damaged copy is parsed again and replaced."""
+    import boto3
+    from helpers import cli, cli_env
+
+    days = [START + timedelta(days=i) for i in range(3)]
+    raw = tmp_path / "raw"
+    for d in days:
+        for h in ("n1", "n2"):
+            lines = expo_lines(f"GPU-{h}", MODELS["A100"], h, "team", d, range(0, 90), 70, 250.0)
+            write_file(raw / f"{h}_{d}.prom", lines)
+    uri = f"{s3}-shared"  # a prefix of its own: moto's store is the process's
+    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+    client = boto3.client("s3")
+    env = {**cli_env(tmp_path), **{k: v for k, v in os.environ.items() if k.startswith("AWS_")}}
+
+    def run(machine: str, day: date) -> str:
+        e = {**env, "GPU_PIPELINE_CACHE": str(tmp_path / machine)}
+        args = ["materialize", "--start", str(day), "--raw", str(raw), "--lake", uri]
+        return cli(*args, env=e).stdout
+
+    def shared(suffix: str) -> list[str]:
+        listed = client.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/_ingest_cache/")
+        return sorted(o["Key"] for o in listed.get("Contents", []) if o["Key"].endswith(suffix))
+
+    assert "parsing 6 new landing file(s)" in run("a", days[0])
+    assert len(shared("/meta.json")) == 6
+    lake = Lake(uri, cache=tmp_path / "reader")
+    out = run("b", days[1])
+    assert "parsing" not in out, out
+    b = tmp_path / "b"
+    assert len(list(b.glob("*/meta.json"))) == 6  # every parse's meta.json …
+    assert len({p.parent for p in b.glob("*/samples*.parquet")}) == 2  # … the day's parses whole
+    tables = ("gpu_samples", "ingest_log", "gpu_minutes", "priced_waste")
+    from_b = {t: lake.read(t, days[1]) for t in tables}
+    local = tmp_path / "local_lake"
+    cli(*["materialize", "--start", str(days[1]), "--raw", str(raw), "--lake", str(local)], env=env)
+    for t in tables:
+        want = Lake(local).read(t, days[1])
+        assert from_b[t].height > 0 and from_b[t].equals(want), t
+    # a damaged copy of one of day 2's parses: the next fresh machine parses that file again
+    key = next(
+        k
+        for k in shared(".parquet")
+        if "/samples" in k
+        and k.split("/")[-2] in {p.parent.name for p in b.glob("*/samples*.parquet")}
+    )
+    good = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+    client.put_object(Bucket=bucket, Key=key, Body=b"PAR1 not a parquet file PAR1")
+    assert "parsing" not in run("c", days[1])
+    assert lake.read("gpu_samples", days[1]).equals(from_b["gpu_samples"])
+    assert client.get_object(Bucket=bucket, Key=key)["Body"].read() == good  # replaced

@@ -132,7 +132,7 @@ def ingest_days(
     files = list_landing(root, hash_memo(store.cache_dir))
     opts, max_rows = landing.parse_options(), lake.chunking().rows
     days = partition_days(context)
-    parsed = parse_all(files, store.cache_dir, opts, days=days)
+    parsed = parse_all(files, store.cache_dir, opts, days=days, shared=store.shared_cache)
     for name, where in rejected_elsewhere(parsed, days):
         context.log.warning(f"{name}: rejected whole, filed in the quarantine of {where}")
     writers = {t: DayWriter(store, t) for t in RAW_TABLES}

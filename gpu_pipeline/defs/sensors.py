@@ -45,15 +45,16 @@ WINDOW_ASSETS = [dg.AssetKey("persistent_bottlenecks"), dg.AssetKey("daily_repor
 def landing_files(context: dg.AssetExecutionContext, landing: LandingResource, lake: LakeResource):
     """Every landing file parsed once into the lake's ingest cache (keyed by content); the
     landing-zone sensor asks for this before it plans the days new files touch."""
-    cache, opts = lake.open().cache_dir, landing.parse_options()
+    store, opts = lake.open(), landing.parse_options()
+    cache, shared = store.cache_dir, store.shared_cache
     try:
         root, _ = landing_root(landing.root, cache)
     except LandingRootError as e:
         raise dg.Failure(description=str(e)) from None
     files = list_landing(root, hash_memo(cache))
-    todo = [f for f in files if not is_cached(f, cache, opts)]
+    todo = [f for f in files if not is_cached(f, cache, opts, shared)]
 
-    for f, pf in zip(todo, parse_all(todo, cache, opts), strict=True):
+    for f, pf in zip(todo, parse_all(todo, cache, opts, shared=shared), strict=True):
         context.log.info(f"{f.source_file}: {pf.format}, days {[str(d) for d in pf.days]}")
     return dg.MaterializeResult(metadata={"files": len(files), "parsed": len(todo)})
 

@@ -32,6 +32,7 @@ from gpu_pipeline.lib.ingest.landing import (
     merge_pieces,
     parse_landing_file,
 )
+from gpu_pipeline.lib.ingest.shared_cache import SharedCache
 from gpu_pipeline.lib.samples import LONG_SCHEMA, SERIES_SCHEMA, ParsedLines
 
 # bump when parsing changes what a file yields, so cached parses are redone
@@ -224,12 +225,19 @@ def _cache_key(lf: LandingFile, opts: ParseOptions) -> str:
 
 
 def is_cached(
-    lf: LandingFile, cache_root: str | os.PathLike, opts: ParseOptions = DEFAULT_PARSE
+    lf: LandingFile,
+    cache_root: str | os.PathLike,
+    opts: ParseOptions = DEFAULT_PARSE,
+    shared: SharedCache | None = None,
 ) -> bool:
-    return (
-        lf.problem is not None
-        or lf.skipped is not None
-        or (lf.hashed and (Path(cache_root) / _cache_key(lf, opts) / "meta.json").is_file())
+    """Need `lf` no parse: never opened, or its parse is cached here or in `shared`."""
+    if lf.problem is not None or lf.skipped is not None:
+        return True
+    if not lf.hashed:
+        return False
+    key = _cache_key(lf, opts)
+    return (Path(cache_root) / key / "meta.json").is_file() or (
+        shared is not None and shared.has(key)
     )
 
 
@@ -419,19 +427,24 @@ def load_or_parse(
     cache_root: str | os.PathLike,
     opts: ParseOptions = DEFAULT_PARSE,
     days: Collection[date] | None = None,
+    shared: SharedCache | None = None,
 ) -> ParsedFile:
     """The parse of `lf` with `opts`, from the cache when this content was parsed the same way
     before and the cached parse is intact (its Parquet files still have the hashes recorded
     beside them). With `days`, a cached parse with nothing on those days is not checked: the
     run will not read it (a day's run checks what it reads; its work does not grow with the
-    landing zone's history: issue 35)."""
+    landing zone's history: issue 35). `shared`: the cache's copy in the lake's object store,
+    looked up before a parse and given each new one (`shared_cache`)."""
     if lf.problem or lf.skipped:  # nothing to cache: the file is never opened
         fmt, parsed = parse_landing_file(lf, opts)
         return _uncached(lf, fmt, parsed)
     cache_root = Path(cache_root)
     cdir = cache_root / _cache_key(lf, opts)
     meta_path = cdir / "meta.json"
+    written = None
     for attempt in range(2):
+        if shared is not None and not attempt and lf.hashed and not meta_path.is_file():
+            shared.fetch_meta(cdir.name, cdir)  # another machine's parse of these bytes
         # a file listed unhashed is not looked up: its hash comes from its parse
         if not (lf.hashed and meta_path.is_file()):
             written = _write_cache(lf, cache_root, opts)
@@ -439,8 +452,14 @@ def load_or_parse(
                 return written
             cdir, lf = written
             meta_path = cdir / "meta.json"
+            if shared is not None:
+                shared.put(cdir.name, cdir)
         meta = json.loads(meta_path.read_text())
-        if not _touches(meta, days) or _cache_intact(cdir, meta):
+        if not _touches(meta, days) or (written is not None and not attempt):
+            break  # not read by this run, or parsed just now (its files not hashed again)
+        if shared is not None:  # what the run reads of a parse fetched as its meta.json alone
+            shared.fetch_files(cdir.name, cdir, list(meta.get("sha256") or {}))
+        if _cache_intact(cdir, meta):
             break
         # altered or damaged since it was written: parse the file again rather than trust it
         shutil.rmtree(cdir, ignore_errors=True)
@@ -484,16 +503,17 @@ def parse_all(
     opts: ParseOptions = DEFAULT_PARSE,
     done: Callable[[LandingFile, ParsedFile], None] | None = None,
     days: Collection[date] | None = None,
+    shared: SharedCache | None = None,
 ) -> list[ParsedFile]:
     """`load_or_parse` of every file, in order. The files not cached yet are parsed first, the
     small ones `PARSE_WORKERS` at a time (a file of one host keeps Polars' threads busy only part of
     the time), each large one alone; `done(file, parsed)` is called as each is cached. `days`:
-    the days the caller will read (`load_or_parse`)."""
-    todo = [i for i, f in enumerate(files) if not is_cached(f, cache_root, opts)]
+    the days the caller will read, `shared` the cache's copy in the object store (`load_or_parse`)."""
+    todo = [i for i, f in enumerate(files) if not is_cached(f, cache_root, opts, shared)]
     parsed: dict[int, ParsedFile] = {}
 
     def one(i: int) -> None:
-        parsed[i] = load_or_parse(files[i], cache_root, opts)
+        parsed[i] = load_or_parse(files[i], cache_root, opts, days, shared)
         if done:
             done(files[i], parsed[i])
 
@@ -505,4 +525,7 @@ def parse_all(
         if files[i].size > CONCURRENT_PARSE_BYTES:
             one(i)
     # the files parsed just now are not read back; the others come from the cache
-    return [parsed.get(i) or load_or_parse(f, cache_root, opts, days) for i, f in enumerate(files)]
+    return [
+        parsed.get(i) or load_or_parse(f, cache_root, opts, days, shared)
+        for i, f in enumerate(files)
+    ]

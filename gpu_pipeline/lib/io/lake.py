@@ -30,6 +30,7 @@ from pathlib import Path
 
 import polars as pl
 
+from gpu_pipeline.lib.ingest.shared_cache import SharedCache
 from gpu_pipeline.lib.samples import conform
 from gpu_pipeline.lib.schemas import TABLES
 
@@ -139,6 +140,12 @@ class Lake:
         if self.remote:
             return Path("data") / "cache" / hashlib.sha256(self.uri.encode()).hexdigest()[:12]
         return self.root / "_ingest_cache"
+
+    @property
+    def shared_cache(self) -> SharedCache | None:
+        """For a lake in an object store, the parse cache's copy beside it
+        (`<lake>/_ingest_cache/`): what one machine parsed, another need not parse again."""
+        return SharedCache(self.fs, f"{self.base}/_ingest_cache") if self.remote else None
 
     # -- writing -----------------------------------------------------------------------------
     def _publish(self, final: Path | str, write: Callable[[Path], None]) -> None:
