@@ -175,6 +175,7 @@ def run_ours(raw: Path, lake: Path, home: Path) -> dict | None:
             "stragglers",
             "efficiency_roi",
             "namespace_efficiency",
+            "workload_efficiency",
         ),
         "report": total("daily_report"),
     }

@@ -140,6 +140,7 @@ def _say_hints(s: settings.Settings, end: date, views: Path, lake_flag: bool) ->
     _say(
         "\nLook further:\n"
         f"  {me} sql{lake_opt} -f {queries}/top_wasted_namespaces.sql\n"
+        f"  {me} sql{lake_opt} -f {queries}/top_wasted_workloads.sql\n"
         f"  {me} sql{lake_opt} -f {queries}/persistent_offenders.sql\n"
         f"  {me} sql{lake_opt} -f {queries}/fleet_trend.sql\n"
         f'  {me} sql{lake_opt} "SELECT * FROM fleet_daily ORDER BY date"\n'

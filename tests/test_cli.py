@@ -52,13 +52,20 @@ def run(tmp_path_factory):
 
 
 def test_materialize_reports_progress_and_summary(run):
+    import re
+
     _, _, stdout = run
     assert "2024-01-01..2024-01-02  ok  run" in stdout  # the range in one run
     assert "GPUs: 4" in stdout and "GPU-hours: 192.0" in stdout
     assert "Most wasteful namespace / model" in stdout
+    # the workloads wasting the most: namespace/workload, waste of cost, diagnosis -> action
+    assert "Top workloads by recoverable waste (USD over the period):" in stdout
+    top = stdout.split("Top workloads by recoverable waste")[1].split("Persistent")[0]
+    assert (
+        len(re.findall(r"^    \S+/\S+ +waste +\$[\d,.]+ of +\$[\d,.]+ +\w+ +-> \S+$", top, re.M))
+        == 4
+    )
     # progress while the run works: each step's start and end with the elapsed time, per day
-    import re
-
     assert re.search(r"^\s+\d+\.\ds  staging started$", stdout, re.M), stdout
     assert re.search(r"^\s+\d+\.\ds  staging done \(\d+\.\ds\)$", stdout, re.M)
     assert re.search(r"^\s+\d+\.\ds    2024-01-02: \d+ GPU-minutes", stdout, re.M)
@@ -71,7 +78,7 @@ def test_the_closing_hints_work_as_printed(run):
 
     tmp, env, stdout = run
     hints = [ln.strip() for ln in stdout.splitlines() if " sql " in ln and "-readonly" not in ln]
-    assert len(hints) == 4 and all(f"--lake {tmp / 'lake'}" in h for h in hints)
+    assert len(hints) == 5 and all(f"--lake {tmp / 'lake'}" in h for h in hints)
     for h in hints:
         p = subprocess.run(shlex.split(h), env=env, capture_output=True, text=True, timeout=120)
         assert p.returncode == 0 and p.stdout.strip(), (h, p.stdout, p.stderr)

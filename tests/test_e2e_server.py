@@ -59,6 +59,7 @@ PARTITIONED = [
     "stragglers",
     "efficiency_roi",
     "namespace_efficiency",
+    "workload_efficiency",
     "daily_report",
 ]
 

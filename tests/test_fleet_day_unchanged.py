@@ -68,6 +68,7 @@ KEYS: dict[str, list[str]] = {
     "stragglers": ["hour", "namespace", "pod", "gpu_uuid", "gpu_instance_id", "metric"],
     "efficiency_roi": ["scope", "gpu_model"],
     "namespace_efficiency": ["namespace"],
+    "workload_efficiency": ["cluster", "namespace", "workload"],
 }
 
 # Columns left out of the fingerprints because they legitimately differ between two runs over

@@ -90,6 +90,7 @@ TABLES = (
     "stragglers",
     "efficiency_roi",
     "namespace_efficiency",
+    "workload_efficiency",
 )
 
 

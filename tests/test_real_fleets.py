@@ -315,7 +315,7 @@ def test_table_folders_hold_only_partitions_and_read_with_hive_partitioning(tmp_
     assert materialize(tmp_path, day).success
     root = tmp_path / "lake"
     tables = [p for p in root.iterdir() if not p.name.startswith("_")]
-    assert len(tables) == 14  # with fleet_daily
+    assert len(tables) == 15  # with fleet_daily and workload_efficiency
     for t in tables:
         assert [p.name for p in t.iterdir()] == ["date=2024-01-10"], t
         ((n,),) = duckdb.sql(

@@ -213,7 +213,11 @@ def phase_shares_sum_to_100(h: pl.DataFrame) -> dg.AssetCheckResult:
     )
 
 
-def cost_split_sums_to_cost(w: pl.DataFrame) -> dg.AssetCheckResult:
+def cost_split_sums_to_cost(
+    w: pl.DataFrame, asset_key: str = "priced_waste"
+) -> dg.AssetCheckResult:
+    """Each priced group's split adds up to its cost, and its monthly waste is the hourly one
+    x 24 x 30 to the cent (priced_waste, workload_efficiency)."""
     parts = pl.sum_horizontal(
         "productive_usd",
         "idle_waste_usd",
@@ -230,7 +234,7 @@ def cost_split_sums_to_cost(w: pl.DataFrame) -> dg.AssetCheckResult:
         > CENT
     )
     return dg.AssetCheckResult(
-        asset_key="priced_waste",
+        asset_key=asset_key,
         check_name="cost_split_sums_to_cost",
         passed=off.height == 0 and monthly_off.height == 0,
         metadata={

@@ -1,4 +1,5 @@
-"""Marts over the staged tables: persistent bottlenecks, recommendations, health, ROI.
+"""Marts over the staged tables: persistent bottlenecks, recommendations, health, ROI,
+namespaces and workloads.
 
 (hourly_fleet_metrics and priced_waste come out of the staging pass, defs/staging.py.)
 """
@@ -24,6 +25,9 @@ from gpu_pipeline.lib.marts.persistent_bottlenecks import (
 from gpu_pipeline.lib.marts.persistent_bottlenecks import window
 from gpu_pipeline.lib.marts.recommendations import recommendations as compute_recommendations
 from gpu_pipeline.lib.marts.stragglers import stragglers as compute_stragglers
+from gpu_pipeline.lib.marts.workload_efficiency import (
+    workload_efficiency as compute_workload_efficiency,
+)
 from gpu_pipeline.lib.rules import Rules
 from gpu_pipeline.lib.samples import collect_stable
 
@@ -151,5 +155,37 @@ def namespace_efficiency(
         lake.open(),
         "namespace_efficiency",
         lambda m: collect_stable(compute_namespace_efficiency(m, energy, rules.thresholds)),
+        rules=rules,
+    )
+
+
+@dg.asset(
+    **daily("workload_efficiency", "marts", deps=["gpu_minutes"]),
+    check_specs=[
+        checks.spec(
+            "workload_efficiency",
+            "cost_split_sums_to_cost",
+            "productive + idle + stall + headroom + unmeasured = cost; monthly = hourly x 720",
+        )
+    ],
+)
+def workload_efficiency(
+    context: dg.AssetExecutionContext, lake: LakeResource, reference: ReferenceResource
+):
+    """Day x cluster x namespace x workload (the pod's owner): GPU-hours, utilization vs RFU,
+    phase shares, cost and waste split, main diagnosis and the top action."""
+    prices, catalog, rules = (
+        reference.load_prices(),
+        reference.load_catalog(),
+        reference.load_rules(),
+    )
+    yield from from_minutes(
+        context,
+        lake.open(),
+        "workload_efficiency",
+        lambda m: compute_workload_efficiency(
+            m, prices, catalog, rules.diagnosis, rules.recommend, rules.thresholds
+        ),
+        lambda w: checks.cost_split_sums_to_cost(w, "workload_efficiency"),
         rules=rules,
     )

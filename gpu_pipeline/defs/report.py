@@ -22,6 +22,7 @@ REPORT_INPUTS = [
     "gpu_health",
     "stragglers",
     "namespace_efficiency",
+    "workload_efficiency",
     "fleet_daily",
 ]
 # the 7-day trend reads fleet_daily and priced_waste of D-6..D (report/data.py `trend_days`):

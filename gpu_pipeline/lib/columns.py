@@ -161,6 +161,13 @@ COLUMNS: dict[str, str] = {
     "pct_active_bottlenecked": "% of active minutes bottlenecked",
     "dominant_diagnosis": "most frequent diagnosis of bottlenecked minutes",
     "waste_usd": "total waste",
+    # workloads
+    "workload": "the pod's owner (Deployment, StatefulSet, Job, CronJob: the pod name without "
+    "the suffix Kubernetes generated); null: minutes without a pod",
+    "pods": "distinct pods",
+    "main_diagnosis": "diagnosis of most of the GPU-time (idle included, weighted by GPU share)",
+    "top_action": "the action (SPEC vocabulary) recovering the most wasted GPU time, by the "
+    "recommendation rules on the group's own numbers; null: none fires (spot is not one)",
     "energy_usd": "cost of the energy at the cluster's electricity rate; null: no power",
     "co2_kg": "CO2 of the energy at the cluster's grid intensity, kg; null: no power",
 }
@@ -177,6 +184,8 @@ BY_TABLE: dict[tuple[str, str], str] = {
     ("gpu_health", "minutes"): "minutes with samples",
     ("stragglers", "hour"): "UTC hour the GPU lagged its pod",
     ("efficiency_roi", "avg_rfu_pct"): "mean RFU of the scope, %",
+    ("workload_efficiency", "gpus"): "distinct physical GPUs the workload ran on",
+    ("workload_efficiency", "gpu_hours"): "GPU-hours paid for (a MIG instance: its slices' share)",
 }
 
 

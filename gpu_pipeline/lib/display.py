@@ -4,6 +4,7 @@ from __future__ import annotations
 
 NO_NAMESPACE = "(no namespace)"  # GPUs whose series carry no namespace label
 NO_PRICE = "n/a (no price)"  # no minute of the period has a price (model not in the price book)
+NO_WORKLOAD = "(no pod)"  # GPU-minutes whose series carry no pod label: no workload
 NO_POWER = "n/a (no power)"  # no minute of the period has a power reading: energy is unknown
 
 

@@ -4,15 +4,22 @@ A minute's cost is its price per GPU-hour x its share of the physical GPU / 60, 
 nothing counted twice into productive, idle, stall and headroom waste (`minute_costs`); a MIG
 GPU's price is allocated to its instances' namespaces by slice share, the free slices being idle
 waste of the GPU's owner (`allocated_minutes`), and so is its energy (`with_gpu_power`). Staging
-sums these per minute run (`staging/minute_runs.py`); `priced_waste`, `namespace_efficiency` and
-`recommendations` read them.
+sums these per minute run (`staging/minute_runs.py`); `priced_waste`, `namespace_efficiency`,
+`workload_efficiency` and `recommendations` read them; a group's summed money becomes its waste
+and run rates in one place (`priced_rates`).
 """
 
 from __future__ import annotations
 
 import polars as pl
 
-from gpu_pipeline.lib.rules import CLASS_ENUM, DIAGNOSIS_ENUM, PHASE_ENUM
+from gpu_pipeline.lib.rules import (
+    CLASS_ENUM,
+    DIAGNOSIS_ENUM,
+    HOURS_PER_MONTH,
+    HOURS_PER_YEAR,
+    PHASE_ENUM,
+)
 from gpu_pipeline.lib.samples import PHYSICAL, phase_share
 
 # the money columns of a minute (and of a run, summed), in the order priced_waste shows them
@@ -127,6 +134,31 @@ def with_gpu_power(minutes: pl.LazyFrame) -> pl.LazyFrame:
             .alias("_gpu_power_w")
         )
         .drop("_device_power_w")
+    )
+
+
+def priced_rates(groups: pl.LazyFrame) -> pl.LazyFrame:
+    """Groups with their money summed (`MONEY`), `gpu_hours` and `_priced` (a minute of the
+    group has a price) -> the same with the money null where nothing was priced (unknown, not
+    $0), `total_waste_usd` (idle + stall + headroom), `waste_frac`, and the run rates:
+    `hourly_waste_usd` per GPU-hour of the group, `monthly_waste_usd` and `yearly_waste_usd`
+    from the unrounded hourly figure, each rounded to the cent. priced_waste and
+    workload_efficiency both end here."""
+    return (
+        groups.with_columns(*[pl.when(pl.col("_priced")).then(pl.col(c)).alias(c) for c in MONEY])
+        .with_columns(
+            (
+                pl.col("idle_waste_usd") + pl.col("stall_waste_usd") + pl.col("headroom_waste_usd")
+            ).alias("total_waste_usd")
+        )
+        .with_columns(
+            (pl.col("total_waste_usd") / pl.col("cost_usd")).alias("waste_frac"),
+            (pl.col("total_waste_usd") / pl.col("gpu_hours")).alias("hourly_waste_usd"),
+        )
+        .with_columns(
+            (pl.col("hourly_waste_usd") * HOURS_PER_MONTH).round(2).alias("monthly_waste_usd"),
+            (pl.col("hourly_waste_usd") * HOURS_PER_YEAR).round(2).alias("yearly_waste_usd"),
+        )
     )
 
 

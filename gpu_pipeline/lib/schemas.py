@@ -287,6 +287,34 @@ NAMESPACE_EFFICIENCY_SCHEMA: dict[str, pl.DataType] = {
     "co2_kg": pl.Float64,
 }
 
+# day x cluster x namespace x workload (the pod's owner): priced_waste's money at the grain of
+# the workloads, with namespace_efficiency's figures and the rules' first action
+WORKLOAD_EFFICIENCY_SCHEMA: dict[str, pl.DataType] = {
+    "date": pl.Date,
+    "cluster": pl.String,
+    "namespace": pl.String,
+    "workload": pl.String,
+    "pods": pl.UInt32,
+    "gpus": pl.UInt32,
+    "gpu_hours": pl.Float64,
+    "avg_gpu_util_pct": pl.Float64,
+    "avg_rfu_pct": pl.Float64,
+    **{f"pct_{p}": pl.Float64 for p in PHASES},
+    "cost_usd": pl.Float64,
+    "productive_usd": pl.Float64,
+    "idle_waste_usd": pl.Float64,
+    "stall_waste_usd": pl.Float64,
+    "headroom_waste_usd": pl.Float64,
+    "unmeasured_usd": pl.Float64,
+    "total_waste_usd": pl.Float64,
+    "waste_frac": pl.Float64,
+    "hourly_waste_usd": pl.Float64,
+    "monthly_waste_usd": pl.Float64,
+    "yearly_waste_usd": pl.Float64,
+    "main_diagnosis": pl.String,
+    "top_action": pl.String,
+}
+
 ACTION = pl.Struct(
     {"action": pl.String, "group": pl.String, "fraction": pl.Float64, "rationale": pl.String}
 )
@@ -322,6 +350,7 @@ TABLES: dict[str, dict[str, pl.DataType]] = {
     "stragglers": STRAGGLERS_SCHEMA,
     "efficiency_roi": EFFICIENCY_ROI_SCHEMA,
     "namespace_efficiency": NAMESPACE_EFFICIENCY_SCHEMA,
+    "workload_efficiency": WORKLOAD_EFFICIENCY_SCHEMA,
 }
 
 
@@ -521,6 +550,26 @@ NAMESPACE_EFFICIENCY_MODEL = _model(
     ["namespace"],
 )
 
+WORKLOAD_EFFICIENCY_MODEL = _model(
+    WORKLOAD_EFFICIENCY_SCHEMA,
+    {
+        **_money(WORKLOAD_EFFICIENCY_SCHEMA),
+        **{
+            c: _PCT
+            for c in WORKLOAD_EFFICIENCY_SCHEMA
+            if c.startswith("pct_") or c in ("avg_gpu_util_pct", "avg_rfu_pct")
+        },
+        "gpus": [pa.Check.ge(1)],
+        "pods": [pa.Check.ge(0)],
+        "gpu_hours": [pa.Check.ge(0)],
+        "waste_frac": [pa.Check.in_range(0, 1 + 1e-9)],
+        "main_diagnosis": [pa.Check.isin(DIAGNOSES)],
+        "top_action": [pa.Check.isin(VOCABULARY)],
+    },
+    {"date", "cluster", "pods", "gpus", "gpu_hours"},
+    ["cluster", "namespace", "workload"],
+)
+
 # every table's model: checked on every write (`validate`, by the writer of each partition)
 MODELS: dict[str, pa.DataFrameSchema] = {
     "gpu_samples": GPU_SAMPLES_MODEL,
@@ -537,6 +586,7 @@ MODELS: dict[str, pa.DataFrameSchema] = {
     "stragglers": STRAGGLERS_MODEL,
     "efficiency_roi": EFFICIENCY_ROI_MODEL,
     "namespace_efficiency": NAMESPACE_EFFICIENCY_MODEL,
+    "workload_efficiency": WORKLOAD_EFFICIENCY_MODEL,
 }
 assert set(MODELS) == set(TABLES), "every table needs a model"
 

@@ -23,8 +23,8 @@ fleet's day"), recovered from the row itself:
 A day without a figure (null: nothing to average) weighs nothing in it. What `fleet_daily`
 cannot give for a range comes from `gpu_daily` (physical GPUs' rows, same rules): the GPUs seen
 (a GPU seen on two days is one GPU) and how many active minutes have no efficiency class (busy
-without a power reading). Waste: `priced_waste`, summed; persistent bottlenecks:
-`persistent_bottlenecks`.
+without a power reading). Waste: `priced_waste`, summed; the workloads wasting the most:
+`workload_efficiency` (`top_workloads`); persistent bottlenecks: `persistent_bottlenecks`.
 """
 
 from __future__ import annotations
@@ -33,9 +33,10 @@ from datetime import date, timedelta
 
 import polars as pl
 
-from gpu_pipeline.lib.display import NO_NAMESPACE, NO_PRICE, num, text, usd
+from gpu_pipeline.lib.display import NO_NAMESPACE, NO_PRICE, NO_WORKLOAD, num, text, usd
 from gpu_pipeline.lib.io.lake import Lake
 from gpu_pipeline.lib.marts.priced_waste import priced_total
+from gpu_pipeline.lib.marts.workload_efficiency import top_workloads
 from gpu_pipeline.lib.rules import EFFICIENCY_CLASSES, HOURS_PER_MONTH, PHASES
 
 
@@ -100,6 +101,10 @@ def fleet_figures(lake: Lake, days: list[date]) -> dict:
     }
 
 
+# the workloads the summary lists (sql/queries/top_wasted_workloads.sql lists more)
+TOP_WORKLOADS = 5
+
+
 def fleet_summary(lake: Lake, start: date, end: date) -> dict:
     days = _days(start, end)
     head = fleet_figures(lake, days)
@@ -130,6 +135,7 @@ def fleet_summary(lake: Lake, start: date, end: date) -> dict:
         "head": head,
         "waste": waste,
         "totals": totals.row(0, named=True),
+        "workloads": top_workloads(lake.scan_days("workload_efficiency", days), TOP_WORKLOADS),
         "persistent": persistent,
     }
 
@@ -161,6 +167,20 @@ def coverage_line(days: list[date], with_data: list[date]) -> str | None:
     )
     verb = "has" if len(missing) == 1 else "have"
     return f"{len(days)} days asked, {len(days) - len(missing)} with data: {named} {verb} none"
+
+
+def _workload_lines(w: pl.DataFrame) -> list[str]:
+    """The workloads wasting the most (none listed for a lake without workload_efficiency)."""
+    if not w.height:
+        return []
+    out = ["", "  Top workloads by recoverable waste (USD over the period):"]
+    for r in w.iter_rows(named=True):
+        name = f"{text(r['namespace'], NO_NAMESPACE)}/{text(r['workload'], NO_WORKLOAD)}"
+        out.append(
+            f"    {name:<36} waste {usd(r['total_waste_usd']):>11} of {usd(r['cost_usd']):>11}"
+            f"   {text(r['main_diagnosis'], 'n/a'):<19} -> {text(r['top_action'], '(none)')}"
+        )
+    return out
 
 
 def format_summary(s: dict, start: date, end: date) -> str:
@@ -200,6 +220,7 @@ def format_summary(s: dict, start: date, end: date) -> str:
             f" waste {usd(r['total_waste_usd']):>11} of {usd(r['cost_usd']):>11}"
             f"   ({usd(r['monthly_waste_per_gpu'], ',.0f')}/GPU-month)"
         )
+    out += _workload_lines(s["workloads"])
     p = s["persistent"]
     out += ["", f"  Persistent bottlenecks: {p.height} GPU(s)"]
     for r in p.head(10).iter_rows(named=True):

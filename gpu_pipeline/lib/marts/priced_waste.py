@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from gpu_pipeline.lib.money import MONEY
-from gpu_pipeline.lib.rules import HOURS_PER_MONTH, HOURS_PER_YEAR
+from gpu_pipeline.lib.money import MONEY, priced_rates
 from gpu_pipeline.lib.schemas import (
     to_contract,
 )
@@ -31,25 +30,10 @@ def priced_waste(runs: pl.LazyFrame) -> pl.LazyFrame:
             pl.col("price_usd_per_hour").max(),
             pl.col("_priced").any(),
         )
-        .with_columns(
-            # a MIG GPU's hours are split among its instances' namespaces by slice share
-            (pl.col("_share") / 60.0).alias("gpu_hours"),
-            # a group without a price has no cost: null, not zero
-            *[pl.when(pl.col("_priced")).then(pl.col(c)).alias(c) for c in MONEY],
-        )
-        .with_columns(
-            (
-                pl.col("idle_waste_usd") + pl.col("stall_waste_usd") + pl.col("headroom_waste_usd")
-            ).alias("total_waste_usd")
-        )
-        .with_columns(
-            (pl.col("total_waste_usd") / pl.col("cost_usd")).alias("waste_frac"),
-            (pl.col("total_waste_usd") / pl.col("gpu_hours")).alias("hourly_waste_usd"),
-        )
-        .with_columns(
-            (pl.col("hourly_waste_usd") * HOURS_PER_MONTH).round(2).alias("monthly_waste_usd"),
-            (pl.col("hourly_waste_usd") * HOURS_PER_YEAR).round(2).alias("yearly_waste_usd"),
-        )
+        # a MIG GPU's hours are split among its instances' namespaces by slice share; a group
+        # without a price has no cost: null, not zero
+        .with_columns((pl.col("_share") / 60.0).alias("gpu_hours"))
+        .pipe(priced_rates)
     )
     return to_contract(w, "priced_waste").sort(
         "cluster", "namespace", "gpu_model", nulls_last=False

@@ -225,6 +225,60 @@ RULES: tuple[Rule, ...] = (
 )
 
 
+def rule_minutes(minutes: pl.LazyFrame, prices: pl.DataFrame) -> pl.LazyFrame:
+    """Minutes as namespaces own them (`allocated_minutes`: costs, weight `_w`) with `_spot`,
+    the spot price of their model (null: none in the price book): what `rule_stats` reads."""
+    spot = prices.lazy().select("model_key", pl.col("spot_usd_per_hour").alias("_spot"))
+    return (
+        allocated_minutes(minutes)
+        .with_columns(model_key(pl.col("gpu_model")).alias("model_key"))
+        .join(spot, on="model_key", how="left")
+    )
+
+
+def rule_stats(
+    pcie_busy_from: float = DIAGNOSIS.pcie_busy_from, t: Thresholds = DEFAULT
+) -> list[pl.Expr]:
+    """The measured numbers rules read, as aggregations of `rule_minutes` over any grouping (a
+    namespace's day here, a workload's in workload_efficiency)."""
+    active = pl.col("gpu_util_pct") >= t.idle_below
+    starved = pl.col("diagnosis") == "data_starved"
+    pcie = pl.col("pcie_rx_bytes_per_s")
+
+    def share(cond: pl.Expr, among: pl.Expr | None = active) -> pl.Expr:
+        # weighted by GPU share (MIG instances by slices); 0 where nothing qualifies
+        return weighted_share(cond, among).fill_null(0.0)
+
+    return [
+        pl.col("gpu_uuid").n_unique().alias("gpus"),
+        (pl.col("_w").sum() / 60.0).alias("gpu_hours"),
+        pl.col("cost_usd").is_not_null().any().alias("_priced"),
+        *[
+            pl.col(c).sum()
+            for c in (
+                "cost_usd",
+                "productive_usd",
+                "idle_waste_usd",
+                "stall_waste_usd",
+                "headroom_waste_usd",
+            )
+        ],
+        share(pl.col("phase") == "idle", None).alias("idle_share"),
+        share(pl.col("efficiency_class") == "bottlenecked").alias("bottlenecked"),
+        share(pl.col("phase") == "underutilized").alias("underutilized"),
+        share(pl.col("diagnosis") == "unknown").alias("_unknown"),
+        *[share(pl.col("diagnosis") == d).alias(d) for d in BOTTLENECK_DIAGNOSES],
+        # of the data-starved minutes: how many have PCIe counters, how many with RX busy
+        share(pcie.is_not_null(), starved).alias("pcie_measured"),
+        share(pcie >= pcie_busy_from, starved & pcie.is_not_null()).alias("pcie_busy"),
+        # what spot would have cost for the same minutes (on-demand where a model has no spot price)
+        (pl.coalesce("_spot", "price_usd_per_hour") * pl.col("_w") / 60.0)
+        .sum()
+        .alias("_spot_cost"),
+        pl.col("gpu_model").drop_nulls().unique().sort().alias("models"),
+    ]
+
+
 def namespace_stats(
     minutes: pl.LazyFrame,
     prices: pl.DataFrame,
@@ -232,50 +286,10 @@ def namespace_stats(
     t: Thresholds = DEFAULT,
 ) -> pl.DataFrame:
     """The measured numbers rules read, one row per day and namespace."""
-    active = pl.col("gpu_util_pct") >= t.idle_below
-    starved = pl.col("diagnosis") == "data_starved"
-    pcie = pl.col("pcie_rx_bytes_per_s")
-    spot = prices.lazy().select("model_key", pl.col("spot_usd_per_hour").alias("_spot"))
-    costs = (
-        allocated_minutes(minutes)
-        .with_columns(model_key(pl.col("gpu_model")).alias("model_key"))
-        .join(spot, on="model_key", how="left")
-    )
-
-    def share(cond: pl.Expr, among: pl.Expr | None = active) -> pl.Expr:
-        # weighted by GPU share (MIG instances by slices); 0 where nothing qualifies
-        return weighted_share(cond, among).fill_null(0.0)
-
     return (
-        costs.group_by("date", "namespace")
-        .agg(
-            pl.col("gpu_uuid").n_unique().alias("gpus"),
-            (pl.col("_w").sum() / 60.0).alias("gpu_hours"),
-            pl.col("cost_usd").is_not_null().any().alias("_priced"),
-            *[
-                pl.col(c).sum()
-                for c in (
-                    "cost_usd",
-                    "productive_usd",
-                    "idle_waste_usd",
-                    "stall_waste_usd",
-                    "headroom_waste_usd",
-                )
-            ],
-            share(pl.col("phase") == "idle", None).alias("idle_share"),
-            share(pl.col("efficiency_class") == "bottlenecked").alias("bottlenecked"),
-            share(pl.col("phase") == "underutilized").alias("underutilized"),
-            share(pl.col("diagnosis") == "unknown").alias("_unknown"),
-            *[share(pl.col("diagnosis") == d).alias(d) for d in BOTTLENECK_DIAGNOSES],
-            # of the data-starved minutes: how many have PCIe counters, how many with RX busy
-            share(pcie.is_not_null(), starved).alias("pcie_measured"),
-            share(pcie >= pcie_busy_from, starved & pcie.is_not_null()).alias("pcie_busy"),
-            # what spot would have cost for the same minutes (on-demand where a model has no spot price)
-            (pl.coalesce("_spot", "price_usd_per_hour") * pl.col("_w") / 60.0)
-            .sum()
-            .alias("_spot_cost"),
-            pl.col("gpu_model").drop_nulls().unique().sort().alias("models"),
-        )
+        rule_minutes(minutes, prices)
+        .group_by("date", "namespace")
+        .agg(*rule_stats(pcie_busy_from, t))
         .collect(engine="in-memory")
         .sort("date", "namespace", nulls_last=True)
     )
@@ -299,20 +313,17 @@ def _key(model: str) -> str:
     return pl.select(model_key(pl.lit(model))).item()
 
 
-def _recommend(
+def actions(
     row: dict, caps: dict | None = None, r: RecommendationThresholds = RECOMMEND
-) -> dict:
+) -> list[dict]:
+    """The actions whose rules fire on a group's `rule_stats` row, each with its fraction of
+    the group's cost, overlap group and rationale, in `RULES` order, then spot (the `rate`
+    group) when its saving passes `r.rate_saving_from`. None on a group without a price (no
+    money to weigh)."""
     if not row.get("_priced", True):
-        # no minute of the namespace has a price: its cost, waste and savings are unknown, not
-        # $0 (a 0 would read as "nothing to save"); no rule fires without money to weigh
-        return _unpriced(row)
-    caps = caps or {}
+        return []
     cost = row["cost_usd"] or 0.0
-    s = _signals(row, caps, r, cost)
-    # float sums of the components can land a hair above 1: a fraction of cost is at most 1
-    waste_frac = (
-        min(1.0, (s["idle_usd"] + s["stall_usd"] + s["headroom_usd"]) / cost) if cost else 0.0
-    )
+    s = _signals(row, caps or {}, r, cost)
     details = []
     for rule in RULES:
         if rule.when(s, r):
@@ -338,8 +349,36 @@ def _recommend(
                 "inference): the same work, a lower rate",
             }
         )
+    return details
+
+
+def top_waste_action(details: list[dict]) -> str | None:
+    """The action recovering the largest share of the group's wasted GPU time (the first in
+    `RULES` order on a tie); spot is a rate, not waste, and is never it. None: no waste
+    action fires."""
+    best = None
+    for d in details:
+        if d["group"] != "rate" and (best is None or d["fraction"] > best["fraction"]):
+            best = d
+    return None if best is None else best["action"]
+
+
+def _recommend(
+    row: dict, caps: dict | None = None, r: RecommendationThresholds = RECOMMEND
+) -> dict:
+    if not row.get("_priced", True):
+        # no minute of the namespace has a price: its cost, waste and savings are unknown, not
+        # $0 (a 0 would read as "nothing to save"); no rule fires without money to weigh
+        return _unpriced(row)
+    cost = row["cost_usd"] or 0.0
+    idle, stall, headroom = (
+        row[c] or 0.0 for c in ("idle_waste_usd", "stall_waste_usd", "headroom_waste_usd")
+    )
+    # float sums of the components can land a hair above 1: a fraction of cost is at most 1
+    waste_frac = min(1.0, (idle + stall + headroom) / cost) if cost else 0.0
+    details = actions(row, caps, r)
     utilization = _utilization_savings(details, waste_frac)
-    rate = rate if rate > r.rate_saving_from else 0.0
+    rate = next((d["fraction"] for d in details if d["group"] == "rate"), 0.0)
     total = 1.0 - (1.0 - utilization) * (1.0 - rate)
     return {
         "date": row["date"],
@@ -416,6 +455,17 @@ def _unpriced(row: dict) -> dict:
     }
 
 
+def precision_caps(catalog: pl.DataFrame | None) -> dict[str, tuple[bool | None, bool | None]]:
+    """Which precisions the catalog says each model supports: model key -> (bf16, fp8); empty
+    without a catalog or without those columns (the rules then judge models by name)."""
+    if catalog is None or not {"bf16", "fp8"} <= set(catalog.columns):
+        return {}
+    return {
+        row["model_key"]: (row["bf16"], row["fp8"])
+        for row in catalog.select("model_key", "bf16", "fp8").iter_rows(named=True)
+    }
+
+
 def recommendations(
     minutes: pl.LazyFrame,
     prices: pl.DataFrame,
@@ -428,12 +478,7 @@ def recommendations(
     `catalog`: the GPU catalog, whose `bf16` / `fp8` columns say which precisions to advise;
     `r`: when each action fires and what it recovers; `t`: what counts as an active minute."""
     stats = namespace_stats(minutes, prices, d.pcie_busy_from, t)
-    caps = {}
-    if catalog is not None and {"bf16", "fp8"} <= set(catalog.columns):
-        caps = {
-            r["model_key"]: (r["bf16"], r["fp8"])
-            for r in catalog.select("model_key", "bf16", "fp8").iter_rows(named=True)
-        }
+    caps = precision_caps(catalog)
     rows = [_recommend(row, caps, r) for row in stats.iter_rows(named=True)]
     return (
         pl.DataFrame(rows, schema=RECOMMENDATIONS_SCHEMA)

@@ -138,6 +138,7 @@ class Marts:
     health: pl.DataFrame | None
     stragglers: pl.DataFrame | None
     namespaces: pl.DataFrame | None
+    workloads: pl.DataFrame | None
 
 
 # the columns of gpu_minutes the report reads (the scatter, the models chart, capacity, the
@@ -183,6 +184,7 @@ def read_marts(lake: Lake, day: date, t: Thresholds = DEFAULT) -> Marts:
         health=read_if(lake, "gpu_health", day),
         stragglers=read_if(lake, "stragglers", day),
         namespaces=read_if(lake, "namespace_efficiency", day),
+        workloads=read_if(lake, "workload_efficiency", day),
     )
 
 

@@ -18,6 +18,7 @@ from gpu_pipeline.lib.display import (
     NO_NAMESPACE,
     NO_POWER,
     NO_PRICE,
+    NO_WORKLOAD,
     STRAGGLER_RULES,
     num,
     plural,
@@ -25,6 +26,7 @@ from gpu_pipeline.lib.display import (
 from gpu_pipeline.lib.io.report import data
 from gpu_pipeline.lib.io.report.charts import Chart
 from gpu_pipeline.lib.io.report.data import Period, label, pct_down
+from gpu_pipeline.lib.marts.workload_efficiency import top_workloads
 from gpu_pipeline.lib.rules import DAYS_PER_MONTH, PHASES, Rules, Thresholds
 from gpu_pipeline.lib.samples import MINUTES_PER_DAY
 
@@ -72,6 +74,10 @@ LABELS = {
     "pct_idle": "idle %",
     "pct_active_bottlenecked": "active minutes bottlenecked %",
     "dominant_diagnosis": "main diagnosis",
+    "main_diagnosis": "main diagnosis",
+    "top_action": "top action",
+    "total_waste_usd": "waste $/day",
+    "monthly_waste_per_gpu": "waste $/GPU-month",
     "cost_usd": "cost $/day",
     "waste_usd": "waste $/day",
     "energy_kwh": "energy kWh",
@@ -401,6 +407,26 @@ def namespaces_table(nse: pl.DataFrame) -> Table:
     )
 
 
+# the workloads the report lists
+TOP_WORKLOADS = 10
+
+
+def workloads_table(we: pl.DataFrame) -> Table:
+    """The day's workloads with the most recoverable waste (`top_workloads`), money first."""
+    money = ("total_waste_usd", "cost_usd")
+    return table(
+        top_workloads(we.lazy(), TOP_WORKLOADS),
+        ["namespace", "workload", *money, "monthly_waste_per_gpu", "gpu_hours", "cluster"]
+        + ["main_diagnosis", "top_action"],
+        dict.fromkeys((*money, "monthly_waste_per_gpu"), dollars) | {"gpu_hours": one},
+        # a workload on models without a price has no cost (the mart's null); no rule fires
+        dict.fromkeys((*money, "monthly_waste_per_gpu"), NO_PRICE)
+        | {"workload": NO_WORKLOAD, "main_diagnosis": "n/a", "top_action": "none"},
+        codes={"main_diagnosis": DIAGNOSES, "top_action": ACTIONS},
+        cls="workloads",
+    )
+
+
 def health(h: pl.DataFrame, rules: Rules) -> dict:
     """The GPUs ok of all, the rule for a warning, the ok GPUs that were hot for less than it
     (counted, not listed: a minute's spike is no alert), and the table of the others."""
@@ -537,7 +563,7 @@ def context(d: data.ReportData, drawn: list[Chart], f: data.InForce) -> dict:
         "Bottlenecked GPUs": lambda: ("persistent", persistent(m.persistent, m.daily, t)),
         "Recommendations": lambda: ("recommendations", recommendation_tables(m.rec, d.period)),
     }
-    nse, strag = m.namespaces, m.stragglers
+    nse, strag, we = m.namespaces, m.stragglers, m.workloads
     return {
         "day": d.day,
         "partial": partial(d.fleet, m.daily, t),
@@ -549,6 +575,7 @@ def context(d: data.ReportData, drawn: list[Chart], f: data.InForce) -> dict:
         "bottlenecked": bottlenecked_today(m.daily),
         "charts": [chart(c, after[c.title]() if c.title in after else None) for c in drawn],
         "namespaces": namespaces_table(nse) if nse is not None and nse.height else None,
+        "workloads": workloads_table(we) if we is not None and we.height else None,
         "health": None if m.health is None else health(m.health, f.rules),
         "stragglers": stragglers_table(strag) if strag is not None and strag.height else None,
         "appendix": appendix(m.minutes, f),

@@ -1,0 +1,171 @@
+"""gpu_minutes -> `workload_efficiency`: day x cluster x namespace x workload, where a workload
+is the Kubernetes owner of the pod (`pod_owner`). GPU-hours, utilization vs RFU, phase shares,
+the cost split and run rates of priced_waste, the main diagnosis and the top action.
+
+Money comes from the same allocated minutes as namespace_efficiency and recommendations
+(`money.allocated_minutes`: a MIG instance's minute costs its slices, the free slices are idle
+waste on the physical GPU's row) and every minute falls in exactly one workload of its
+namespace, so the workloads of a namespace add up to the namespace: cost and each waste kind.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from gpu_pipeline.lib.marts.priced_waste import priced_total
+from gpu_pipeline.lib.marts.recommendations import (
+    actions,
+    precision_caps,
+    rule_minutes,
+    rule_stats,
+    top_waste_action,
+)
+from gpu_pipeline.lib.money import priced_rates, weighted_mean, weighted_share
+from gpu_pipeline.lib.rules import (
+    DEFAULT,
+    DIAGNOSES,
+    DIAGNOSIS,
+    HOURS_PER_MONTH,
+    PHASES,
+    RECOMMEND,
+    DiagnosisThresholds,
+    RecommendationThresholds,
+    Thresholds,
+)
+from gpu_pipeline.lib.samples import collect_stable
+from gpu_pipeline.lib.schemas import to_contract
+
+# the grain of workload_efficiency
+WORKLOAD_KEYS = ("date", "cluster", "namespace", "workload")
+
+# the characters Kubernetes draws generated names from (k8s.io/apimachinery util/rand: no
+# vowels, no 0, 1 or 3, so that no word is spelled): ReplicaSet hashes and random suffixes
+_K8S = "[bcdfghjklmnpqrstvwxz2456789]"
+# (owner, pattern of its pod names): tried in this order, the first that matches is stripped,
+# once; group 1 is the owner's name
+POD_NAME_RULES: tuple[tuple[str, str], ...] = (
+    # CronJob: its Job is named <cronjob>-<scheduled time, minutes since the epoch>, the
+    # Job's pod <job>-<5 random>
+    ("CronJob", rf"^(.+)-[0-9]{{8,}}-{_K8S}{{5}}$"),
+    # Deployment: its ReplicaSet is <deployment>-<pod-template-hash>, the pod <rs>-<5 random>
+    ("Deployment", rf"^(.+)-{_K8S}{{5,10}}-{_K8S}{{5}}$"),
+    # Job (and DaemonSet, ReplicaSet, anything named by generateName): <owner>-<5 random>
+    ("Job", rf"^(.+)-{_K8S}{{5}}$"),
+    # StatefulSet: <statefulset>-<ordinal> (and the replicas of PyTorchJob, MPIJob, Volcano)
+    ("StatefulSet", r"^(.+)-[0-9]+$"),
+)
+
+
+def pod_owner(pod: pl.Expr) -> pl.Expr:
+    """The workload a pod belongs to: its name without the suffix Kubernetes generated.
+
+    `web-7d9f8c6b5d-x2kq9` (Deployment) -> `web`; `db-3` (StatefulSet) -> `db`;
+    `train-x7k2p` (Job) -> `train`; `nightly-28458960-bq7zd` (CronJob) -> `nightly`; a bare
+    pod `mypod` -> `mypod`; no pod -> null. Only one suffix is stripped (the first rule of
+    `POD_NAME_RULES` that matches), so `resnet-50-7d9f8c6b5d-x2kq9` -> `resnet-50`. Generated
+    suffixes use Kubernetes' alphabet only (no vowels, no 0, 1, 3): `bert-large` and
+    `train-abcde` keep their last word. A bare pod whose name ends in a number reads as a
+    StatefulSet replica (`resnet-50` -> `resnet`): the telemetry carries no owner reference to
+    tell the two apart.
+    """
+    (_, first), *rest = POD_NAME_RULES
+    out = pl.when(pod.str.contains(first)).then(pod.str.replace(first, "$1"))
+    for _, rx in rest:
+        out = out.when(pod.str.contains(rx)).then(pod.str.replace(rx, "$1"))
+    return out.otherwise(pod)
+
+
+def with_workload(minutes: pl.LazyFrame) -> pl.LazyFrame:
+    """Minutes with their `workload` (`pod_owner` of their pod; null without a pod), worked
+    out once per distinct pod, not once per minute."""
+    pods = minutes.select("pod").unique().filter(pl.col("pod").is_not_null())
+    owners = pods.with_columns(pod_owner(pl.col("pod")).alias("workload"))
+    return minutes.join(owners, on="pod", how="left", maintain_order="left")
+
+
+def _main_diagnosis() -> pl.Expr:
+    """The diagnosis of most of the group's GPU-time (weighted by GPU share, idle included; the
+    first in `DIAGNOSES` order on a tie); null when no minute has one."""
+    weights = pl.concat_list(
+        [pl.col("_w").filter(pl.col("diagnosis") == d).sum() for d in DIAGNOSES]
+    )
+    best = weights.list.arg_max().replace_strict(
+        list(range(len(DIAGNOSES))), list(DIAGNOSES), return_dtype=pl.String
+    )
+    return pl.when(weights.list.max() > 0).then(best).alias("main_diagnosis")
+
+
+def _aggregations(d: DiagnosisThresholds, t: Thresholds) -> list[pl.Expr]:
+    """What each workload adds up: the rules' numbers (gpus, GPU-hours, money, shares) and the
+    table's own (pods, unmeasured cost, means, phase shares, main diagnosis)."""
+    return [
+        *rule_stats(d.pcie_busy_from, t),
+        pl.col("pod").drop_nulls().n_unique().alias("pods"),
+        pl.col("unmeasured_usd").sum(),
+        weighted_mean("gpu_util_pct").alias("avg_gpu_util_pct"),
+        weighted_mean("rfu_pct").alias("avg_rfu_pct"),
+        *[(100.0 * weighted_share(pl.col("phase") == p)).alias(f"pct_{p}") for p in PHASES],
+        _main_diagnosis(),
+    ]
+
+
+def workload_efficiency(
+    minutes: pl.LazyFrame,
+    prices: pl.DataFrame,
+    catalog: pl.DataFrame | None = None,
+    d: DiagnosisThresholds = DIAGNOSIS,
+    r: RecommendationThresholds = RECOMMEND,
+    t: Thresholds = DEFAULT,
+) -> pl.DataFrame:
+    """One row per day, cluster, namespace and workload (null: minutes without a pod).
+
+    Minutes are weighted by their GPU share (a MIG instance by its slices), as in
+    namespace_efficiency; money is priced_waste's split (`money.priced_rates`: null where no
+    minute has a price); `top_action` is what the recommendation rules advise first for the
+    workload's own numbers (`recommendations.top_waste_action`; spot is not a waste action).
+    """
+    stats = (
+        rule_minutes(with_workload(minutes), prices)
+        .group_by(*WORKLOAD_KEYS)
+        .agg(*_aggregations(d, t))
+        .pipe(collect_stable)
+    )
+    caps = precision_caps(catalog)
+    top = [top_waste_action(actions(row, caps, r)) for row in stats.iter_rows(named=True)]
+    out = stats.lazy().with_columns(pl.Series("top_action", top, pl.String)).pipe(priced_rates)
+    return (
+        to_contract(out, "workload_efficiency")
+        .sort("cluster", "namespace", "workload", nulls_last=False)
+        .pipe(collect_stable)
+    )
+
+
+def top_workloads(rows: pl.LazyFrame, n: int = 10) -> pl.DataFrame:
+    """The `n` workloads with the most recoverable waste (idle + stall + headroom) over the days
+    of `rows` (workload_efficiency rows), most first: their GPU-hours, cost and waste summed,
+    the waste per GPU-month (waste / GPU-hours x 720), and the main diagnosis and top action of
+    their most wasteful day. Workloads without a price come last."""
+    worst = pl.col("total_waste_usd").fill_null(-1.0)
+    return (
+        rows.group_by("cluster", "namespace", "workload")
+        .agg(
+            pl.col("gpu_hours").sum(),
+            *[priced_total(c) for c in ("cost_usd", "total_waste_usd")],
+            pl.col("main_diagnosis", "top_action").sort_by(worst, "date").last(),
+        )
+        .with_columns(
+            (pl.col("total_waste_usd") / pl.col("gpu_hours") * HOURS_PER_MONTH).alias(
+                "monthly_waste_per_gpu"
+            )
+        )
+        .sort(
+            "total_waste_usd",
+            "cluster",
+            "namespace",
+            "workload",
+            descending=[True, False, False, False],
+            nulls_last=True,
+        )  # fmt: skip
+        .head(n)
+        .pipe(collect_stable)
+    )
