@@ -68,6 +68,8 @@ KEYS: dict[str, list[str]] = {
     "stragglers": ["hour", "namespace", "pod", "gpu_uuid", "gpu_instance_id", "metric"],
     "efficiency_roi": ["scope", "gpu_model"],
     "namespace_efficiency": ["namespace"],
+    # partitioned by month (its first day, 2024-01-01: the other days have no partition)
+    "namespace_monthly": ["cluster", "namespace"],
 }
 
 # Columns left out of the fingerprints because they legitimately differ between two runs over

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from gpu_pipeline.lib.money import MONEY
+from gpu_pipeline.lib.money import MONEY, cents
 from gpu_pipeline.lib.rules import HOURS_PER_MONTH, HOURS_PER_YEAR
 from gpu_pipeline.lib.schemas import (
     to_contract,
@@ -47,8 +47,8 @@ def priced_waste(runs: pl.LazyFrame) -> pl.LazyFrame:
             (pl.col("total_waste_usd") / pl.col("gpu_hours")).alias("hourly_waste_usd"),
         )
         .with_columns(
-            (pl.col("hourly_waste_usd") * HOURS_PER_MONTH).round(2).alias("monthly_waste_usd"),
-            (pl.col("hourly_waste_usd") * HOURS_PER_YEAR).round(2).alias("yearly_waste_usd"),
+            cents(pl.col("hourly_waste_usd") * HOURS_PER_MONTH).alias("monthly_waste_usd"),
+            cents(pl.col("hourly_waste_usd") * HOURS_PER_YEAR).alias("yearly_waste_usd"),
         )
     )
     return to_contract(w, "priced_waste").sort(
