@@ -17,6 +17,8 @@ from gpu_pipeline.lib.schemas import TABLES
 
 START = date(2024, 1, 1)
 ASSETS = dg.load_assets_from_modules([raw, staging, marts, report])
+# the tables with a partition a day (namespace_monthly's are months: tests/test_monthly.py)
+DAILY_TABLES = [t for t in TABLES if t != "namespace_monthly"]
 
 
 def test_definitions_load():
@@ -153,7 +155,7 @@ def test_recommendations_and_report_for_planted_namespaces(planted):
 
 def test_every_table_written_for_every_day(planted):
     _, lake = planted
-    for t in TABLES:
+    for t in DAILY_TABLES:
         assert lake.days(t) == [START + timedelta(days=i) for i in range(4)], t
 
 
@@ -260,11 +262,13 @@ def test_hourly_metrics_for_planted_hours(planted):
 def test_rematerializing_gives_identical_bytes(planted, tmp_path):
     tmp, lake = planted
     before = {
-        t: hashlib.sha256(lake.partition_file(t, START).read_bytes()).hexdigest() for t in TABLES
+        t: hashlib.sha256(lake.partition_file(t, START).read_bytes()).hexdigest()
+        for t in DAILY_TABLES
     }
     run_days(tmp, [START])
     after = {
-        t: hashlib.sha256(lake.partition_file(t, START).read_bytes()).hexdigest() for t in TABLES
+        t: hashlib.sha256(lake.partition_file(t, START).read_bytes()).hexdigest()
+        for t in DAILY_TABLES
     }
     assert before == after
 
