@@ -176,6 +176,24 @@ def test_the_showback_file_csv_and_xlsx(planted, tmp_path):
     assert about_rows["days in the lake"] == "2 of 31" and about_rows["month to date"] == "no"
 
 
+def test_the_report_has_a_month_to_date_line_per_namespace(planted):
+    import re
+
+    from gpu_pipeline.lib.io.report import build_report
+
+    _, lake, _ = planted
+    html = build_report(lake, DAYS[1]).html
+    section = html[html.index("<h2>Month to date</h2>") :]
+    assert "January 2024 from 2024-01-01 to 2024-01-31: 2 days of it in the lake" in section
+    text = re.sub(r"<[^>]+>", "|", section)
+    cells = [c.strip() for c in text.split("|") if c.strip()]
+    # ns1 all clusters together: 4 h on cluster-a + 1 h on cluster-b, $12.50, waste $5.25,
+    # 1.16 + 0.1 kWh, RFU (1 x 50 + 3 x 80 + 1 x 25) / 5 = 63
+    i = cells.index("ns1")
+    assert cells[i : i + 7] == ["ns1", "2", "5.0", "$12.50", "$5.25", "1.3", "63.0"], cells[i:]
+    assert "cost $/day" not in section[: section.index("</table>")]
+
+
 def test_definitions_wire_the_months_to_the_days():
     from gpu_pipeline.definitions import defs
 

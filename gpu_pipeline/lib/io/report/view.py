@@ -417,7 +417,9 @@ def month_table(m: data.MonthToDate | None, day) -> dict | None:
             | dict.fromkeys(("cost_usd", "waste_usd"), dollars),
             dict.fromkeys(("cost_usd", "waste_usd"), NO_PRICE)
             | {"energy_kwh": NO_POWER, "avg_rfu_pct": "n/a"},
-            heads={"days_covered": "days", "energy_kwh": "kWh", "waste_usd": "waste"},
+            # the month's totals, not per day (LABELS' cost is the day's)
+            heads={"days_covered": "days", "cost_usd": "cost", "waste_usd": "waste"}
+            | {"energy_kwh": "kWh"},
             cls="month",
         ),
     }
