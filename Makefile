@@ -13,6 +13,8 @@ ifeq ($(origin START), undefined)
 START := $(shell $(PYTHON) -c "import datetime as d;print(d.datetime.now(d.timezone.utc).date()-d.timedelta(days=$(DAYS)))")
 endif
 END ?= $(shell $(PYTHON) -c "import datetime as d;print(d.date.fromisoformat('$(START)')+d.timedelta(days=$(DAYS)-1))")
+# the months the demo's days touch: each gets its showback file (`gpu-pipeline showback`)
+MONTHS ?= $(shell $(PYTHON) -c "import datetime as d;s,e=(d.date.fromisoformat(x) for x in ('$(START)','$(END)'));print(*sorted({(s+d.timedelta(days=i)).strftime('%Y-%m') for i in range((e-s).days+1)}))")
 
 NATIVE := gpu_pipeline/native/libgpu_pipeline_native.so
 NATIVE_CFLAGS ?= -O2 -Wall -Wextra -shared -fPIC -pthread
@@ -41,6 +43,7 @@ install-dev: $(DEV_STAMP) $(NATIVE)
 demo: $(STAMP) $(NATIVE)
 	$(BIN)/gpu-pipeline generate --start $(START) --days $(DAYS)
 	$(BIN)/gpu-pipeline materialize --start $(START) --end $(END) --summary
+	for m in $(MONTHS); do $(BIN)/gpu-pipeline showback --month $$m || exit 1; done
 
 # Real servers the tests start on loopback (VictoriaMetrics, Prometheus 2.x with promtool,
 # PostgreSQL 15 for the Dagster instance: its binaries are off PATH, in /usr/lib/postgresql), and

@@ -128,6 +128,8 @@ def _say_outcome(run) -> bool:
         for trace in run.traces:
             _say(trace)
         return False
+    if run.months:
+        _say(f"  months {', '.join(run.months)}: namespace_monthly written (gpu-pipeline showback)")
     if run.views_error is not None:
         _say(f"  note: views file {run.views} not written: {run.views_error}")
     return True
@@ -564,6 +566,38 @@ def cmd_report(a: argparse.Namespace) -> int:
     return 0
 
 
+def _month(s: str) -> date:
+    from gpu_pipeline.lib.marts.namespace_monthly import parse_month
+
+    try:
+        return parse_month(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a month (YYYY-MM): {s!r}") from None
+
+
+def cmd_showback(a: argparse.Namespace) -> int:
+    """The month's namespace_monthly as the showback file (CSV or xlsx)."""
+    from gpu_pipeline.lib.io.lake import Lake, is_uri
+    from gpu_pipeline.lib.io.showback import NoMonth, write_showback
+
+    s = _settings(a)
+    if not is_uri(s.lake) and not Path(s.lake).is_dir():
+        _say(f"error: the lake {s.lake} does not exist: materialize some days first")
+        return 2
+    label = a.month.strftime("%Y-%m")
+    name = f"showback_{label}.{a.format}"
+    out = Path(a.out) if a.out else settings.reports_dir(s.lake) / name
+    try:
+        df, about = write_showback(Lake(s.lake), a.month, a.format, out)
+    except NoMonth as e:
+        _say(f"error: {e}")
+        return 2
+    covered = f"{about['days_in_lake']} of {about['days_in_month']} days"
+    to_date = ", month to date" if about["month_to_date"] else ""
+    _say(f"wrote {out} ({df.height} rows; {label}: {covered}{to_date})")
+    return 0
+
+
 def cmd_init_instance(_: argparse.Namespace) -> int:
     from gpu_pipeline.runs import init_instance
 
@@ -579,6 +613,7 @@ EXAMPLES = {
     "pull": "gpu-pipeline pull --start 2026-11-20 --end 2026-11-22 --url http://prometheus:9090",
     "sample": "gpu-pipeline sample --interval 0.1 --duration 60",
     "report": "gpu-pipeline report --date 2024-01-07 --out report.html",
+    "showback": "gpu-pipeline showback --month 2024-01 --format xlsx --out showback.xlsx",
     "init-instance": "gpu-pipeline init-instance",
 }
 
@@ -727,6 +762,17 @@ def _add_report(sub, reports: str) -> None:
         help=f"file (default {reports}/gpu_report_DATE.html; with --lake, in that lake's reports)",
     )
     r.set_defaults(fn=cmd_report)
+    sb = _command(sub, "showback", help="write a month's per-namespace showback (CSV or xlsx)")
+    sb.add_argument("--month", type=_month, required=True, help="the UTC month (YYYY-MM)")
+    sb.add_argument(
+        "--format", choices=["csv", "xlsx"], default="csv", help="file format (default %(default)s)"
+    )
+    sb.add_argument("--lake", help="lake root (default GPU_PIPELINE_LAKE or data/lake)")
+    sb.add_argument(
+        "--out",
+        help=f"file (default {reports}/showback_MONTH.FORMAT; with --lake, in that lake's reports)",
+    )
+    sb.set_defaults(fn=cmd_showback)
     i = _command(sub, "init-instance", help="create DAGSTER_HOME with the project's dagster.yaml")
     i.set_defaults(fn=cmd_init_instance)
 

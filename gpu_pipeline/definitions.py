@@ -15,7 +15,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from gpu_pipeline.defs import marts, report, staging, warehouse
+from gpu_pipeline.defs import marts, monthly, report, staging, warehouse
 from gpu_pipeline.defs.jobs import build_jobs
 from gpu_pipeline.defs.partitions import DEFAULT as DEFAULT_PARTITIONING
 from gpu_pipeline.defs.partitions import Partitioning
@@ -163,6 +163,8 @@ def partitioned(a: dg.AssetsDefinition, p: Partitioning) -> dg.AssetsDefinition:
         return a
     if a.backfill_policy != p.backfill_policy:
         a = a.with_attributes(backfill_policy=p.backfill_policy)
+    if isinstance(a.partitions_def, dg.MonthlyPartitionsDefinition):  # its days: any mapping
+        return a.map_asset_specs(lambda s: s.replace_attributes(partitions_def=p.monthly))
 
     def spec(s: dg.AssetSpec) -> dg.AssetSpec:
         deps = [
@@ -185,7 +187,7 @@ def build_definitions(s: Settings | None = None, pull: bool | None = None) -> dg
     s = s or Settings.from_env()
     p = Partitioning.of(s)
     prom = prometheus(s, pull)
-    assets = dg.load_assets_from_modules([staging, marts, report, warehouse])
+    assets = dg.load_assets_from_modules([staging, marts, monthly, report, warehouse])
     if prom:  # the pull lands files before the ingest reads them
         assets += [prometheus_export, build_ingest(("prometheus_export",))]
     else:
@@ -195,9 +197,13 @@ def build_definitions(s: Settings | None = None, pull: bool | None = None) -> dg
     return dg.Definitions(
         assets=[landing_files, *[partitioned(a, p) for a in assets]],
         asset_checks=[freshness],
-        jobs=[job, warehouse.refresh_warehouse],
+        jobs=[job, monthly.build_monthly_job(p), warehouse.refresh_warehouse],
         schedules=[schedule],
-        sensors=[build_landing_sensor(p), build_freshness_sensor(freshness)],
+        sensors=[
+            build_landing_sensor(p),
+            build_freshness_sensor(freshness),
+            monthly.monthly_automation_sensor,
+        ],
         # the run queue in config/dagster.yaml limits how many runs a backfill has going at once
         executor=executor(s.executor),
         resources={

@@ -16,8 +16,9 @@ tests/test_layers.py).
    file, cache folder);
 3. refuses a range whose landing files hold no records (unless allow_empty or pull);
 4. creates the Dagster instance if needed, fails this host's orphaned runs, runs
-   `daily_pipeline` over the whole range in one run and refreshes the lake's views file when it
-   no longer matches the lake;
+   `daily_pipeline` over the whole range in one run, then `namespace_monthly_job` over the
+   months of those days (a month is made from all its days), and refreshes the lake's views
+   file when it no longer matches the lake;
 5. returns a `RangeRun`: the run's status and failed steps, its own ledger (from its
    materializations, never what the lake holds by then) and the landing files rejected whole.
 
@@ -96,6 +97,7 @@ class RangeRun:
     failures: list[tuple[str, str]] = field(default_factory=list)  # (step, root cause)
     traces: list[str] = field(default_factory=list)  # failed steps' stack traces (verbose)
     views_error: str | None = None  # why the views file was not written, when it was not
+    months: list[str] = field(default_factory=list)  # the months run again after the days
     ledger: dict[date, dict] = field(default_factory=dict)  # per day, the run's own ingest_log
     # the first MAX_LISTED files rejected whole with records on the days: (file, first reason)
     rejected_whole: list[tuple[str, str]] = field(default_factory=list)
@@ -284,6 +286,8 @@ def materialize_range(s: settings.Settings, req: Request, say: Say) -> RangeRun:
     with dg.DagsterInstance.from_config(str(settings.dagster_home())) as instance:
         fail_orphaned_runs(instance, say)
         result = _execute(s, defs, instance, req, days, run, say)
+        if run.success:
+            _run_months(defs, instance, req, run)
         if not run.success:
             return run
         _refresh_views(defs, instance, run, root)
@@ -374,6 +378,34 @@ def _launch(s, defs, instance, req: Request, run_config: dict, tags: dict, say: 
     return defs.resolve_job_def("daily_pipeline").execute_in_process(
         instance=instance, raise_on_error=False, run_config=run_config, tags=tags
     )
+
+
+def _run_months(defs, instance, req: Request, run: RangeRun) -> None:
+    """The months of the run's days, made again from all their days in the lake (a late day
+    changes its month's totals): one run of `namespace_monthly_job` after the days' run. Its
+    failure fails the command, with the step and its cause."""
+    from gpu_pipeline.lib.marts.namespace_monthly import MONTH_FORMAT
+
+    keys = sorted({d.strftime(MONTH_FORMAT) for d in run.days})
+    job = defs.resolve_job_def("namespace_monthly_job")
+    if len(keys) == 1:
+        tags = dict(job.get_tags_for_partition_key(keys[0], None))
+    else:
+        tags = {
+            "dagster/asset_partition_range_start": keys[0],
+            "dagster/asset_partition_range_end": keys[-1],
+        }
+    tags |= {HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())}
+    res = job.execute_in_process(
+        instance=instance,
+        raise_on_error=False,
+        run_config={} if req.verbose else QUIET,
+        tags=tags,
+    )
+    run.months = keys
+    if not res.success:
+        run.success = False
+        run.failures = step_failures(res.all_events)
 
 
 def _refresh_views(defs, instance, run: RangeRun, root: str) -> None:

@@ -15,7 +15,7 @@ import duckdb
 import polars as pl
 import pytest
 
-from gpu_pipeline.defs import marts, raw, report, staging
+from gpu_pipeline.defs import marts, monthly, raw, report, staging
 from gpu_pipeline.defs.resources import LakeResource, LandingResource, ReferenceResource
 from gpu_pipeline.lib.generate import generate
 from gpu_pipeline.lib.io.lake import Lake
@@ -42,6 +42,9 @@ def lake(tmp_path_factory) -> Path:
         assert dg.materialize(
             ASSETS, partition_key=d.isoformat(), resources=res, instance=instance
         ).success
+    # and their month (one partition, `date=2024-01-01`: the month's first day)
+    month = [monthly.namespace_monthly]
+    assert dg.materialize(month, partition_key="2024-01", resources=res, instance=instance).success
     return tmp / "lake"
 
 
@@ -50,8 +53,9 @@ def expected(root: Path) -> dict[str, dict[str, int]]:
     lk = Lake(root)
     out = {}
     for t in TABLES:
-        assert lk.days(t) == DAYS, t
-        out[t] = {d.isoformat(): lk.read(t, d).height for d in DAYS}
+        days = [START] if t == "namespace_monthly" else DAYS  # a month: its first day
+        assert lk.days(t) == days, t
+        out[t] = {d.isoformat(): lk.read(t, d).height for d in days}
     assert sum(out["gpu_minutes"].values()) == 4 * 1440 * len(DAYS)
     return out
 

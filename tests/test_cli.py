@@ -99,8 +99,14 @@ def test_runs_are_recorded_in_the_persistent_instance(run):
         # both days' partitions are materialized by that one run
         keys = instance.get_materialized_partitions(dg.AssetKey("priced_waste"))
         assert keys == {"2024-01-01", "2024-01-02"}
-        # the views file is written by its own asset, once, not by the partitioned runs
-        assert [r.job_name for r in runs if r not in daily] == ["refresh_warehouse"]
+        # the views file is written by its own asset, once, not by the partitioned runs; the
+        # days' month by its own job, after them (instance.get_runs: newest first)
+        assert [r.job_name for r in runs if r not in daily] == [
+            "refresh_warehouse",
+            "namespace_monthly_job",
+        ]
+        (month,) = [r for r in runs if r.job_name == "namespace_monthly_job"]
+        assert month.tags["dagster/partition"] == "2024-01"
         # the lake's own views file, inside it (two lakes never share one)
         assert (tmp / "lake" / "_warehouse.duckdb").is_file()
         assert not (tmp / "warehouse.duckdb").exists()

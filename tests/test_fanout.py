@@ -96,7 +96,12 @@ def compare_lakes(got: Lake, want: Lake) -> list[str]:
     differ (none are expected: nothing run-specific is written, the lineage names the ingest
     by its content)."""
     differ = []
-    tables = sorted(p.name for p in Path(want.root).iterdir() if not p.name.startswith("_"))
+    # the days' tables: the backfill of days selects no month (tests/test_monthly.py has them)
+    tables = sorted(
+        p.name
+        for p in Path(want.root).iterdir()
+        if not p.name.startswith("_") and p.name != "namespace_monthly"
+    )
     assert "persistent_bottlenecks" in tables and "gpu_minutes" in tables, tables
     for table in tables:
         assert want.days(table) == DAYS, (table, want.days(table))

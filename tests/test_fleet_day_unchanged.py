@@ -69,6 +69,8 @@ KEYS: dict[str, list[str]] = {
     "efficiency_roi": ["scope", "gpu_model"],
     "namespace_efficiency": ["namespace"],
     "workload_efficiency": ["cluster", "namespace", "workload"],
+    # partitioned by month (its first day, 2024-01-01: the other days have no partition)
+    "namespace_monthly": ["cluster", "namespace"],
 }
 
 # Columns left out of the fingerprints because they legitimately differ between two runs over

@@ -12,9 +12,10 @@ def build_jobs(p: Partitioning, freshness: dg.AssetChecksDefinition) -> tuple:
         "daily_pipeline",
         # the daily assets: not the views file, not the (unpartitioned) parse cache. Freshness
         # is judged by its own sensor (freshness_checks_sensor), not at the end of a run: a
-        # backfill of last year's days says nothing about whether yesterday is late
+        # backfill of last year's days says nothing about whether yesterday is late. Not the
+        # months (one job, one partitioning: they have their own, defs/monthly.py)
         selection=dg.AssetSelection.all()
-        - dg.AssetSelection.groups("warehouse")
+        - dg.AssetSelection.groups("warehouse", "monthly")
         - dg.AssetSelection.keys("landing_files")
         - dg.AssetSelection.checks(freshness),
         partitions_def=p.daily,

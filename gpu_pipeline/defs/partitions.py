@@ -11,6 +11,7 @@ from functools import cache
 
 import dagster as dg
 
+from gpu_pipeline.lib.marts.namespace_monthly import MONTH_FORMAT
 from gpu_pipeline.lib.rules import DEFAULT as DEFAULT_THRESHOLDS
 from gpu_pipeline.settings import DEFAULT_BACKFILL_DAYS, DEFAULT_START_DATE, Settings
 
@@ -19,6 +20,27 @@ from gpu_pipeline.settings import DEFAULT_BACKFILL_DAYS, DEFAULT_START_DATE, Set
 def daily(start_date: str) -> dg.DailyPartitionsDefinition:
     """UTC days from `start_date` (one object per start date: Dagster compares them)."""
     return dg.DailyPartitionsDefinition(start_date=start_date, timezone="UTC")
+
+
+@cache
+def monthly(start_date: str) -> dg.MonthlyPartitionsDefinition:
+    """UTC calendar months (`2024-01`) from the month of `start_date`, the current one included
+    (`end_offset=1`): it is the month to date, re-run as its days arrive."""
+    first = start_date[:7]  # YYYY-MM: the month of the first day, whatever its day
+    return dg.MonthlyPartitionsDefinition(
+        start_date=first, fmt=MONTH_FORMAT, timezone="UTC", end_offset=1
+    )
+
+
+@cache
+def days_of_month() -> dg.TimeWindowPartitionMapping:
+    """A month reads its days (Dagster's default mapping between a daily and a monthly
+    partitioning), those that exist: the month to date's later days, and a first month's days
+    before the first day, have no partition. (`allow_nonexistent_upstream_partitions` is beta
+    in Dagster 1.13.)"""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        return dg.TimeWindowPartitionMapping(allow_nonexistent_upstream_partitions=True)
 
 
 @cache
@@ -64,6 +86,10 @@ class Partitioning:
         return daily(self.start_date)
 
     @property
+    def monthly(self) -> dg.MonthlyPartitionsDefinition:
+        return monthly(self.start_date)
+
+    @property
     def window(self) -> dg.TimeWindowPartitionMapping:
         return window(self.window_days)
 
@@ -87,3 +113,4 @@ class Partitioning:
 DEFAULT = Partitioning()
 # the default days, which the modules' assets are built with
 daily_partitions = DEFAULT.daily
+monthly_partitions = DEFAULT.monthly

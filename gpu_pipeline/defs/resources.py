@@ -49,7 +49,9 @@ def described(cls: type[R], descriptions: Mapping[str, str]) -> type[R]:
 
 
 def run_days(tags: dict[str, str]) -> list[date]:
-    """The UTC days a run's partition tags name (a partition, or a range of them)."""
+    """The UTC days a run's partition tags name (a partition, or a range of them); none for a
+    run of months (`2024-01`: namespace_monthly writes its month's file only, read by no
+    other run's day)."""
     if "dagster/partition" in tags:
         try:
             return [date.fromisoformat(tags["dagster/partition"])]
@@ -57,9 +59,10 @@ def run_days(tags: dict[str, str]) -> list[date]:
             return []
     start = tags.get("dagster/asset_partition_range_start")
     end = tags.get("dagster/asset_partition_range_end")
-    if not (start and end):
+    try:
+        first, last = date.fromisoformat(start or ""), date.fromisoformat(end or "")
+    except ValueError:
         return []
-    first, last = date.fromisoformat(start), date.fromisoformat(end)
     return [first + timedelta(days=i) for i in range((last - first).days + 1)]
 
 

@@ -12,6 +12,8 @@ from gpu_pipeline.lib.fields import FIELDS
 COLUMNS: dict[str, str] = {
     # keys and labels
     "date": "UTC day of the partition",
+    "month": "UTC calendar month (YYYY-MM)",
+    "days_covered": "days of the month with GPU-hours in the lake (month to date: so far)",
     "timestamp": "sample time (UTC, ms)",
     "minute": "start of the UTC minute",
     "hour": "start of the UTC hour",
@@ -186,6 +188,10 @@ BY_TABLE: dict[tuple[str, str], str] = {
     ("efficiency_roi", "avg_rfu_pct"): "mean RFU of the scope, %",
     ("workload_efficiency", "gpus"): "distinct physical GPUs the workload ran on",
     ("workload_efficiency", "gpu_hours"): "GPU-hours paid for (a MIG instance: its slices' share)",
+    ("namespace_monthly", "date"): "first UTC day of the month (the partition)",
+    ("namespace_monthly", "avg_rfu_pct"): "mean RFU over the month's GPU-hours, %",
+    ("namespace_monthly", "energy_kwh"): "energy drawn over the month, kWh (a MIG instance: its "
+    "slices' share); null: no power reading",
 }
 
 

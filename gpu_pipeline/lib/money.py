@@ -156,10 +156,23 @@ def priced_rates(groups: pl.LazyFrame) -> pl.LazyFrame:
             (pl.col("total_waste_usd") / pl.col("gpu_hours")).alias("hourly_waste_usd"),
         )
         .with_columns(
-            (pl.col("hourly_waste_usd") * HOURS_PER_MONTH).round(2).alias("monthly_waste_usd"),
-            (pl.col("hourly_waste_usd") * HOURS_PER_YEAR).round(2).alias("yearly_waste_usd"),
+            cents(pl.col("hourly_waste_usd") * HOURS_PER_MONTH).alias("monthly_waste_usd"),
+            cents(pl.col("hourly_waste_usd") * HOURS_PER_YEAR).alias("yearly_waste_usd"),
         )
     )
+
+
+def allocated_kwh() -> pl.Expr:
+    """A minute's energy as its namespace owns it, kWh: the physical GPU's power x the row's GPU
+    share (a MIG instance: its slices of the GPU's power; the free slices: the rest, on the
+    GPU's row). Needs `with_gpu_power` and `allocated_minutes`' `_w`."""
+    return pl.col("_gpu_power_w") * pl.col("_w") / 60.0 / 1000.0
+
+
+def cents(e: pl.Expr) -> pl.Expr:
+    """Dollars rounded to the cent: how every money figure a person reads is shown (run rates,
+    the showback file); the marts keep the unrounded sums so that they add up."""
+    return e.round(2)
 
 
 def weighted_mean(col: str, w: str = "_w") -> pl.Expr:

@@ -315,6 +315,26 @@ WORKLOAD_EFFICIENCY_SCHEMA: dict[str, pl.DataType] = {
     "top_action": pl.String,
 }
 
+# month x cluster x namespace: the month's days of priced_waste summed, energy and RFU from the
+# days' minutes; partitioned by the month's first day (`date`), so the same globs read it
+NAMESPACE_MONTHLY_SCHEMA: dict[str, pl.DataType] = {
+    "date": pl.Date,
+    "month": pl.String,
+    "cluster": pl.String,
+    "namespace": pl.String,
+    "days_covered": pl.UInt32,
+    "gpu_hours": pl.Float64,
+    "cost_usd": pl.Float64,
+    "productive_usd": pl.Float64,
+    "idle_waste_usd": pl.Float64,
+    "stall_waste_usd": pl.Float64,
+    "headroom_waste_usd": pl.Float64,
+    "unmeasured_usd": pl.Float64,
+    "total_waste_usd": pl.Float64,
+    "energy_kwh": pl.Float64,
+    "avg_rfu_pct": pl.Float64,
+}
+
 ACTION = pl.Struct(
     {"action": pl.String, "group": pl.String, "fraction": pl.Float64, "rationale": pl.String}
 )
@@ -351,6 +371,7 @@ TABLES: dict[str, dict[str, pl.DataType]] = {
     "efficiency_roi": EFFICIENCY_ROI_SCHEMA,
     "namespace_efficiency": NAMESPACE_EFFICIENCY_SCHEMA,
     "workload_efficiency": WORKLOAD_EFFICIENCY_SCHEMA,
+    "namespace_monthly": NAMESPACE_MONTHLY_SCHEMA,
 }
 
 
@@ -570,6 +591,19 @@ WORKLOAD_EFFICIENCY_MODEL = _model(
     ["cluster", "namespace", "workload"],
 )
 
+NAMESPACE_MONTHLY_MODEL = _model(
+    NAMESPACE_MONTHLY_SCHEMA,
+    {
+        **_money(NAMESPACE_MONTHLY_SCHEMA),
+        "month": [pa.Check.str_matches(r"^\d{4}-\d{2}$")],
+        "days_covered": [pa.Check.in_range(1, 31)],
+        "gpu_hours": [pa.Check.ge(0)],
+        "avg_rfu_pct": _PCT,
+    },
+    {"date", "month", "cluster", "days_covered", "gpu_hours"},
+    ["cluster", "namespace"],
+)
+
 # every table's model: checked on every write (`validate`, by the writer of each partition)
 MODELS: dict[str, pa.DataFrameSchema] = {
     "gpu_samples": GPU_SAMPLES_MODEL,
@@ -587,6 +621,7 @@ MODELS: dict[str, pa.DataFrameSchema] = {
     "efficiency_roi": EFFICIENCY_ROI_MODEL,
     "namespace_efficiency": NAMESPACE_EFFICIENCY_MODEL,
     "workload_efficiency": WORKLOAD_EFFICIENCY_MODEL,
+    "namespace_monthly": NAMESPACE_MONTHLY_MODEL,
 }
 assert set(MODELS) == set(TABLES), "every table needs a model"
 

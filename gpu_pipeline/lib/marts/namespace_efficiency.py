@@ -6,6 +6,7 @@ from __future__ import annotations
 import polars as pl
 
 from gpu_pipeline.lib.money import (
+    allocated_kwh,
     allocated_minutes,
     weighted_mean,
     weighted_share,
@@ -28,9 +29,7 @@ def namespace_efficiency(
     usd_per_kwh, co2_per_kwh = energy_rates(
         load_energy() if energy is None else energy, pl.col("cluster")
     )
-    # energy allocated like cost: the physical GPU's power x the row's GPU share (a MIG
-    # instance: its slices of the GPU's power; the free slices: the rest, on the GPU's row)
-    kwh = pl.col("_gpu_power_w") * pl.col("_w") / 60.0 / 1000.0
+    kwh = allocated_kwh()  # energy allocated like cost
     # a sum over minutes none of which has the input is unknown (null), not 0: a namespace on
     # models without a price has no cost, one whose exporter sends no power no energy
     priced = pl.col("cost_usd").is_not_null().any()

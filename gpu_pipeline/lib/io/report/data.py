@@ -19,6 +19,7 @@ import polars as pl
 from gpu_pipeline.lib.display import NO_PRICE
 from gpu_pipeline.lib.io.lake import Lake
 from gpu_pipeline.lib.marts.fleet_daily import fleet_daily
+from gpu_pipeline.lib.marts.namespace_monthly import month_days, month_to_date
 from gpu_pipeline.lib.marts.priced_waste import priced_total
 from gpu_pipeline.lib.rules import DAYS_PER_MONTH, DEFAULT, RULES, Rules, Thresholds
 from gpu_pipeline.lib.samples import MINUTES_PER_DAY, collect_stable
@@ -220,6 +221,7 @@ class ReportData:
     hourly: pl.DataFrame  # hourly_series
     trend: pl.DataFrame  # trend_calendar of trend_days
     capacity: pl.DataFrame
+    month: MonthToDate | None = None  # the month's days up to the day, per namespace
 
 
 def report_data(
@@ -243,7 +245,28 @@ def report_data(
         hourly=hourly_series(marts.hourly),
         trend=trend_calendar(trend_days(lake, day, marts.fleet), day),
         capacity=fleet_capacity(marts.minutes, catalog),
+        month=namespaces_month_to_date(lake, day),
     )
+
+
+@dataclass
+class MonthToDate:
+    """The month of a day up to it: its first day, the days of it in the lake, per namespace."""
+
+    first: date
+    days: list[date]
+    namespaces: pl.DataFrame
+
+
+def namespaces_month_to_date(lake: Lake, day: date) -> MonthToDate | None:
+    """The day's month from its first day to the day, per namespace (namespace_efficiency of
+    the days the lake holds; None without any). The report says how many days that is: a
+    backfill may not have written the month's earlier days yet."""
+    days = [d for d in month_days(day) if d <= day and lake.exists("namespace_efficiency", d)]
+    if not days:
+        return None
+    frame = lake.read_days("namespace_efficiency", days).lazy()
+    return MonthToDate(month_days(day)[0], days, collect_stable(month_to_date(frame)))
 
 
 # --- the fleet over the day and over the week ----------------------------------------------------

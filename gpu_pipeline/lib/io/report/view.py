@@ -427,6 +427,30 @@ def workloads_table(we: pl.DataFrame) -> Table:
     )
 
 
+def month_table(m: data.MonthToDate | None, day) -> dict | None:
+    """The month to date, one line per namespace: days, GPU-hours, cost, waste, energy, RFU."""
+    if m is None or not m.namespaces.height:
+        return None
+    cols = ["namespace", "days_covered", "gpu_hours", "cost_usd", "waste_usd", "energy_kwh"]
+    return {
+        "note": f"{m.first:%B %Y} from {m.first} to {day}: {plural(len(m.days), 'day')} of it "
+        "in the lake. All clusters together; gpu-pipeline showback writes the month per "
+        "cluster and namespace.",
+        "table": table(
+            m.namespaces,
+            [*cols, "avg_rfu_pct"],
+            {"gpu_hours": one, "energy_kwh": one, "avg_rfu_pct": one}
+            | dict.fromkeys(("cost_usd", "waste_usd"), dollars),
+            dict.fromkeys(("cost_usd", "waste_usd"), NO_PRICE)
+            | {"energy_kwh": NO_POWER, "avg_rfu_pct": "n/a"},
+            # the month's totals, not per day (LABELS' cost is the day's)
+            heads={"days_covered": "days", "cost_usd": "cost", "waste_usd": "waste"}
+            | {"energy_kwh": "kWh"},
+            cls="month",
+        ),
+    }
+
+
 def health(h: pl.DataFrame, rules: Rules) -> dict:
     """The GPUs ok of all, the rule for a warning, the ok GPUs that were hot for less than it
     (counted, not listed: a minute's spike is no alert), and the table of the others."""
@@ -576,6 +600,7 @@ def context(d: data.ReportData, drawn: list[Chart], f: data.InForce) -> dict:
         "charts": [chart(c, after[c.title]() if c.title in after else None) for c in drawn],
         "namespaces": namespaces_table(nse) if nse is not None and nse.height else None,
         "workloads": workloads_table(we) if we is not None and we.height else None,
+        "month": month_table(d.month, d.day),
         "health": None if m.health is None else health(m.health, f.rules),
         "stragglers": stragglers_table(strag) if strag is not None and strag.height else None,
         "appendix": appendix(m.minutes, f),

@@ -1,0 +1,105 @@
+"""The month's days -> `namespace_monthly`: month x cluster x namespace showback (GPU-hours, cost
+and its split, energy, RFU, days covered). Pure and lazy.
+
+GPU-hours and money are the month's `priced_waste` rows summed (so the month adds up to its
+days exactly, a MIG GPU counted once as there). Energy and RFU per cluster are not in a daily
+mart (`namespace_efficiency` has no cluster), so each day's minutes are reduced to
+`namespace_usage` (day x cluster x namespace: the energy allocated as `namespace_efficiency`
+allocates it, and the RFU's GPU-hour-weighted sums) and those are summed: the month's RFU is
+weighted by GPU-hours, not a mean of daily means.
+"""
+
+from __future__ import annotations
+
+import calendar
+from datetime import date, datetime, timedelta
+
+import polars as pl
+
+from gpu_pipeline.lib.marts.priced_waste import priced_total
+from gpu_pipeline.lib.money import MONEY, allocated_kwh, allocated_minutes, with_gpu_power
+from gpu_pipeline.lib.schemas import to_contract
+
+# a month's label and its partition key in Dagster (`2024-01`)
+MONTH_FORMAT = "%Y-%m"
+KEYS = ("cluster", "namespace")
+
+
+def month_start(day: date) -> date:
+    return day.replace(day=1)
+
+
+def month_days(month: date) -> list[date]:
+    """Every UTC day of the month `month` is in."""
+    first = month_start(month)
+    n = calendar.monthrange(first.year, first.month)[1]
+    return [first + timedelta(days=i) for i in range(n)]
+
+
+def parse_month(text: str) -> date:
+    """`YYYY-MM` -> the month's first day (ValueError otherwise)."""
+    return datetime.strptime(text, MONTH_FORMAT).date()
+
+
+def namespace_usage(minutes: pl.LazyFrame) -> pl.LazyFrame:
+    """A day's gpu_minutes -> day x cluster x namespace: `energy_kwh` (null: no power reading),
+    and `_rfu_sum` / `_rfu_weight`, the GPU-share-weighted sum of RFU and the weight of the
+    minutes that have one (namespace_efficiency's `avg_rfu_pct` is their ratio)."""
+    # only the columns these sums need are read (Polars prunes the rest of the minute's costs)
+    m = allocated_minutes(with_gpu_power(minutes))
+    has_rfu = pl.col("rfu_pct").is_not_null()
+    return m.group_by("date", *KEYS).agg(
+        pl.when(pl.col("_gpu_power_w").is_not_null().any())
+        .then(allocated_kwh().sum())
+        .alias("energy_kwh"),
+        (pl.col("rfu_pct") * pl.col("_w")).filter(has_rfu).sum().alias("_rfu_sum"),
+        pl.col("_w").filter(has_rfu).sum().alias("_rfu_weight"),
+    )
+
+
+def namespace_monthly(priced: pl.LazyFrame, usage: pl.LazyFrame, month: date) -> pl.LazyFrame:
+    """The month's priced_waste rows and its days' `namespace_usage` -> namespace_monthly.
+
+    `days_covered`: the days the cluster x namespace has GPU-hours (for the month to date, of
+    the days so far). Money a model without a price leaves null stays null (never $0)."""
+    money = priced.group_by(*KEYS).agg(
+        pl.col("date").n_unique().cast(pl.UInt32).alias("days_covered"),
+        pl.col("gpu_hours").sum(),
+        *[priced_total(c) for c in (*MONEY, "total_waste_usd")],
+    )
+    used = (
+        usage.group_by(*KEYS)
+        .agg(priced_total("energy_kwh"), pl.col("_rfu_sum", "_rfu_weight").sum())
+        .with_columns(
+            pl.when(pl.col("_rfu_weight") > 0)
+            .then(pl.col("_rfu_sum") / pl.col("_rfu_weight"))
+            .alias("avg_rfu_pct")
+        )
+    )
+    first = month_start(month)
+    out = money.join(used, on=list(KEYS), how="left", nulls_equal=True).with_columns(
+        pl.lit(first, pl.Date).alias("date"),
+        pl.lit(first.strftime(MONTH_FORMAT)).alias("month"),
+    )
+    return to_contract(out, "namespace_monthly").sort(*KEYS, nulls_last=False)
+
+
+def month_to_date(efficiency: pl.LazyFrame) -> pl.LazyFrame:
+    """The month's days so far of `namespace_efficiency` -> one line per namespace (the daily
+    report's month to date, all clusters together): the days with GPU-hours, GPU-hours, cost,
+    waste and energy summed, RFU weighted by GPU-hours."""
+    return (
+        efficiency.group_by("namespace")
+        .agg(
+            pl.col("date").n_unique().cast(pl.UInt32).alias("days_covered"),
+            pl.col("gpu_hours").sum(),
+            *[priced_total(c) for c in ("cost_usd", "waste_usd", "energy_kwh")],
+            (pl.col("avg_rfu_pct") * pl.col("gpu_hours")).sum().alias("_rfu_sum"),
+            pl.col("gpu_hours").filter(pl.col("avg_rfu_pct").is_not_null()).sum().alias("_w"),
+        )
+        .with_columns(
+            pl.when(pl.col("_w") > 0).then(pl.col("_rfu_sum") / pl.col("_w")).alias("avg_rfu_pct")
+        )
+        .drop("_rfu_sum", "_w")
+        .sort("cost_usd", "namespace", descending=[True, False], nulls_last=True)
+    )
