@@ -144,7 +144,7 @@ def test_materialize_all_backfill_of_past_days_leaves_freshness_alone(ui):
         for n in nodes
         if n["isExecutable"] and not n["isObservable"]
     ]
-    assert len(selection) == 17
+    assert len(selection) == 18  # 14 tables, report, digest, views, landing_files
     out = gql(
         port,
         LAUNCH,
