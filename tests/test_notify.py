@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import dagster as dg
 import polars as pl
 import pytest
+from dagster._serdes import serialize_value  # private: the snapshot as stored
 from helpers import MODELS, cli, cli_env, expo_lines, ms, write_file
 
 from gpu_pipeline import settings
@@ -329,6 +330,10 @@ def test_the_secret_is_in_no_output_and_no_event(fleet):
         logs = instance.all_logs(run.run_id)
         assert any("digest posted to http://127.0.0.1" in (e.user_message or "") for e in logs)
         _no_secret("\n".join(str(e) for e in logs) + str(run))
+        # the job's snapshot (what the UI shows of the resource): the variable, not its value
+        snap = serialize_value(instance.get_job_snapshot(run.job_snapshot_id))
+        assert "GPU_PIPELINE_NOTIFY_URL" in snap
+        _no_secret(snap)
         (record,) = instance.fetch_materializations(
             dg.AssetRecordsFilter(asset_key=dg.AssetKey("daily_digest"), asset_partitions=[str(LAST)]),
             limit=1,

@@ -194,8 +194,9 @@ def summary(d: Digest) -> str:
         if d.actions
         else "no action to recover it"
     )
+    waste = waste_line(d) + (" recoverable" if d.cost_usd is not None else "")
     return (
-        f"GPU waste {d.day}: {waste_line(d)} recoverable; {top}; "
+        f"GPU waste {d.day}: {waste}; {top}; "
         f"{plural(len(d.new_bottlenecks), 'new persistent bottleneck')}; "
         f"{plural(len(d.drain), 'GPU')} to drain"
     )
@@ -203,13 +204,13 @@ def summary(d: Digest) -> str:
 
 def slack_payload(d: Digest) -> dict:
     """Slack's incoming-webhook JSON: `text` (`summary`) and `blocks`."""
-    new = plural(len(d.new_bottlenecks), "GPU") + (
-        "" if d.compared else " (no partition of the day before: all of today's)"
+    new = f"{plural(len(d.new_bottlenecks), 'GPU')}, of {d.bottlenecks:,} today" + (
+        "" if d.compared else " (the lake has no day before to compare with)"
     )
     fields = [
         ("Recoverable waste / day", waste_line(d)),
         ("GPUs", f"{d.gpus:,}"),
-        ("New persistent bottlenecks", f"{new}, of {d.bottlenecks:,} today"),
+        ("New persistent bottlenecks", new),
         ("Critical health (drain)", plural(len(d.drain), "GPU")),
     ]
     blocks: list[dict] = [
@@ -279,16 +280,22 @@ def _retry_after(value: str | None) -> float | None:
 
 
 @contextmanager
-def _no_url_logs() -> Iterator[None]:
+def _no_url_logs(url: str) -> Iterator[None]:
     """urllib3 logs each request's path at DEBUG (`"POST /services/T…/B…/XXXX HTTP/1.1" 200`):
-    dropped while the digest is posted, whatever a deployment's python_logs capture."""
+    such lines are dropped while the digest is posted, whatever a deployment's python_logs
+    capture (other lines, and other requests' lines, pass)."""
+    p = urlsplit(url)
+    secret = p.path.strip("/")
     log = logging.getLogger("urllib3.connectionpool")
-    drop = logging.Filter("nothing")  # a record passes only from a logger named "nothing"
-    log.addFilter(drop)
+
+    def no_path(record: logging.LogRecord) -> bool:
+        return not secret or secret not in record.getMessage()
+
+    log.addFilter(no_path)
     try:
         yield
     finally:
-        log.removeFilter(drop)
+        log.removeFilter(no_path)
 
 
 def _attempt(session, url: str, payload: dict, timeout: tuple[float, float]) -> tuple:
@@ -327,7 +334,7 @@ def post(
     where = url_origin(url)
     session = requests.Session()
     why = ""
-    with _no_url_logs(), session:
+    with _no_url_logs(url), session:
         for attempt in range(1, how.attempts + 1):
             status, after, why = _attempt(session, url, payload, how.timeout_s)
             if not why:
