@@ -90,6 +90,7 @@ def cmd_materialize(a: argparse.Namespace) -> int:
         allow_empty=a.allow_empty,
         replace_missing=a.replace_missing,
         verbose=a.verbose,
+        notify=a.notify,
     )
     t0 = time.perf_counter()
     try:
@@ -127,6 +128,8 @@ def _say_outcome(run) -> bool:
         )
         for trace in run.traces:
             _say(trace)
+        if run.only_digest_failed:
+            _say("  the tables and reports are written; only the digest was not posted")
         return False
     if run.months:
         _say(f"  months {', '.join(run.months)}: namespace_monthly written (gpu-pipeline showback)")
@@ -146,7 +149,7 @@ def _say_hints(s: settings.Settings, end: date, views: Path, lake_flag: bool) ->
         f"  {me} sql{lake_opt} -f {queries}/persistent_offenders.sql\n"
         f"  {me} sql{lake_opt} -f {queries}/fleet_trend.sql\n"
         f'  {me} sql{lake_opt} "SELECT * FROM fleet_daily ORDER BY date"\n'
-        f"  report for {end}: {settings.reports_dir(s.lake) / f'gpu_report_{end.isoformat()}.html'}\n"
+        f"  report for {end}: {settings.reports_dir(s.lake) / settings.report_name(end)}\n"
         f"  duckdb -readonly {views}        (any DuckDB client; views only)\n"
         "  make dev                      (Dagster UI: runs, partitions, backfills)"
     )
@@ -159,7 +162,7 @@ MAX_REPORT_LINES = 3
 def _say_reports(s: settings.Settings, days: list[date]) -> None:
     """Where the run's HTML reports are (the ones on disk: one a day)."""
     folder = settings.reports_dir(s.lake)
-    found = [p for d in days if (p := folder / f"gpu_report_{d.isoformat()}.html").is_file()]
+    found = [p for d in days if (p := folder / settings.report_name(d)).is_file()]
     if not found:
         return
     if len(found) <= MAX_REPORT_LINES:
@@ -559,7 +562,7 @@ def cmd_report(a: argparse.Namespace) -> int:
         except FileNotFoundError as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
-    out = Path(a.out or settings.reports_dir(s.lake) / f"gpu_report_{a.date.isoformat()}.html")
+    out = Path(a.out or settings.reports_dir(s.lake) / settings.report_name(a.date))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(rep.html)
     _say(f"wrote {out} ({len(rep.charts)} charts)")
@@ -708,6 +711,13 @@ def _add_materialize(sub) -> None:
         help="fetch the days from the Prometheus-compatible server first (GPU_PIPELINE_PROM_URL)",
     )
     m.add_argument("--url", help="with --pull: the server URL (default GPU_PIPELINE_PROM_URL)")
+    m.add_argument(
+        "--notify",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="post the last day's digest to GPU_PIPELINE_NOTIFY_URL (--no-notify: never); "
+        "by default only a range ending yesterday posts, once a day",
+    )
     m.set_defaults(fn=cmd_materialize)
 
 

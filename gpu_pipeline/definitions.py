@@ -15,7 +15,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from gpu_pipeline.defs import marts, monthly, report, staging, warehouse
+from gpu_pipeline.defs import marts, monthly, notify, report, staging, warehouse
 from gpu_pipeline.defs.jobs import build_jobs
 from gpu_pipeline.defs.partitions import DEFAULT as DEFAULT_PARTITIONING
 from gpu_pipeline.defs.partitions import Partitioning
@@ -34,7 +34,14 @@ from gpu_pipeline.defs.sensors import (
     build_landing_sensor,
     landing_files,
 )
-from gpu_pipeline.settings import CHECKS, DEFAULT_LAKE, ENV_VARS, PROM_SETTINGS, _no_password
+from gpu_pipeline.settings import (
+    CHECKS,
+    DEFAULT_LAKE,
+    ENV_VARS,
+    PROM_SETTINGS,
+    _no_password,
+    url_origin,
+)
 
 EXECUTORS = ("in_process", "multiprocess", "k8s")
 # what persistent_bottlenecks reads over its window of days (the rules' `window_days`)
@@ -136,6 +143,21 @@ def describe_prom(s: Settings) -> dict[str, str]:
     return out
 
 
+def notifier(s: Settings) -> notify.NotifyResource:
+    """The digest's webhook and the reports' base URL, bound to their variables (the UI's
+    resource page shows the webhook by scheme and host only: its path is its secret)."""
+    url, base = ENV_VARS["notify_url"], ENV_VARS["report_base_url"]
+    shown = url_origin(s.notify_url) if s.notify_url else "unset: no digest"
+    return described(
+        notify.NotifyResource,
+        {
+            "url": f"{url} (default: unset, no digest). In force: {shown}",
+            "report_base_url": f"{base} (default: unset, the digest links the report's path "
+            f"in the lake). In force: {s.report_base_url or 'unset'}",
+        },
+    )(url=_bind(s, "notify_url"), report_base_url=_bind(s, "report_base_url"))
+
+
 def prometheus(s: Settings, enabled: bool | None = None) -> dict:
     """The pull's resource bound to the GPU_PIPELINE_PROM_* variables that are set (the URL may
     come from a CLI flag), or {} when no server is configured (then the graph reads files only)."""
@@ -187,7 +209,7 @@ def build_definitions(s: Settings | None = None, pull: bool | None = None) -> dg
     s = s or Settings.from_env()
     p = Partitioning.of(s)
     prom = prometheus(s, pull)
-    assets = dg.load_assets_from_modules([staging, marts, monthly, report, warehouse])
+    assets = dg.load_assets_from_modules([staging, marts, monthly, report, notify, warehouse])
     if prom:  # the pull lands files before the ingest reads them
         assets += [prometheus_export, build_ingest(("prometheus_export",))]
     else:
@@ -254,6 +276,7 @@ def build_definitions(s: Settings | None = None, pull: bool | None = None) -> dg
                 rules=_bind(s, "rules"),
                 energy=_bind(s, "energy"),
             ),
+            "notify": notifier(s),
             **prom,
         },
     )

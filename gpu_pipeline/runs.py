@@ -29,6 +29,7 @@ a time; a request it refuses before anything is written raises `Refused` (exit c
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import threading
@@ -37,7 +38,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, timedelta
 from pathlib import Path
 
 from gpu_pipeline import settings
@@ -55,6 +56,8 @@ K8S_NOTE = (
     "(a pod per step needs the cluster's run launcher: launch the job from the Dagster UI, "
     "a schedule or a backfill there)"
 )
+# the step that posts the daily digest (defs/notify.py), the last of a run
+DIGEST_STEP = "daily_digest"
 # at most this many files rejected whole are named with their reason, then a count
 MAX_LISTED = 20
 
@@ -81,6 +84,8 @@ class Request:
     allow_empty: bool = False  # write days without records
     replace_missing: bool = False  # rewrite days whose landing files are gone
     verbose: bool = False  # Dagster's own logs, and the stack traces of failed steps
+    # post the digest of the last day (True), never (False), or as defs/notify.py decides (None)
+    notify: bool | None = None
 
 
 @dataclass
@@ -104,6 +109,15 @@ class RangeRun:
     rejected_whole_total: int = 0
     rejected_elsewhere: list[tuple[str, str]] = field(default_factory=list)  # (file, its days)
 
+    @property
+    def only_digest_failed(self) -> bool:
+        """The run failed at posting the digest alone: every table and report is written."""
+        return (
+            not self.success
+            and bool(self.failures)
+            and {s for s, _ in self.failures} == {DIGEST_STEP}
+        )
+
 
 def init_instance() -> Path:
     """Create DAGSTER_HOME with the project's instance config if it has none."""
@@ -126,20 +140,15 @@ def init_instance() -> Path:
     return home
 
 
-def last_day() -> date:
-    """The last complete UTC day: yesterday (today's partition opens at midnight)."""
-    return datetime.now(UTC).date() - timedelta(days=1)
-
-
 def check_days(s: settings.Settings, start: date, end: date) -> list[date]:
     """The days start..end, when each has a partition that can be written (Refused, exit 2)."""
     if end < start:
         raise Refused(2, f"--end {end} is before --start {start}")
-    if end > last_day():
+    if end > settings.last_day():
         raise Refused(
             2,
             f"{end} is not over yet in UTC; the last day that can be materialized is "
-            f"{last_day()} (a day's partition opens once the day has ended)",
+            f"{settings.last_day()} (a day's partition opens once the day has ended)",
         )
     first = date.fromisoformat(s.start_date)
     if start < first:
@@ -286,9 +295,9 @@ def materialize_range(s: settings.Settings, req: Request, say: Say) -> RangeRun:
     with dg.DagsterInstance.from_config(str(settings.dagster_home())) as instance:
         fail_orphaned_runs(instance, say)
         result = _execute(s, defs, instance, req, days, run, say)
-        if run.success:
+        if run.success or run.only_digest_failed:  # the days' tables are written
             _run_months(defs, instance, req, run)
-        if not run.success:
+        if not run.success and not run.only_digest_failed:
             return run
         _refresh_views(defs, instance, run, root)
     run.ledger = run_ledger(result)
@@ -319,8 +328,13 @@ def _execute(s, defs, instance, req: Request, days: list[date], run: RangeRun, s
     import dagster as dg
 
     run_config = {} if req.verbose else dict(QUIET)
+    ops = {}
     if req.replace_missing:
-        run_config["ops"] = {"ingest": {"config": {"replace_missing": True}}}
+        ops["ingest"] = {"config": {"replace_missing": True}}
+    if req.notify is not None:
+        ops[DIGEST_STEP] = {"config": {"notify": req.notify}}
+    if ops:
+        run_config["ops"] = ops
     t = time.perf_counter()
     request = str(uuid.uuid4())
     tags = {**_run_tags(defs.resolve_job_def("daily_pipeline"), days), REQUEST_TAG: request}
@@ -405,7 +419,7 @@ def _run_months(defs, instance, req: Request, run: RangeRun) -> None:
     run.months = keys
     if not res.success:
         run.success = False
-        run.failures = step_failures(res.all_events)
+        run.failures = [*run.failures, *step_failures(res.all_events)]
 
 
 def _refresh_views(defs, instance, run: RangeRun, root: str) -> None:
@@ -547,6 +561,8 @@ def step_failures(events) -> list[tuple[str, str]]:
         if "asset check" in msg:
             msg = " ".join(ln.strip() for ln in msg.splitlines() if ln.strip())
         cls = err.cls_name or "Error"
+        # a class of a package's is named with its module (dagster._core…events.Failure: …)
+        msg = re.sub(rf"^[\w.]+\.{re.escape(cls)}: ", f"{cls}: ", msg)
         text = msg if msg.startswith(cls) else f"{cls}: {msg}"
         out.append((ev.step_key, first_line(text, 400)))
     return out

@@ -23,6 +23,7 @@ import re
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import date
 from pathlib import Path
 from typing import NamedTuple
 
@@ -55,6 +56,8 @@ ENV_VARS = {
     "sql_threads": "GPU_PIPELINE_SQL_THREADS",
     "sql_timeout_s": "GPU_PIPELINE_SQL_TIMEOUT_S",
     "sql_spill_mb": "GPU_PIPELINE_SQL_SPILL_MB",
+    "notify_url": "GPU_PIPELINE_NOTIFY_URL",
+    "report_base_url": "GPU_PIPELINE_REPORT_BASE_URL",
 }
 
 # the Prometheus-compatible server to pull from: name -> (environment variable, type)
@@ -241,6 +244,35 @@ def _no_password(url: str) -> str:
     return re.sub(r"(?<=://)([^/@:]*):[^/@]*@", r"\1:<hidden>@", url)
 
 
+def url_origin(url: str) -> str:
+    """What may be shown of a URL whose path is a secret (a Slack webhook's
+    `https://hooks.slack.com/services/T…/B…/XXXX`): its scheme, host and port, then `/<hidden>`
+    when it has a path, query or fragment; never its user info. `<hidden>` when it has no
+    scheme and host to show."""
+    from urllib.parse import urlsplit
+
+    try:
+        p = urlsplit(url.strip())
+        host, port = p.hostname, p.port
+    except ValueError:
+        return "<hidden>"
+    if not p.scheme or not host or re.search(r"[\x00-\x20\x7f]", f"{p.scheme}{host}"):
+        return "<hidden>"
+    host = f"[{host}]" if ":" in host else host
+    rest = "/<hidden>" if p.path.strip("/") or p.query or p.fragment else ""
+    return f"{p.scheme}://{host}{f':{port}' if port else ''}{rest}"
+
+
+def _base_url(v: str) -> str:
+    from urllib.parse import urlsplit
+
+    _url(v)
+    p = urlsplit(v)
+    if p.query or p.fragment or "?" in v or "#" in v:
+        raise ValueError("has a ?query or #fragment (the report's file name is appended)")
+    return v
+
+
 def _printable(v: str) -> str:
     if re.search(r"[\x00-\x20\x7f]", v):
         raise ValueError("holds spaces or control characters")
@@ -364,6 +396,15 @@ CHECKS: dict[str, Check] = {
     "GPU_PIPELINE_SQL_SPILL_MB": Check(
         "a whole number of MiB from 0 (no spill) to 1048576", _whole(0, 2**20)
     ),
+    # a webhook's secret is its path (Slack: /services/T…/B…/XXXX): only scheme and host shown
+    "GPU_PIPELINE_NOTIFY_URL": Check(
+        "an http:// or https:// webhook URL with a host; only its scheme and host are ever shown",
+        _url,
+        show=lambda v: shlex.quote(url_origin(v)),
+    ),
+    "GPU_PIPELINE_REPORT_BASE_URL": Check(
+        "an http:// or https:// URL with a host, without ?query or #fragment", _base_url
+    ),
 }
 
 
@@ -425,6 +466,10 @@ class Settings:
     sql_threads: int = 2
     sql_timeout_s: int = 300
     sql_spill_mb: int = 4096  # 0: no spill files (a query larger than memory fails)
+    # the daily digest's webhook ("": no digest) and where the reports are served ("": their
+    # path in the lake is what the digest links)
+    notify_url: str = ""
+    report_base_url: str = ""
     prom: Mapping[str, object] = field(default_factory=dict)  # PROM_SETTINGS that are set
     # the fields whose value came from their environment variable (bound as dg.EnvVar);
     # pull settings as "prom.<name>"
@@ -473,6 +518,14 @@ class Settings:
         return str(self.prom.get("url", ""))
 
 
+def last_day() -> date:
+    """The last complete UTC day: yesterday (today's partition opens at midnight); the day the
+    schedule runs."""
+    from datetime import UTC, datetime, timedelta
+
+    return datetime.now(UTC).date() - timedelta(days=1)
+
+
 def current() -> Settings:
     """The settings of this process's environment (SettingsError: the variables not allowed)."""
     return Settings.from_env()
@@ -503,3 +556,8 @@ def dagster_home() -> Path:
 def reports_dir(lake: str) -> Path:
     """The lake's HTML reports: `<lake>/_reports/`."""
     return _derived_home(lake) / "_reports"
+
+
+def report_name(day: date) -> str:
+    """The day's HTML report file, in `reports_dir` (and beside an object-store lake)."""
+    return f"gpu_report_{day.isoformat()}.html"

@@ -111,6 +111,14 @@ BAD = {
     "GPU_PIPELINE_SQL_THREADS": ("two", "not a whole number"),
     "GPU_PIPELINE_SQL_TIMEOUT_S": ("-1", "out of range"),
     "GPU_PIPELINE_SQL_SPILL_MB": ("lots", "not a whole number"),
+    "GPU_PIPELINE_NOTIFY_URL": (
+        "hooks.slack.com/services/T0/B0/X",
+        "not an http(s) URL with a host",
+    ),
+    "GPU_PIPELINE_REPORT_BASE_URL": (
+        "https://reports.example/gpu?sig=1",
+        "has a ?query or #fragment (the report's file name is appended)",
+    ),
 }
 # and a value each allows
 GOOD = {
@@ -148,6 +156,8 @@ GOOD = {
     "GPU_PIPELINE_SQL_TIMEOUT_S": "0",
     "GPU_PIPELINE_SQL_SPILL_MB": "0",
     "GPU_PIPELINE_PROM_CLUSTER": "east-1.prod",
+    "GPU_PIPELINE_NOTIFY_URL": "https://hooks.slack.com/services/T0/B0/XXXX",
+    "GPU_PIPELINE_REPORT_BASE_URL": "https://reports.example/gpu/",
 }
 
 

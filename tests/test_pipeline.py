@@ -25,10 +25,16 @@ def test_definitions_load():
     job = defs.resolve_job_def("daily_pipeline")
     assert job.partitions_def == daily_partitions
     keys = {k.to_user_string() for k in defs.resolve_all_asset_keys()}
-    assert keys == set(TABLES) | {"daily_report", "warehouse_views", "landing_files"}
+    assert keys == set(TABLES) | {
+        "daily_report",
+        "daily_digest",
+        "warehouse_views",
+        "landing_files",
+    }
     job_keys = {k.to_user_string() for k in job.asset_layer.selected_asset_keys}
     assert "warehouse_views" not in job_keys and "gpu_minutes" in job_keys
     assert "landing_files" not in job_keys  # unpartitioned: the sensor asks for it
+    assert "daily_digest" in job_keys  # the schedule's runs post the digest
     checks = {k.name for k in defs.resolve_asset_graph().asset_check_keys}
     assert {
         "row_conservation",

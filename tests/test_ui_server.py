@@ -144,8 +144,9 @@ def test_materialize_all_backfill_of_past_days_leaves_freshness_alone(ui):
         for n in nodes
         if n["isExecutable"] and not n["isObservable"]
     ]
-    # the daily assets, namespace_monthly (its month of the days comes along), the views file
-    assert len(selection) == 18
+    # 16 tables (namespace_monthly: the month of the days comes along), report, digest, views,
+    # landing_files
+    assert len(selection) == 20
     out = gql(
         port,
         LAUNCH,

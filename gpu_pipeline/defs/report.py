@@ -70,7 +70,7 @@ def daily_report(
     )
     for day in days:
         rep = build_report(lake.open(), day, catalog=catalog, in_force=in_force)
-        out = settings.reports_dir(lake.root) / f"gpu_report_{day.isoformat()}.html"
+        out = settings.reports_dir(lake.root) / settings.report_name(day)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name("." + out.name + ".tmp")
         tmp.write_text(rep.html)

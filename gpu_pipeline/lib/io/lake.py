@@ -177,14 +177,22 @@ class Lake:
     def put_report(self, name: str, local: Path) -> str | None:
         """Beside an object-store lake, a copy of the report file `local` at
         `<lake>/_reports/<name>` (its URI); None for a local lake (its reports are in it)."""
-        if not self.remote:
+        uri = self.report_uri(name)
+        if uri is None:
             return None
-        if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", name):
-            raise ValueError(f"not a report name: {name!r}")
         final = f"{self.base}/_reports/{name}"
         self.fs.create_dir(final.rsplit("/", 1)[0], recursive=True)
         with open(local, "rb") as src, self.fs.open_output_stream(final) as dst:
             shutil.copyfileobj(src, dst, 8 << 20)
+        return uri
+
+    def report_uri(self, name: str) -> str | None:
+        """Where an object-store lake keeps the report file `name` (`put_report`); None for a
+        local lake (its reports are in `settings.reports_dir`)."""
+        if not self.remote:
+            return None
+        if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", name):
+            raise ValueError(f"not a report name: {name!r}")
         return f"{self.uri.rstrip('/')}/_reports/{name}"
 
     def _replace(self, final: Path | str, df: pl.DataFrame, lineage: str | None = None) -> None:
