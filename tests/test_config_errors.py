@@ -270,6 +270,7 @@ def test_every_command_checks_the_settings_first(tmp_path):
         "sample": ["--duration", "0.1", "--out", str(tmp_path / "s")],
         "report": ["--date", "2024-01-01"],
         "init-instance": [],
+        "showback": ["--month", "2024-01"],
     }
     from gpu_pipeline.cli import EXAMPLES
 
