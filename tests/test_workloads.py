@@ -261,6 +261,14 @@ def test_the_demo_fleets_workloads(tmp_path):
     w = _adds_up(_materialize(tmp_path, day), day)
     assert w.height and w["workload"].null_count() == 0
     assert w["gpus"].sum() == 12 and w["gpu_hours"].sum() == pytest.approx(12 * 24)
+    # the generator names pods as their owners do: each workload is its owner's name, whatever
+    # the host (a StatefulSet's replicas, a Job's or a Deployment's pods are one workload)
+    from gpu_pipeline.lib.generate import POD_OWNERS
+
+    owners = {o for owned in POD_OWNERS.values() for _, o in owned}
+    assert set(w["workload"]) <= owners
+    pods = _materialize(tmp_path, day).read("gpu_minutes", day)["pod"].unique()
+    assert pods.len() > w["workload"].n_unique()  # several pods a workload
     # the idle notebooks waste every dollar they cost, and say so
     nb = w.filter(pl.col("namespace") == "notebooks").row(0, named=True)
     assert nb["total_waste_usd"] == pytest.approx(nb["cost_usd"])
@@ -277,6 +285,31 @@ def test_the_demo_fleets_workloads(tmp_path):
     assert got["workload"].to_list() == want["workload"].to_list()
     assert got["waste_usd"].to_list() == [round(x, 2) for x in want["total_waste_usd"]]
     assert got["top_action"].to_list() == want["top_action"].to_list()
+
+
+def test_an_hpc_job_label_names_the_workload(tmp_path):
+    """dcgm-exporter's `hpc_job` label (its Slurm mapping) is the workload of the GPUs it is on,
+    over the pod's owner; a GPU without it keeps its pod's owner."""
+    from helpers import MODELS, expo_lines, write_file
+
+    day = date(2024, 1, 1)
+    lines = []
+    for gpu, job in ((0, "4711"), (1, "4711"), (2, None)):
+        for line in expo_lines(
+            f"GPU-h{gpu}", MODELS["A100"], "n1", "hpc", day, range(60), 80, 200.0, gpu
+        ):
+            lines.append(line.replace("}", f',hpc_job="{job}"}}', 1) if job else line)
+    write_file(tmp_path / "raw" / f"n1_{day}.prom", lines)
+    lake = _materialize(tmp_path, day)
+    samples = lake.read("gpu_samples", day)
+    assert samples.group_by("gpu_uuid").agg(pl.col("hpc_job").first()).sort("gpu_uuid").rows() == [
+        ("GPU-h0", "4711"),
+        ("GPU-h1", "4711"),
+        ("GPU-h2", None),
+    ]
+    w = _adds_up(lake, day).sort("workload")
+    assert w.select("workload", "gpus", "pods").rows() == [("4711", 2, 2), ("hpc-pod", 1, 1)]
+    assert w["gpu_hours"].to_list() == pytest.approx([2.0, 1.0])
 
 
 @pytest.mark.skipif(not (SAMPLES / EKS).is_file(), reason="../shared/samples is not present")

@@ -28,6 +28,7 @@ COLUMNS: dict[str, str] = {
     "namespace": "Kubernetes namespace running on the GPU; null when its series carry none",
     "pod": "pod running on the GPU",
     "container": "container running on the GPU",
+    "hpc_job": "HPC job on the GPU (dcgm-exporter's `hpc_job` label: Slurm's job id); null: none",
     "gpu_model": "GPU model name as exported (modelName / name)",
     "driver_version": "NVIDIA driver version",
     "source_file": "landing file the row came from (path under the landing zone)",

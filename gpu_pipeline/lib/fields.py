@@ -336,9 +336,13 @@ ID_COLUMNS: tuple[str, ...] = (
     "namespace",
     "pod",
     "container",
+    "hpc_job",
     "gpu_model",
     "driver_version",
 )
+# the columns that say which workload used the GPU (not the device): a MIG GPU's device-level
+# fields carry none of them, and an exporter's own pod labels are not the workload's
+WORKLOAD_COLUMNS: tuple[str, ...] = ("namespace", "pod", "container", "hpc_job")
 
 # Exposition label names (lower-cased) -> attribute column. Earlier names win when several appear:
 # `exported_*` comes first because a scrape that did not honour labels moved the workload's there.
@@ -352,6 +356,8 @@ LABEL_ALIASES: dict[str, tuple[str, ...]] = {
     "namespace": ("exported_namespace", "namespace"),
     "pod": ("exported_pod", "pod"),
     "container": ("exported_container", "container"),
+    # dcgm-exporter's HPC job mapping (`--hpc-job-mapping-dir`: Slurm's job id on its GPUs)
+    "hpc_job": ("hpc_job",),
     "gpu_instance_id": ("gpu_i_id",),
     "gpu_instance_profile": ("gpu_i_profile",),
     "driver_version": ("dcgm_fi_driver_version", "dcgm_fi_system_driver_version", "driver_version"),

@@ -10,6 +10,7 @@ be written as Prometheus `query_range` JSON (`prom-json`) or nvidia-smi CSV (`sm
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import random
 import uuid
@@ -31,6 +32,20 @@ WORKLOADS: tuple[tuple[str, float, str], ...] = (
     ("idle", 0.10, "notebooks"),
     ("bursty_inference", 0.05, "inference"),
 )
+# each namespace's workloads as Kubernetes names their pods (the owner's kind and name):
+# StatefulSet `name-<ordinal>`, Job `name-<5>`, CronJob `name-<minutes>-<5>`, Deployment
+# `name-<10>-<5>` (generated parts in Kubernetes' alphabet), so the demo's workloads are what
+# `workload_efficiency` finds; a namespace of two workloads puts each host's pod in one of them
+POD_OWNERS: dict[str, tuple[tuple[str, str], ...]] = {
+    "llm-pretrain": (("StatefulSet", "llama-pretrain-worker"),),
+    "vision-train": (("Job", "resnet-train"),),
+    "dist-finetune": (("StatefulSet", "finetune-worker"),),
+    "research": (("Deployment", "sweep-runner"), ("CronJob", "eval-nightly")),
+    "notebooks": (("Deployment", "jupyter-alice"), ("Deployment", "jupyter-bob")),
+    "inference": (("Deployment", "vllm-server"),),
+}
+# the characters of the random parts of generated names (k8s.io/apimachinery's rand)
+K8S_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 # (cluster, modelName as dcgm-exporter reports it, max power W, GPUs per host)
 CLUSTERS: tuple[tuple[str, str, float, int], ...] = (
     ("us-east-train", "NVIDIA A100-SXM4-40GB", 400.0, 8),
@@ -95,13 +110,14 @@ def build_fleet(gpus: int = 50, clusters: int = 3, seed: int = 42) -> list[Gpu]:
     ]
     rnd.shuffle(workloads)
     ns = {w: n for w, _, n in WORKLOADS}
+    ordinals: dict[tuple[str, str], int] = {}
     fleet: list[Gpu] = []
     for (cname, model, tdp, per_host), count in zip(CLUSTERS[:clusters], per_cluster, strict=False):
         for i in range(count):
             host = f"{cname}-node-{i // per_host:02d}"
             w = workloads[len(fleet)]
             # one pod per namespace per host: a multi-GPU job, as a scheduler would place it
-            pod_tag = f"{zlib.crc32(f'{seed}/{host}/{w}'.encode()):08x}"[:5]
+            pod = _pod_name(ns[w], host, seed, ordinals)
             fleet.append(
                 Gpu(
                     cname,
@@ -112,10 +128,36 @@ def build_fleet(gpus: int = 50, clusters: int = 3, seed: int = 42) -> list[Gpu]:
                     tdp,
                     w,
                     ns[w],
-                    f"{ns[w]}-{host.rsplit('-', 1)[-1]}-{pod_tag}",
+                    pod,
                 )
             )
     return fleet
+
+
+def _k8s_chars(key: str, n: int) -> str:
+    """`n` characters of Kubernetes' generated-name alphabet, fixed by `key`."""
+    x, out = zlib.crc32(key.encode()) | (zlib.crc32(key[::-1].encode()) << 32), []
+    for _ in range(n):
+        x, r = divmod(x, len(K8S_ALPHABET))
+        out.append(K8S_ALPHABET[r])
+    return "".join(out)
+
+
+def _pod_name(namespace: str, host: str, seed: int, ordinals: dict) -> str:
+    """The pod of `namespace`'s workload on `host`, named as its owner kind names pods (one pod
+    a host: a replica of a StatefulSet counts up, a Job's or Deployment's pod gets its own
+    suffix; a Deployment's pods share their ReplicaSet's hash)."""
+    owners = POD_OWNERS[namespace]
+    kind, owner = owners[hashlib.sha256(f"{seed}/{host}".encode()).digest()[0] % len(owners)]
+    if kind == "StatefulSet":
+        k = ordinals.setdefault((owner, host), len([o for o in ordinals if o[0] == owner]))
+        return f"{owner}-{k}"
+    suffix = _k8s_chars(f"{seed}/{host}/{owner}", 5)
+    if kind == "Job":
+        return f"{owner}-{suffix}"
+    if kind == "CronJob":  # the scheduled time in minutes since the epoch names the Job
+        return f"{owner}-{28_458_960 + zlib.crc32(host.encode()) % 7 * 1440}-{suffix}"
+    return f"{owner}-{_k8s_chars(f'{seed}/{owner}', 10)}-{suffix}"
 
 
 def _signals(w: str, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:

@@ -76,11 +76,16 @@ def pod_owner(pod: pl.Expr) -> pl.Expr:
 
 
 def with_workload(minutes: pl.LazyFrame) -> pl.LazyFrame:
-    """Minutes with their `workload` (`pod_owner` of their pod; null without a pod), worked
-    out once per distinct pod, not once per minute."""
+    """Minutes with their `workload`: the HPC job where the exporter names one (its `hpc_job`
+    label: a Slurm job's GPUs), else `pod_owner` of their pod; null without either. Worked out
+    once per distinct pod, not once per minute."""
     pods = minutes.select("pod").unique().filter(pl.col("pod").is_not_null())
-    owners = pods.with_columns(pod_owner(pl.col("pod")).alias("workload"))
-    return minutes.join(owners, on="pod", how="left", maintain_order="left")
+    owners = pods.with_columns(pod_owner(pl.col("pod")).alias("_owner"))
+    return (
+        minutes.join(owners, on="pod", how="left", maintain_order="left")
+        .with_columns(pl.coalesce("hpc_job", "_owner").alias("workload"))
+        .drop("_owner")
+    )
 
 
 def _main_diagnosis() -> pl.Expr:

@@ -284,7 +284,7 @@ def diagnosis_expr(t: Thresholds = DEFAULT, d: DiagnosisThresholds = DIAGNOSIS) 
     )
 
 
-_ATTRS = ("hostname", "cluster", "namespace", "pod", "gpu_model", "gpu_instance_profile")
+_ATTRS = ("hostname", "cluster", "namespace", "pod", "hpc_job", "gpu_model", "gpu_instance_profile")
 
 
 # what the model lookup adds to every minute (a made-up physical row copies them too)

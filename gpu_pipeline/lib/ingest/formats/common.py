@@ -33,6 +33,7 @@ from gpu_pipeline.lib.fields import (
     LABEL_ALIASES,
     METRIC_SCALE,
     METRIC_TO_COLUMN,
+    WORKLOAD_COLUMNS,
 )
 from gpu_pipeline.lib.samples import (
     ATTR_COLUMNS,
@@ -147,7 +148,7 @@ def _exporter_self_labels(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(
         [
             pl.when(own).then(None).otherwise(pl.col(c)).alias(c)
-            for c in ("namespace", "pod", "container")
+            for c in ("namespace", "pod", "container")  # not hpc_job: set by the exporter itself
         ]
     )
 
@@ -164,7 +165,7 @@ def mig_device_level(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(
         [
             pl.when(dev).then(None).otherwise(pl.col(c)).alias(c)
-            for c in ("gpu_instance_id", "gpu_instance_profile", "namespace", "pod", "container")
+            for c in ("gpu_instance_id", "gpu_instance_profile", *WORKLOAD_COLUMNS)
         ]
     )
 
