@@ -32,8 +32,19 @@ from gpu_pipeline.lib.schemas import TABLES
 from gpu_pipeline.settings import CHECKS, Settings, SettingsError, url_origin
 
 SECRET = "/services/T0SECRET1/B0SECRET2/xXs3cr3tT0k3nXx"
-LAST = settings.last_day()
+LAST = settings.last_day()  # set again as the module's tests start (`_days`)
 DAYS = [LAST - timedelta(days=3 - i) for i in range(4)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _days():
+    """The schedule's day when this module's tests run, not when the suite was collected (a
+    suite that runs over UTC midnight): the module takes about a minute."""
+    global LAST, DAYS
+    LAST = settings.last_day()
+    DAYS = [LAST - timedelta(days=3 - i) for i in range(4)]
+
+
 FAST = Delivery(attempts=4, backoff_s=(1.0, 2.0, 4.0), timeout_s=(2.0, 5.0))
 
 
@@ -197,18 +208,19 @@ def test_the_message_escapes_labels_from_the_data():
 
 
 @pytest.mark.parametrize(
-    ("notify", "tags", "day", "before", "posts"),
+    ("notify", "tags", "days_ago", "before", "posts"),  # days before the schedule's day
     [
-        (None, {}, LAST, None, True),  # the CLI or the UI, yesterday
-        (None, {"dagster/schedule_name": "daily_pipeline_schedule"}, LAST - timedelta(2), None, 1),
-        (None, {"dagster/backfill": "abc"}, LAST, None, False),  # a backfill's run
-        (None, {}, LAST - timedelta(days=1), None, False),  # a past day
-        (None, {}, LAST, "run12345", False),  # posted already
-        (True, {"dagster/backfill": "abc"}, LAST - timedelta(days=9), "run12345", True),
-        (False, {"dagster/schedule_name": "s"}, LAST, None, False),
+        (None, {}, 0, None, True),  # the CLI or the UI, yesterday
+        (None, {"dagster/schedule_name": "daily_pipeline_schedule"}, 2, None, 1),
+        (None, {"dagster/backfill": "abc"}, 0, None, False),  # a backfill's run
+        (None, {}, 1, None, False),  # a past day
+        (None, {}, 0, "run12345", False),  # posted already
+        (True, {"dagster/backfill": "abc"}, 9, "run12345", True),
+        (False, {"dagster/schedule_name": "s"}, 0, None, False),
     ],
 )
-def test_which_runs_post(notify, tags, day, before, posts):
+def test_which_runs_post(notify, tags, days_ago, before, posts):
+    day = settings.last_day() - timedelta(days=days_ago)
     why = why_not(notify, "http://hook.example/x", tags, day, before)
     assert (why is None) == bool(posts), why
     assert why_not(True, "", {}, LAST, None) == "GPU_PIPELINE_NOTIFY_URL is unset"
