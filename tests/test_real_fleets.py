@@ -678,6 +678,40 @@ def test_every_day_of_the_real_samples_materializes_and_reports(tmp_path):
     bare = q.filter(pl.col("source_file") == "noheader_bare/gpu.csv")
     assert bare["date"].to_list() == [date(2026, 6, 24)]
     assert "header.csv" in bare["reason"][0]
+    _the_days_workloads_months_and_digests(lk, [date.fromisoformat(d) for d in days])
+
+
+def _the_days_workloads_months_and_digests(lk: Lake, days: list[date]) -> None:
+    """Issue 33 on the real samples: each day's workloads add up to its namespaces, each month
+    to its days, and each day's digest says the day's marts."""
+    from gpu_pipeline.lib.io.notify import build_digest, slack_payload
+
+    money = ["gpu_hours", "cost_usd", "idle_waste_usd", "stall_waste_usd", "headroom_waste_usd"]
+    by_month: dict[date, list[pl.DataFrame]] = {}
+    for d in days:
+        pw = lk.read("priced_waste", d)
+        we = lk.read("workload_efficiency", d)
+        assert we.height and we["gpus"].min() >= 1, d
+        for c in money:
+            assert we[c].sum() == pytest.approx(pw[c].sum(), abs=1e-9), (d, c)
+        by_month.setdefault(d.replace(day=1), []).append(pw)
+        digest = build_digest(lk, d, f"gpu_report_{d}.html")
+        cost = pw.filter(pl.col("cost_usd").is_not_null())
+        if cost.height:
+            assert digest.cost_usd == pytest.approx(cost["cost_usd"].sum(), abs=1e-9)
+            assert digest.waste_usd == pytest.approx(cost["total_waste_usd"].sum(), abs=1e-9)
+        else:  # nothing priced: no dollars, not $0
+            assert digest.cost_usd is None and digest.waste_usd is None
+        payload = slack_payload(digest)
+        assert str(d) in payload["text"] and payload["blocks"], d
+    for month, frames in by_month.items():
+        m = lk.read("namespace_monthly", month)
+        pw = pl.concat(frames)
+        assert m["days_covered"].max() <= len(frames) and m["month"].unique().to_list() == [
+            f"{month:%Y-%m}"
+        ]
+        for c in money:
+            assert m[c].sum() == pytest.approx(pw[c].sum(), abs=1e-9), (month, c)
 
 
 def test_the_fleet_time_series_legend_covers_no_reading(monkeypatch):
