@@ -67,7 +67,7 @@ servers:
 	fi
 
 test: $(DEV_STAMP) $(NATIVE) servers
-	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
+	$(BIN)/python -m pytest -n 3 --dist loadfile --no-loadscope-reorder
 
 # `dg dev` (dagster-dg-cli) loads the project from pyproject.toml's [tool.dg]; `dagster dev -w
 # workspace.yaml` loads the same definitions
