@@ -58,11 +58,13 @@ def test_materialize_reports_progress_and_summary(run):
     assert "2024-01-01..2024-01-02  ok  run" in stdout  # the range in one run
     assert "GPUs: 4" in stdout and "GPU-hours: 192.0" in stdout
     assert "Most wasteful namespace / model" in stdout
-    # the workloads wasting the most: namespace/workload, waste of cost, diagnosis -> action
+    # the workloads wasting the most: cluster/namespace/workload, waste of cost, diagnosis -> action
     assert "Top workloads by recoverable waste (USD over the period):" in stdout
     top = stdout.split("Top workloads by recoverable waste")[1].split("Persistent")[0]
     assert (
-        len(re.findall(r"^    \S+/\S+ +waste +\$[\d,.]+ of +\$[\d,.]+ +\w+ +-> \S+$", top, re.M))
+        len(
+            re.findall(r"^    \S+/\S+/\S+ +waste +\$[\d,.]+ of +\$[\d,.]+ +\w+ +-> \S+$", top, re.M)
+        )
         == 4
     )
     # progress while the run works: each step's start and end with the elapsed time, per day

@@ -175,9 +175,16 @@ def _workload_lines(w: pl.DataFrame) -> list[str]:
         return []
     out = ["", "  Top workloads by recoverable waste (USD over the period):"]
     for r in w.iter_rows(named=True):
-        name = f"{text(r['namespace'], NO_NAMESPACE)}/{text(r['workload'], NO_WORKLOAD)}"
+        # the cluster too: one owner's name in two clusters is two workloads
+        name = "/".join(
+            (
+                text(r["cluster"], "?"),
+                text(r["namespace"], NO_NAMESPACE),
+                text(r["workload"], NO_WORKLOAD),
+            )
+        )
         out.append(
-            f"    {name:<36} waste {usd(r['total_waste_usd']):>11} of {usd(r['cost_usd']):>11}"
+            f"    {name:<44} waste {usd(r['total_waste_usd']):>11} of {usd(r['cost_usd']):>11}"
             f"   {text(r['main_diagnosis'], 'n/a'):<19} -> {text(r['top_action'], '(none)')}"
         )
     return out
