@@ -47,13 +47,11 @@ class SharedCache:
         try:
             if not self._get(f"{key}/{META}", tmp / META):
                 return False
-            try:
-                quarantine = json.loads((tmp / META).read_text()).get("quarantine", [])
-            except (ValueError, AttributeError):
-                quarantine = []  # unreadable: the caller's parse replaces it
-            for name in quarantine:
-                if Path(name).name == name:  # a file of this folder, nothing else
-                    self._get(f"{key}/{name}", tmp / name)
+            names = _listed_files(tmp / META)
+            if names is None:  # unreadable, or naming a file outside its folder: parse here
+                return False
+            for name in names["quarantine"]:
+                self._get(f"{key}/{name}", tmp / name)
             # cached meanwhile by this machine: same content, keep it
             with contextlib.suppress(OSError):
                 tmp.rename(cdir)
@@ -66,9 +64,10 @@ class SharedCache:
 
     def fetch_files(self, key: str, cdir: Path, names: list[str]) -> None:
         """Download the files `names` of the parse that `cdir` does not hold yet (each written
-        beside its place and renamed: a file is there whole or not at all)."""
+        beside its place and renamed: a file is there whole or not at all; a name that is not a
+        plain file name is never fetched)."""
         for name in names:
-            if not (cdir / name).is_file():
+            if _plain(name) and not (cdir / name).is_file():
                 self._get(f"{key}/{name}", cdir / name)
 
     def put(self, key: str, cdir: Path) -> bool:
@@ -98,3 +97,33 @@ class SharedCache:
         except (OSError, FileNotFoundError):
             tmp.unlink(missing_ok=True)
             return False
+
+
+def _plain(name: object) -> bool:
+    """A file name of the parse's own folder: no separator, not `.` or `..`, not hidden."""
+    return (
+        isinstance(name, str)
+        and bool(name)
+        and name == Path(name).name
+        and "\\" not in name
+        and not name.startswith(".")
+    )
+
+
+def _listed_files(meta_path: Path) -> dict[str, list[str]] | None:
+    """The files a fetched meta.json lists (its samples, series, quarantine and hashed files),
+    or None when it cannot be read or names anything but a plain file of its folder: a copy
+    from the store is not trusted to say where to read."""
+    try:
+        meta = json.loads(meta_path.read_text())
+        lists = {
+            "samples": list(meta["samples"]),
+            "series": [s for s in meta["series"] if s],
+            "quarantine": list(meta["quarantine"]),
+            "sha256": list(meta["sha256"]),
+        }
+    except (ValueError, KeyError, TypeError, AttributeError, OSError):
+        return None
+    if not all(_plain(n) for names in lists.values() for n in names):
+        return None
+    return lists
