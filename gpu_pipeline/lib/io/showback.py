@@ -14,6 +14,7 @@ from pathlib import Path
 
 import polars as pl
 
+from gpu_pipeline.lib import money
 from gpu_pipeline.lib.columns import describe
 from gpu_pipeline.lib.display import NO_NAMESPACE
 from gpu_pipeline.lib.io.lake import Lake
@@ -22,15 +23,8 @@ from gpu_pipeline.lib.money import cents
 
 TABLE = "namespace_monthly"
 FORMATS = ("csv", "xlsx")
-MONEY = (
-    "cost_usd",
-    "productive_usd",
-    "idle_waste_usd",
-    "stall_waste_usd",
-    "headroom_waste_usd",
-    "unmeasured_usd",
-    "total_waste_usd",
-)
+# the money columns of the file: the minutes' (money.MONEY) and their waste total
+MONEY = (*money.MONEY, "total_waste_usd")
 # the file's columns, in order
 COLUMNS = (
     "month",
