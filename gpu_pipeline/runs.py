@@ -186,55 +186,29 @@ def resources(s: settings.Settings) -> Iterator[dict[str, object]]:
         yield res
 
 
-def warm_parse_cache(landing, lake, say: Say, days: list[date] | None = None) -> list:
+def warm_parse_cache(landing, lake, say: Say, days: list[date] | None = None, ahead=None) -> list:
     """Parse new landing files up front, with progress; the run then reads the cache. `landing`
     and `lake`: the run's `LandingResource` and `LakeResource` (its parse options and cache);
-    `days`: the run's (cached parses of other days are not checked)."""
-    from gpu_pipeline.lib.ingest.cache import is_cached, parse_all
-    from gpu_pipeline.lib.ingest.landing import (
-        LandingRootError,
-        hash_memo,
-        list_landing,
-        remember_hashes,
-    )
+    `days`: the run's (cached parses of other days are not checked); `ahead`: the parse already
+    started in a process of its own (`ahead.Ahead`), waited for first."""
+    from gpu_pipeline.lib.ingest.ahead import parse_new
+    from gpu_pipeline.lib.ingest.landing import LandingRootError
     from gpu_pipeline.lib.ingest.remote import landing_root
 
+    if ahead is not None:
+        ahead.join()  # what it could not parse, this parses
     store = lake.open()
-    cache, shared = store.cache_dir, store.shared_cache
-    opts = landing.parse_options()
     try:  # an object-store landing zone is mirrored here first (the run's steps find it so)
-        root, refused = landing_root(landing.root, cache)
+        root, refused = landing_root(landing.root, store.cache_dir)
     except LandingRootError as e:
         if "://" in str(landing.root):  # nothing can be read: no run
             raise Refused(1, str(e)) from None
         root, refused = Path(landing.root), []  # the refusal is check_records' to word
     for key in refused:
         say(f"warning: {landing.root}: object {key!r} not read: not a plain relative path")
-    # new files are hashed by their parse (read once), and the memo learns their hashes for
-    # the run's own listing; beside a lake in an object store they are hashed first, to be
-    # looked up in the parse cache's copy there (another machine may have parsed them)
-    files = list_landing(root, hash_memo(cache), hash_new=shared is not None)
-    todo = [f for f in files if not is_cached(f, cache, opts, shared)]
-    if not todo:
-        return parse_all(files, cache, opts, days=days, shared=shared)
-    total = sum(f.size for f in todo)
-    say(f"parsing {len(todo)} new landing file(s), {total / 2**20:,.0f} MiB")
-    t, step = time.perf_counter(), max(1, len(todo) // 10)
-    progress = {"files": 0, "bytes": 0}
-    lock = threading.Lock()
-
-    def done(f, _parsed) -> None:
-        with lock:  # files finish in any order, a few at a time
-            progress["files"] += 1
-            progress["bytes"] += f.size
-            i = progress["files"]
-            if i % step == 0 or i == len(todo):
-                rate = progress["bytes"] / 2**20 / max(time.perf_counter() - t, 1e-9)
-                say(f"  parsed {i}/{len(todo)} files ({rate:,.0f} MiB/s)")
-
-    parsed = parse_all(files, cache, opts, done, days, shared)
-    remember_hashes(hash_memo(cache), [pf.file for pf in parsed])
-    return parsed
+    return parse_new(
+        Path(root), store.cache_dir, landing.parse_options(), say, days, store.shared_cache
+    )
 
 
 def check_records(parsed: list, days: list[date], req: Request, raw: Path, say: Say) -> None:
@@ -271,12 +245,30 @@ def check_records(parsed: list, days: list[date], req: Request, raw: Path, say: 
 
 def materialize_range(s: settings.Settings, req: Request, say: Say) -> RangeRun:
     """Run `daily_pipeline` over req.start..req.end (see the module's docstring)."""
+    days = check_days(s, req.start, req.end)
+    # new landing files are parsed in a process of their own while Dagster is imported and the
+    # resources resolved (`ahead`: seconds of one core the parse would otherwise wait for)
+    ahead = None if req.pull or "://" in s.lake else _parse_ahead(s, say)
+    try:
+        return _materialize(s, req, say, days, ahead)
+    finally:
+        if ahead is not None:
+            ahead.stop()
+
+
+def _parse_ahead(s: settings.Settings, say: Say):
+    from gpu_pipeline.lib.ingest.ahead import Ahead
+
+    cache = settings.parse_cache_dir(s.lake, s.cache)
+    return Ahead.start(s.raw, cache, s.csv_timezone, s.max_file_mb * 2**20, say)
+
+
+def _materialize(s: settings.Settings, req: Request, say: Say, days: list[date], ahead):
     import dagster as dg
 
     from gpu_pipeline.definitions import build_definitions
     from gpu_pipeline.lib.reference import check_files
 
-    days = check_days(s, req.start, req.end)
     defs = build_definitions(s, pull=req.pull)
     with run_resources(defs) as res:
         ref, landing, lake = res["reference"], res["landing"], res["lake"]
@@ -286,7 +278,7 @@ def materialize_range(s: settings.Settings, req: Request, say: Say) -> RangeRun:
             say(f"warning: {warning}")
         if req.pull and not s.prom_url:
             raise Refused(2, "--pull needs a server: --url URL or GPU_PIPELINE_PROM_URL")
-        parsed = warm_parse_cache(landing, lake, say, days)
+        parsed = warm_parse_cache(landing, lake, say, days, ahead)
         check_records(parsed, days, req, Path(landing.root), say)
         init_instance()
         say(f"materializing {len(days)} day(s) {req.start}..{req.end}: raw={s.raw} lake={s.lake}")

@@ -541,6 +541,16 @@ def _derived_home(lake: str) -> Path:
     return Path(lake).resolve()
 
 
+def parse_cache_dir(lake: str, cache: str = "") -> Path:
+    """Where a lake's parsed landing files are kept, always on local disk: `cache` when set,
+    else beside the lake, or under `data/cache/` named by the URI of a lake in an object store."""
+    if cache:
+        return Path(cache)
+    if "://" in str(lake):
+        return Path("data") / "cache" / hashlib.sha256(str(lake).encode()).hexdigest()[:12]
+    return Path(lake) / "_ingest_cache"
+
+
 def warehouse_path(lake: str) -> Path:
     """The lake's views-only DuckDB file: `data/warehouse.duckdb` for the default lake (SPEC),
     `<lake>/_warehouse.duckdb` for any other, so two lakes never share one."""

@@ -4,6 +4,8 @@ another day is not its business, and is caught (and parsed again) by that day's 
 
 from __future__ import annotations
 
+import os
+import time
 from datetime import date, timedelta
 
 import polars as pl
@@ -30,7 +32,9 @@ def _land(raw, days: int) -> None:
 
 
 def _verified(monkeypatch, files, root, days) -> tuple[list, int]:
-    """`parse_all` of `files` for `days`, and how many cached Parquet files it hashed."""
+    """`parse_all` of `files` for `days` as a new process would (none of the cache checked in
+    this one yet), and how many cached Parquet files it hashed."""
+    monkeypatch.setattr(cache, "_CHECKED", {})
     hashed = []
     real = cache._sha256
     monkeypatch.setattr(cache, "_sha256", lambda p: hashed.append(p) or real(p))
@@ -100,3 +104,35 @@ def test_one_day_of_thirty_materializes_as_it_does_alone(tmp_path):
         if "source_file" in a.columns:  # the same file name, under another landing root
             a, b = a.drop("source_file"), b.drop("source_file")
         assert a.height > 0 and a.equals(b), t
+
+
+def test_a_parse_checked_in_this_process_is_hashed_again_only_when_touched(tmp_path, monkeypatch):
+    """A run reads the cache twice (to plan, then in its ingest step): a parse this process
+    wrote or found intact is not hashed again while its files are as they were; a file
+    rewritten in place since, even to its size and modification time, is (its change time
+    moved), and its damage is caught."""
+    raw, root = tmp_path / "raw", tmp_path / "cache"
+    _land(raw, 2)
+    files = list_landing(raw)
+    first = cache.parse_all(files, root)
+    hashed = []
+    real = cache._sha256
+    monkeypatch.setattr(cache, "_sha256", lambda p: hashed.append(p) or real(p))
+    cache.parse_all(files, root, days=[D0])
+    assert hashed == []  # written by this process, unchanged
+    samples = next(pf for pf in first if pf.days == [D0]).pieces[0][0]
+    st = samples.stat()
+    data = bytearray(samples.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one byte flipped, in place
+    time.sleep(0.05)  # past the clock tick of its writing (file times move by ticks)
+    with open(samples, "r+b") as f:
+        f.write(data)
+    os.utime(samples, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (samples.stat().st_size, samples.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    again = cache.parse_all(files, root, days=[D0])
+    assert samples in hashed  # its change time moved: hashed, found damaged, parsed again
+    pf = next(pf for pf in again if pf.days == [D0])
+    assert pf.rows(D0).collect().height == 2 * 60 * 2
+    hashed.clear()
+    cache.parse_all(files, root, days=[D0])
+    assert hashed == []  # the new parse is as this process wrote it

@@ -17,7 +17,6 @@ the same bytes.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 import re
 import shutil
@@ -33,6 +32,7 @@ import polars as pl
 from gpu_pipeline.lib.ingest.shared_cache import SharedCache
 from gpu_pipeline.lib.samples import conform
 from gpu_pipeline.lib.schemas import TABLES
+from gpu_pipeline.settings import parse_cache_dir
 
 DATA_FILE = "data.parquet"
 # the column a partition's folder names (`date=YYYY-MM-DD`), not stored in its file
@@ -135,11 +135,7 @@ class Lake:
     @property
     def cache_dir(self) -> Path:
         """Parsed landing files; always on local disk (`cache`, else beside the lake)."""
-        if self.cache is not None:
-            return self.cache
-        if self.remote:
-            return Path("data") / "cache" / hashlib.sha256(self.uri.encode()).hexdigest()[:12]
-        return self.root / "_ingest_cache"
+        return parse_cache_dir(self.uri, str(self.cache or ""))
 
     @property
     def shared_cache(self) -> SharedCache | None:
