@@ -481,3 +481,30 @@ def test_the_shipped_files_pass_every_check():
 
     assert check_files() == []
     assert load_energy().height >= 1
+
+
+def test_by_model_gives_each_row_its_models_values_as_a_per_row_join_would():
+    """`by_model` works the key out once per model name; each row gets what joining on its
+    own key gives: spellings of one model alike, an unknown or missing model null."""
+    from gpu_pipeline.lib.reference import by_model
+
+    prices = load_prices().lazy().select("model_key", pl.col("spot_usd_per_hour").alias("_spot"))
+    names = [
+        "NVIDIA A100-SXM4-80GB",
+        "a100 sxm4 80gb",
+        None,
+        "Mystery GPU",
+        "NVIDIA H100 80GB HBM3",
+    ]
+    rows = pl.LazyFrame({"i": range(len(names) * 3), "gpu_model": names * 3})
+    got = by_model(rows, prices).collect()
+    want = (
+        rows.with_columns(model_key(pl.col("gpu_model")).alias("model_key"))
+        .join(prices, on="model_key", how="left", maintain_order="left")
+        .drop("model_key")
+        .collect()
+    )
+    assert got.equals(want)
+    spot = dict(zip(got["gpu_model"].to_list()[:5], got["_spot"].to_list()[:5], strict=True))
+    assert spot["NVIDIA A100-SXM4-80GB"] == spot["a100 sxm4 80gb"] is not None
+    assert spot[None] is None and spot["Mystery GPU"] is None

@@ -287,6 +287,23 @@ def test_the_demo_fleets_workloads(tmp_path):
     assert got["top_action"].to_list() == want["top_action"].to_list()
 
 
+def test_workloads_grouped_in_parts_are_the_table_of_the_whole_day(tmp_path, monkeypatch):
+    """The day's minutes are grouped a part of the namespaces at a time (`PARTS`): the table,
+    to the last bit of every sum, is the one grouping them all at once gives."""
+    from gpu_pipeline.lib.generate import generate
+    from gpu_pipeline.lib.marts import workload_efficiency as we
+
+    day = date(2024, 1, 1)
+    generate(tmp_path / "raw", day, 1, 24, 3, 7, "prom")
+    minutes = _materialize(tmp_path, day).scan_days("gpu_minutes", [day])
+    tables = {}
+    for parts in (1, 4, 16):
+        monkeypatch.setattr(we, "PARTS", parts)
+        tables[parts] = compute(minutes, load_prices(), load_catalog())
+    assert tables[1].height > 10 and tables[1]["namespace"].n_unique() > 4
+    assert tables[4].equals(tables[1]) and tables[16].equals(tables[1])
+
+
 def test_an_hpc_job_label_names_the_workload(tmp_path):
     """dcgm-exporter's `hpc_job` label (its Slurm mapping) is the workload of the GPUs it is on,
     over the pod's owner; a GPU without it keeps its pod's owner."""

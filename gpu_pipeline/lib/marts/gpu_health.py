@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from gpu_pipeline.lib.reference import model_key
+from gpu_pipeline.lib.reference import by_model
 from gpu_pipeline.lib.rules import HEALTH, HealthThresholds
 from gpu_pipeline.lib.samples import MINUTE_MS, collect_stable, floor_ms
 from gpu_pipeline.lib.schemas import to_contract
@@ -33,9 +33,7 @@ def gpu_health(
     cat = catalog.lazy().select("model_key", pl.col("max_power_w").alias("_cat_power"))
     hot_from, warn_from = h.hot_from_c, h.hot_warn_minutes
     h = (
-        samples.filter(pl.col("gpu_instance_id").is_null())
-        .with_columns(model_key(pl.col("gpu_model")).alias("model_key"))
-        .join(cat, on="model_key", how="left")
+        by_model(samples.filter(pl.col("gpu_instance_id").is_null()), cat)
         .group_by("date", "gpu_uuid")
         .agg(
             # the last value given in time (each GPU's rows sorted by time in its group: not the

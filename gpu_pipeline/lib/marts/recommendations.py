@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from gpu_pipeline.lib.money import allocated_minutes, weighted_share
-from gpu_pipeline.lib.reference import model_key
+from gpu_pipeline.lib.reference import by_model, model_key
 from gpu_pipeline.lib.rules import (
     BOTTLENECK_DIAGNOSES,
     DAYS_PER_MONTH,
@@ -230,11 +230,7 @@ def rule_minutes(minutes: pl.LazyFrame, prices: pl.DataFrame) -> pl.LazyFrame:
     """Minutes as namespaces own them (`allocated_minutes`: costs, weight `_w`) with `_spot`,
     the spot price of their model (null: none in the price book): what `rule_stats` reads."""
     spot = prices.lazy().select("model_key", pl.col("spot_usd_per_hour").alias("_spot"))
-    return (
-        allocated_minutes(minutes)
-        .with_columns(model_key(pl.col("gpu_model")).alias("model_key"))
-        .join(spot, on="model_key", how="left")
-    )
+    return by_model(allocated_minutes(minutes), spot)
 
 
 def rule_stats(
