@@ -20,15 +20,11 @@ import time
 from collections.abc import Callable, Collection
 from datetime import date
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from gpu_pipeline.lib.ingest.cache import is_cached, parse_all
-from gpu_pipeline.lib.ingest.landing import (
-    ParseOptions,
-    hash_memo,
-    list_landing,
-    remember_hashes,
-)
-from gpu_pipeline.lib.ingest.shared_cache import SharedCache
+if TYPE_CHECKING:
+    from gpu_pipeline.lib.ingest.landing import ParseOptions
+    from gpu_pipeline.lib.ingest.shared_cache import SharedCache
 
 Say = Callable[[str], None]
 
@@ -49,6 +45,9 @@ def parse_new(
     said every tenth of them), as `parse_all` returns them. New files are hashed by their parse
     (read once) and the memo learns their hashes; beside a lake in an object store (`shared`,
     the parse cache's copy there) they are hashed first, to be looked up in that copy."""
+    from gpu_pipeline.lib.ingest.cache import is_cached, parse_all
+    from gpu_pipeline.lib.ingest.landing import hash_memo, list_landing, remember_hashes
+
     files = list_landing(root, hash_memo(cache), hash_new=shared is not None)
     todo = [f for f in files if not is_cached(f, cache, opts, shared)]
     if not todo:
@@ -95,7 +94,8 @@ def landing_bytes(root: Path, enough: int) -> int:
 
 class Ahead:
     """`parse_new` in a process of its own (`python -m gpu_pipeline.lib.ingest.ahead`), its
-    progress lines said by the caller's `say` as they come."""
+    progress lines said by the caller's `say` as they come. Starting it imports nothing heavy
+    (the parse's modules are imported by `parse_new`, in that process): it starts at once."""
 
     def __init__(self, proc: subprocess.Popen, say: Say):
         self.proc = proc
@@ -158,6 +158,8 @@ class Ahead:
 
 
 def main(argv: list[str]) -> int:
+    from gpu_pipeline.lib.ingest.landing import ParseOptions
+
     root, cache, tz, max_bytes = argv
 
     def say(line: str) -> None:
