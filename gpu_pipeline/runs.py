@@ -278,6 +278,8 @@ def _materialize(s: settings.Settings, req: Request, say: Say, days: list[date],
             say(f"warning: {warning}")
         if req.pull and not s.prom_url:
             raise Refused(2, "--pull needs a server: --url URL or GPU_PIPELINE_PROM_URL")
+        if ahead is not None:  # the instance is readied while the files are parsed
+            init_instance()
         parsed = warm_parse_cache(landing, lake, say, days, ahead)
         check_records(parsed, days, req, Path(landing.root), say)
         init_instance()

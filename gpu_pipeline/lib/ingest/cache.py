@@ -177,13 +177,21 @@ def read_series(path: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
     return table.drop("date", "len").unique("sid", keep="first").sort("sid"), counts
 
 
-def rank_range(table: pl.DataFrame, uuids: tuple[str, str], no_uuid: bool) -> pl.Expr:
-    """The keyed samples of a piece (its series `table`) whose GPU's UUID is in `uuids` (lowest,
-    highest), and those without a UUID when `no_uuid`: a range of `_g`, the GPUs' ranks (they
-    rank in UUID order), which the row groups' statistics prune."""
-    ends = pl.lit(uuids[0]), pl.lit(uuids[1])
-    g = table.filter(pl.col("gpu_uuid").is_between(*ends)).get_column("_g")
-    lo, hi = (int(g.min()), int(g.max())) if g.len() else (1, 0)
+def gpu_ranks(table: pl.DataFrame) -> list[tuple[str, int]]:
+    """A piece's GPUs (its series `table`): (UUID, rank `_g`) in UUID order, for `rank_range`."""
+    ranks = table.select("gpu_uuid", "_g").drop_nulls("gpu_uuid").unique().sort("gpu_uuid")
+    return list(ranks.iter_rows())
+
+
+def rank_range(
+    table: pl.DataFrame | list[tuple[str, int]], uuids: tuple[str, str], no_uuid: bool
+) -> pl.Expr:
+    """The keyed samples of a piece (its series `table`, or its `gpu_ranks`) whose GPU's UUID
+    is in `uuids` (lowest, highest), and those without a UUID when `no_uuid`: a range of `_g`,
+    the GPUs' ranks (they rank in UUID order), which the row groups' statistics prune."""
+    ranks = gpu_ranks(table) if isinstance(table, pl.DataFrame) else table
+    g = [r for u, r in ranks if uuids[0] <= u <= uuids[1]]  # code point order: UTF-8 byte order
+    lo, hi = (min(g), max(g)) if g else (1, 0)
     keep = pl.col("_g").is_between(lo, hi)
     return keep | (pl.col("_g") == 0) if no_uuid else keep
 

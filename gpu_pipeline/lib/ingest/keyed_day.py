@@ -19,7 +19,7 @@ import numpy as np
 import polars as pl
 
 from gpu_pipeline.lib.fields import FIELD_COLUMNS
-from gpu_pipeline.lib.ingest.cache import ParsedFile, rank_range, read_series
+from gpu_pipeline.lib.ingest.cache import ParsedFile, gpu_ranks, rank_range, read_series
 from gpu_pipeline.lib.ingest.landing import DEFAULT_CLUSTER
 from gpu_pipeline.lib.samples import ATTR_COLUMNS, SERIES_SCHEMA, conform
 from gpu_pipeline.lib.schemas import GPU_SAMPLES_SCHEMA
@@ -65,7 +65,8 @@ class KeyedDay:
                         pl.lit(order, pl.Int32).alias("file_order"),
                     )
                 )
-                self.pieces.append((order, samples, offset, table))
+                # each piece's GPUs and ranks, found once: every chunk asks for its range
+                self.pieces.append((order, samples, offset, gpu_ranks(table)))
                 offset += table.height
         self.series = _codes(pl.concat(tables))
         self.counts = pl.concat(counts)
@@ -97,10 +98,10 @@ class KeyedDay:
         """The day's keyed samples of the files `orders` (of the GPUs in `uuids`, and those
         without a UUID when `no_uuid`), in file order, each file's in cache order."""
         frames = []
-        for order, samples, offset, table in self.pieces:
+        for order, samples, offset, ranks in self.pieces:
             if order not in orders:
                 continue
-            keep = None if uuids is None else rank_range(table, uuids, no_uuid)
+            keep = None if uuids is None else rank_range(ranks, uuids, no_uuid)
             frames.append(self._scan(samples, offset, keep))
         if not frames:
             return self._scan(self.pieces[0][1], 0, pl.lit(False)).collect()
