@@ -664,9 +664,11 @@ def to_contract(lf: pl.LazyFrame, table: str) -> pl.LazyFrame:
     )
 
 
-# a validation costs ~40 ms whatever the frame's size (pandera runs a query per check): frames
-# streamed chunk by chunk are validated in batches of at least this many rows
-VALIDATE_BATCH_ROWS = 262_144
+# a validation costs ~0.1 s for gpu_samples whatever the frame's size (pandera runs a query per
+# check) and ~0.25 s more per 1.44 M rows: frames streamed chunk by chunk are validated in
+# batches of at least this many rows (the 1,000-GPU day: 0.77 s in batches of 262,144 rows,
+# 0.52 s in these, ~270 MiB a batch; benchmarks/README.md, issue 34)
+VALIDATE_BATCH_ROWS = 524_288
 
 
 def validated_batches(
