@@ -142,3 +142,19 @@ def test_a_range_without_duplicates_takes_the_integer_way(landing, tmp_path, mon
     ]
     assemble_day(files, D, None)  # day 1: duplicates and conflicts
     assert calls == {"integer": 1, "general": 1}
+
+
+def test_series_tables_are_read_together_or_one_by_one(tmp_path):
+    """A day's series tables are read in one call, each row with its piece's index; tables of
+    other shapes (a column one lacks) are read one at a time, to the same rows."""
+    from gpu_pipeline.lib.ingest.keyed_day import _series_tables
+
+    a, b, c = tmp_path / "a.parquet", tmp_path / "b.parquet", tmp_path / "c.parquet"
+    pl.DataFrame({"sid": [0, 1], "len": [3, 4]}).write_parquet(a)
+    pl.DataFrame({"sid": [0], "len": [5]}).write_parquet(b)
+    pl.DataFrame({"sid": [0], "len": [6], "extra": ["x"]}).write_parquet(c)
+    same = _series_tables([b, a])
+    assert same.select("_p", "sid", "len").rows() == [(0, 0, 5), (1, 0, 3), (1, 1, 4)]
+    mixed = _series_tables([a, c])
+    assert mixed.select("_p", "sid", "len").rows() == [(0, 0, 3), (0, 1, 4), (1, 0, 6)]
+    assert mixed["extra"].to_list() == [None, None, "x"]
