@@ -164,13 +164,18 @@ class KeyedDay:
         row_of = np.repeat(np.arange(starts.size), np.diff(np.append(starts, key.size)))
         values = rows.get_column("value").fill_null(np.nan).to_numpy()[order]
         ck_sorted = ck[order]
-        fields = {}
-        for c in np.unique(ck_sorted).tolist():
-            column = np.full(starts.size, np.nan)
-            at = ck_sorted == c
-            column[row_of[at]] = values[at]
-            # values are never NaN (a NaN reading is a blank: null), so NaN marks no value
-            fields[FIELD_COLUMNS[c]] = pl.Series(column, nan_to_null=True)
+        # the fields present (a count per field code: no sort), each scattered into its row of
+        # one 2-D array at once
+        present = np.flatnonzero(np.bincount(ck_sorted, minlength=len(FIELD_COLUMNS)))
+        slot = np.zeros(len(FIELD_COLUMNS), np.int64)
+        slot[present] = np.arange(present.size)
+        grid = np.full((present.size, starts.size), np.nan)
+        grid[slot[ck_sorted], row_of] = values
+        # values are never NaN (a NaN reading is a blank: null), so NaN marks no value
+        fields = {
+            FIELD_COLUMNS[c]: pl.Series(grid[i], nan_to_null=True)
+            for i, c in enumerate(present.tolist())
+        }
         ident = self.series.select(*KEY, *ROW_ATTRS, "source_file").gather(gsid[first])
         times = (row_key[starts] & ((1 << (_GK_SHIFT - _CK_BITS)) - 1)) + self.start
         out = ident.with_columns(
