@@ -71,6 +71,32 @@ def configure() -> dict[str, bool]:
     return applied
 
 
+# A process that parses landing files and exits (`lib/ingest/ahead.py`) keeps what it frees for
+# the next file: a file's buffers (its text, ~25 MiB, and its columns) come back at once, and
+# handed back to the kernel they were mapped and zeroed again page by page — ~800,000 page
+# faults and a quarter of the parse's CPU for the 1,000-GPU day's 168 files; kept: ~100,000,
+# the parse 8.5-9.5 -> 7.4-8.3 s, the same peak (~0.4 GiB; benchmarks/README.md, issue 34).
+# Blocks up to 64 MiB from the heap, the heap trimmed only past 1 GiB free, Polars' pages
+# returned after 10 s.
+PARSE_PROCESS_GLIBC = {
+    "MALLOC_ARENA_MAX": str(ARENA_MAX),
+    "MALLOC_MMAP_THRESHOLD_": str(2 * MMAP_THRESHOLD),
+    "MALLOC_TRIM_THRESHOLD_": str(2**30),
+}
+PARSE_PROCESS_JEMALLOC = "dirty_decay_ms:10000,muzzy_decay_ms:10000"
+
+
+def parse_process_env(environ: dict[str, str]) -> dict[str, str]:
+    """`environ` for a parse process (above): the allocators' settings the environment does not
+    make itself (`_RJEM_MALLOC_CONF` as `configure` set it is this module's, and replaced)."""
+    env = dict(environ)
+    if not any(v in environ for v in _GLIBC_VARIABLES):
+        env.update(PARSE_PROCESS_GLIBC)
+    if environ.get("_RJEM_MALLOC_CONF", JEMALLOC_CONF) == JEMALLOC_CONF:
+        env["_RJEM_MALLOC_CONF"] = PARSE_PROCESS_JEMALLOC
+    return env
+
+
 def release() -> None:
     """Hand the C heap's free pages back to the kernel (`malloc_trim`), where `configure` set
     glibc up: a step's last buffers are not carried into the next step (called as each step

@@ -322,6 +322,25 @@ def test_allocator_settings_apply_before_polars_and_leave_the_environments_own()
     assert applied == {"jemalloc": True, "glibc": False}
 
 
+def test_a_parse_process_keeps_what_it_frees_unless_the_environment_says_otherwise():
+    """The parse ahead's process (`ingest.ahead`) keeps its freed buffers (glibc's thresholds
+    raised, jemalloc's decay longer), except where the environment sets its own."""
+    from gpu_pipeline import allocator
+
+    env = allocator.parse_process_env({"PATH": "/bin"})
+    assert env["PATH"] == "/bin" and env["MALLOC_ARENA_MAX"] == "1"
+    assert int(env["MALLOC_TRIM_THRESHOLD_"]) == 2**30
+    assert int(env["MALLOC_MMAP_THRESHOLD_"]) == 64 * 2**20
+    assert env["_RJEM_MALLOC_CONF"] == allocator.PARSE_PROCESS_JEMALLOC
+    # this module's own jemalloc setting (`configure`) is replaced; the environment's is kept
+    ours = allocator.parse_process_env({"_RJEM_MALLOC_CONF": allocator.JEMALLOC_CONF})
+    assert ours["_RJEM_MALLOC_CONF"] == allocator.PARSE_PROCESS_JEMALLOC
+    theirs = allocator.parse_process_env({"_RJEM_MALLOC_CONF": "dirty_decay_ms:0"})
+    assert theirs["_RJEM_MALLOC_CONF"] == "dirty_decay_ms:0"
+    own_glibc = allocator.parse_process_env({"MALLOC_ARENA_MAX": "4"})
+    assert own_glibc["MALLOC_ARENA_MAX"] == "4" and "MALLOC_TRIM_THRESHOLD_" not in own_glibc
+
+
 def test_release_hands_freed_heap_pages_back():
     """Blocks freed between blocks still held stay in the heap (glibc trims only its top);
     `allocator.release` hands their pages back: the RSS falls by about what was freed."""

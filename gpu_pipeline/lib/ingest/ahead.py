@@ -126,6 +126,8 @@ class Ahead:
         if "://" in raw or not root.is_dir() or landing_bytes(root, min_bytes) < min_bytes:
             return None
         args = [str(root), str(cache), csv_timezone, str(max_file_bytes)]
+        from gpu_pipeline.allocator import parse_process_env
+
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "gpu_pipeline.lib.ingest.ahead", *args],
@@ -134,6 +136,7 @@ class Ahead:
                 # its failure is the run's to find again: the run parses what is left
                 stderr=subprocess.DEVNULL,
                 text=True,
+                env=parse_process_env(dict(os.environ)),  # keeps what it frees: it exits soon
             )
         except OSError:
             return None
