@@ -287,21 +287,42 @@ def test_the_demo_fleets_workloads(tmp_path):
     assert got["top_action"].to_list() == want["top_action"].to_list()
 
 
-def test_workloads_grouped_in_parts_are_the_table_of_the_whole_day(tmp_path, monkeypatch):
-    """The day's minutes are grouped a part of the namespaces at a time (`PARTS`): the table,
-    to the last bit of every sum, is the one grouping them all at once gives."""
+def test_namespace_marts_grouped_in_parts_are_the_tables_of_the_whole_day(tmp_path, monkeypatch):
+    """The per-namespace marts group a day's minutes a part of the namespaces at a time
+    (`samples.PARTS`): each table, to the last bit of every sum, is the one grouping them all at
+    once gives; a MIG instance still draws its power from its physical GPU's row, which is in
+    another namespace (none) and so may be in another part."""
+    from gpu_pipeline.lib import samples
     from gpu_pipeline.lib.generate import generate
-    from gpu_pipeline.lib.marts import workload_efficiency as we
+    from gpu_pipeline.lib.marts.recommendations import namespace_stats
 
     day = date(2024, 1, 1)
     generate(tmp_path / "raw", day, 1, 24, 3, 7, "prom")
-    minutes = _materialize(tmp_path, day).scan_days("gpu_minutes", [day])
+    fleet = _materialize(tmp_path, day).scan_days("gpu_minutes", [day])
+    mig = planted().with_columns(
+        pl.when(pl.col("gpu_instance_id").is_null() & (pl.col("gpu_uuid") == "GPU-m"))
+        .then(300.0)
+        .otherwise(pl.col("power_w"))
+        .alias("power_w")
+    )
     tables = {}
     for parts in (1, 4, 16):
-        monkeypatch.setattr(we, "PARTS", parts)
-        tables[parts] = compute(minutes, load_prices(), load_catalog())
-    assert tables[1].height > 10 and tables[1]["namespace"].n_unique() > 4
-    assert tables[4].equals(tables[1]) and tables[16].equals(tables[1])
+        monkeypatch.setattr(samples, "PARTS", parts)
+        tables[parts] = [
+            f(m)
+            for m in (fleet, mig.lazy())
+            for f in (
+                lambda m: compute(m, load_prices(), load_catalog()),
+                lambda m: collect_stable(namespace_efficiency(m)),
+                lambda m: namespace_stats(m, load_prices()),
+            )
+        ]
+    assert tables[1][0].height > 10 and tables[1][0]["namespace"].n_unique() > 4
+    team = tables[1][4].filter(pl.col("namespace") == "team")
+    assert team["energy_kwh"].item() == pytest.approx(2 * 60 * 300.0 * 3 / 7 / 60 / 1000)
+    for parts in (4, 16):
+        for got, want in zip(tables[parts], tables[1], strict=True):
+            assert got.equals(want)
 
 
 def test_an_hpc_job_label_names_the_workload(tmp_path):

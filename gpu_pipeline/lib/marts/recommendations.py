@@ -30,6 +30,7 @@ from gpu_pipeline.lib.rules import (
     RecommendationThresholds,
     Thresholds,
 )
+from gpu_pipeline.lib.samples import collect_in_parts
 from gpu_pipeline.lib.schemas import RECOMMENDATIONS_SCHEMA
 
 MIG_CAPABLE = r"A100|A800|A30|H100|H800|H200|B200|GB200"
@@ -282,14 +283,17 @@ def namespace_stats(
     pcie_busy_from: float = DIAGNOSIS.pcie_busy_from,
     t: Thresholds = DEFAULT,
 ) -> pl.DataFrame:
-    """The measured numbers rules read, one row per day and namespace."""
-    return (
-        rule_minutes(minutes, prices)
-        .group_by("date", "namespace")
-        .agg(*rule_stats(pcie_busy_from, t))
-        .collect(engine="in-memory")
-        .sort("date", "namespace", nulls_last=True)
-    )
+    """The measured numbers rules read, one row per day and namespace (a part of the
+    namespaces at a time: `collect_in_parts`)."""
+    return collect_in_parts(
+        minutes,
+        "namespace",
+        lambda m: (
+            rule_minutes(m, prices)
+            .group_by("date", "namespace")
+            .agg(*rule_stats(pcie_busy_from, t))
+        ),
+    ).sort("date", "namespace", nulls_last=True)
 
 
 def _capable(

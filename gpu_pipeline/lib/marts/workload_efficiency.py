@@ -32,14 +32,11 @@ from gpu_pipeline.lib.rules import (
     RecommendationThresholds,
     Thresholds,
 )
-from gpu_pipeline.lib.samples import collect_stable
+from gpu_pipeline.lib.samples import collect_in_parts, collect_stable
 from gpu_pipeline.lib.schemas import to_contract
 
 # the grain of workload_efficiency
 WORKLOAD_KEYS = ("date", "cluster", "namespace", "workload")
-# the day's minutes are grouped in this many parts (by namespace), one after the other: the
-# step held ~0.7 GiB at 1,000 GPUs in one (benchmarks/README.md, issue 34)
-PARTS = 4
 
 # the characters Kubernetes draws generated names from (k8s.io/apimachinery util/rand: no
 # vowels, no 0, 1 or 3, so that no word is spelled): ReplicaSet hashes and random suffixes
@@ -132,16 +129,15 @@ def workload_efficiency(
     minute has a price); `top_action` is what the recommendation rules advise first for the
     workload's own numbers (`recommendations.top_waste_action`; spot is not a waste action).
     """
-    # a namespace's minutes at a time, in PARTS by the hash of its name (a workload is in one
-    # namespace: each group is whole in one part, its rows in their order, so its sums are
-    # the ones the whole day would give): the day's minutes are not all held at once
-    part = pl.col("namespace").hash() % PARTS
-    stats = pl.concat(
-        rule_minutes(with_workload(minutes.filter(part == i)), prices)
-        .group_by(*WORKLOAD_KEYS)
-        .agg(*_aggregations(d, t))
-        .pipe(collect_stable)
-        for i in range(PARTS)
+    # a part of the namespaces at a time: a workload is in one namespace
+    stats = collect_in_parts(
+        minutes,
+        "namespace",
+        lambda m: (
+            rule_minutes(with_workload(m), prices)
+            .group_by(*WORKLOAD_KEYS)
+            .agg(*_aggregations(d, t))
+        ),
     )
     caps = precision_caps(catalog)
     top = [top_waste_action(actions(row, caps, r)) for row in stats.iter_rows(named=True)]
