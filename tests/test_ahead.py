@@ -11,7 +11,7 @@ from helpers import MODELS, expo_lines, write_file
 from gpu_pipeline import runs
 from gpu_pipeline.lib.ingest import ahead
 from gpu_pipeline.lib.ingest.ahead import Ahead, landing_bytes, parse_new
-from gpu_pipeline.lib.ingest.cache import is_cached
+from gpu_pipeline.lib.ingest.cache import TMP_PREFIX, is_cached
 from gpu_pipeline.lib.ingest.landing import ParseOptions, hash_memo, list_landing
 from gpu_pipeline.settings import Settings
 
@@ -78,12 +78,22 @@ def test_a_failed_parse_ahead_leaves_the_parse_to_the_run(tmp_path):
     assert [pf.records_on(DAY) for pf in parsed] == [60, 60, 0, 0]
 
 
-def test_stop_ends_a_parse_ahead(tmp_path):
+def test_stop_ends_a_parse_ahead_and_removes_what_it_was_writing(tmp_path):
     raw, cache = tmp_path / "raw", tmp_path / "cache"
     _zone(raw)
+    cache.mkdir()
     job = Ahead.start(str(raw), cache, "UTC", MAX, [].append, min_bytes=0)
+    # a parse it was writing (named by its process), and another process's
+    mine = cache / f"{TMP_PREFIX}{job.proc.pid}-abc"
+    theirs = cache / f"{TMP_PREFIX}{job.proc.pid + 1}-abc"
+    for folder in (mine, theirs):
+        folder.mkdir()
+        (folder / "samples-00000.parquet").write_bytes(b"partial")
     job.stop()
     assert job.proc.returncode is not None and not job.reader.is_alive()
+    if job.proc.returncode != 0:  # stopped midway (not ended already): its folders are gone
+        assert not mine.exists()
+    assert theirs.exists()
     job.stop()  # twice: nothing left to stop
 
 

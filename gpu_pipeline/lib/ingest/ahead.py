@@ -13,6 +13,7 @@ the run parses what it left, as it always did.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -97,8 +98,8 @@ class Ahead:
     progress lines said by the caller's `say` as they come. Starting it imports nothing heavy
     (the parse's modules are imported by `parse_new`, in that process): it starts at once."""
 
-    def __init__(self, proc: subprocess.Popen, say: Say):
-        self.proc = proc
+    def __init__(self, proc: subprocess.Popen, say: Say, cache: Path | None = None):
+        self.proc, self.cache = proc, cache
         self.reader = threading.Thread(target=self._relay, args=(say,), daemon=True)
         self.reader.start()
 
@@ -140,7 +141,7 @@ class Ahead:
             )
         except OSError:
             return None
-        return cls(proc, say)
+        return cls(proc, say, cache)
 
     def join(self) -> bool:
         """Wait for the parse to end; whether it ended well."""
@@ -157,7 +158,16 @@ class Ahead:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+            self._sweep()
         self.reader.join(timeout=10)
+
+    def _sweep(self) -> None:
+        """Remove the parses it was writing when stopped (named by its process id)."""
+        from gpu_pipeline.lib.ingest.cache import TMP_PREFIX
+
+        if self.cache is not None and self.cache.is_dir():
+            for folder in self.cache.glob(f"{TMP_PREFIX}{self.proc.pid}-*"):
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def main(argv: list[str]) -> int:

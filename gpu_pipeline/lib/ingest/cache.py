@@ -223,6 +223,10 @@ def _piece(
     return rows.join(attrs, on="sid", how="left", maintain_order="left").select(list(LONG_SCHEMA))
 
 
+# a parse being written: `<TMP_PREFIX><pid>-<random>`, renamed to its key when complete
+TMP_PREFIX = ".tmp-"
+
+
 def _cache_key(lf: LandingFile, opts: ParseOptions) -> str:
     # everything that changes what a parse yields: the parser, the content, the name (it may
     # carry the sample time) and the options (CSV time zone, size limit)
@@ -276,7 +280,8 @@ def _write_cache(
     bytes it read (the listed ones unless the file changed since: then the parse is of the new
     bytes, and `lf` comes back with their hash and size); a file that could not be read this run
     is not cached."""
-    tmp = cache_root / f".tmp-{uuid.uuid4().hex}"
+    # named by the process: a parse stopped midway (`ahead.Ahead.stop`) leaves no folder behind
+    tmp = cache_root / f"{TMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex}"
     tmp.mkdir(parents=True)
     try:
         pp = PieceParse(lf, opts, keyed=True)
