@@ -183,13 +183,10 @@ def gpu_ranks(table: pl.DataFrame) -> list[tuple[str, int]]:
     return list(ranks.iter_rows())
 
 
-def rank_range(
-    table: pl.DataFrame | list[tuple[str, int]], uuids: tuple[str, str], no_uuid: bool
-) -> pl.Expr:
-    """The keyed samples of a piece (its series `table`, or its `gpu_ranks`) whose GPU's UUID
-    is in `uuids` (lowest, highest), and those without a UUID when `no_uuid`: a range of `_g`,
-    the GPUs' ranks (they rank in UUID order), which the row groups' statistics prune."""
-    ranks = gpu_ranks(table) if isinstance(table, pl.DataFrame) else table
+def rank_range(ranks: list[tuple[str, int]], uuids: tuple[str, str], no_uuid: bool) -> pl.Expr:
+    """The keyed samples of a piece (its `gpu_ranks`) whose GPU's UUID is in `uuids` (lowest,
+    highest), and those without a UUID when `no_uuid`: a range of `_g`, the GPUs' ranks (they
+    rank in UUID order), which the row groups' statistics prune."""
     g = [r for u, r in ranks if uuids[0] <= u <= uuids[1]]  # code point order: UTF-8 byte order
     lo, hi = (min(g), max(g)) if g else (1, 0)
     keep = pl.col("_g").is_between(lo, hi)
@@ -214,7 +211,7 @@ def _piece(
         return rows
     table, _ = read_series(series)
     if uuids is not None:
-        rows = rows.filter(rank_range(table, uuids, no_uuid))
+        rows = rows.filter(rank_range(gpu_ranks(table), uuids, no_uuid))
     if day is not None:
         start = int(datetime.combine(day, time(), UTC).timestamp() * 1000)
         t = pl.col("timestamp").dt.epoch("ms")
