@@ -13,7 +13,7 @@ import re
 import stat
 import uuid
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import polars as pl
 
-from gpu_pipeline.lib.ingest.formats import FORMATS
+from gpu_pipeline.lib.ingest.formats import FORMATS, exposition
 from gpu_pipeline.lib.ingest.formats.common import Context
 from gpu_pipeline.lib.samples import (
     KEYED_SCHEMA,
@@ -135,6 +135,30 @@ def open_landing(target: Path, ident: tuple[int, int]):
     except BaseException:
         os.close(fd)
         raise
+
+
+# how much of each new file `learn_series` reads ahead of its parse
+HEAD_BYTES = 64 * 2**10
+
+
+def learn_series(files: Iterable[LandingFile]) -> int:
+    """The series the exposition files among `files` name in their first HEAD_BYTES, parsed in
+    one table before the files are (`exposition.learn_series`: each file's parse then takes its
+    series' rows from it). A file is opened as its parse opens it (`open_landing`); one that
+    cannot be, is gzipped or is not exposition text is left out. Returns the series kept."""
+    heads = []
+    for lf in files:
+        if lf.skipped or lf.problem:
+            continue
+        try:
+            with open_landing(lf.target or lf.path, lf.ident or _ident(lf.path)) as f:
+                head = f.read(HEAD_BYTES)
+        except OSError:
+            continue
+        head = head[: head.rfind(b"\n") + 1]
+        if head and exposition.detect(head, lf.source_file):
+            heads.append(head)
+    return exposition.learn_series(heads)
 
 
 def _hash_listed(entry: tuple[Path, tuple[int, int]]) -> str | OSError:
