@@ -148,3 +148,33 @@ def test_a_run_with_its_files_parsed_ahead_writes_the_same_day(tmp_path, monkeyp
     for t, df in tables.items():
         keep = [c for c in df.columns if c not in ("ingest_id", "source_path")]
         assert df.select(keep).equals(own[t].select(keep)), t
+
+
+def test_what_the_parse_ahead_wrote_is_not_hashed_again_unless_it_changed(tmp_path, monkeypatch):
+    """The parse process ends with the stamps of the cached parses it wrote (`cache.checked`):
+    the run trusts them while the files keep those stamps, and hashes a file that changed."""
+    from gpu_pipeline.lib.ingest import cache as cache_mod
+
+    raw, cache = tmp_path / "raw", tmp_path / "cache"
+    _zone(raw)
+    said: list[str] = []
+    job = Ahead.start(str(raw), cache, "UTC", MAX, said.append, min_bytes=0)
+    assert job is not None and job.join()
+    assert not any(s.startswith(ahead.CHECKED) for s in said)  # not said: taken
+    folders = {p.parent for p in cache.glob("*/meta.json")}
+    assert len(folders) == 4 and folders <= set(cache_mod._CHECKED)
+    hashed: list[Path] = []
+    real = cache_mod._sha256
+    monkeypatch.setattr(cache_mod, "_sha256", lambda p: hashed.append(p) or real(p))
+    parsed = parse_new(raw, cache, ParseOptions(), [].append, days=[DAY])
+    assert hashed == [] and [pf.records_on(DAY) for pf in parsed] == [60, 60, 0, 0]
+    # a cached file rewritten since (another inode, change time): hashed, found bad, parsed again
+    victim = next(
+        f / "samples-00000.parquet" for f in folders if str(DAY) in (f / "meta.json").read_text()
+    )
+    data = victim.read_bytes()
+    victim.unlink()
+    victim.write_bytes(data[:-9] + b"tampered!")
+    again = parse_new(raw, cache, ParseOptions(), [].append, days=[DAY])
+    assert victim in hashed
+    assert [pf.records_on(DAY) for pf in again] == [60, 60, 0, 0]

@@ -12,6 +12,7 @@ the run parses what it left, as it always did.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -32,6 +33,8 @@ Say = Callable[[str], None]
 # a landing zone smaller than this is parsed by the run itself: a second process (~0.4 s to
 # start) gains nothing on a few files
 AHEAD_BYTES = 256 * 2**20
+# the line the parse process ends with: the cached parses it wrote or found intact
+CHECKED = "@checked "
 
 
 def parse_new(
@@ -100,11 +103,18 @@ class Ahead:
 
     def __init__(self, proc: subprocess.Popen, say: Say, cache: Path | None = None):
         self.proc, self.cache = proc, cache
+        self.checked: dict = {}  # the cached parses it wrote or found intact (`cache.checked`)
         self.reader = threading.Thread(target=self._relay, args=(say,), daemon=True)
         self.reader.start()
 
     def _relay(self, say: Say) -> None:
         for line in self.proc.stdout:
+            if line.startswith(CHECKED):
+                try:
+                    self.checked = json.loads(line[len(CHECKED) :])
+                except ValueError:
+                    self.checked = {}
+                continue
             say(line.rstrip("\n"))
 
     @classmethod
@@ -144,9 +154,14 @@ class Ahead:
         return cls(proc, say, cache)
 
     def join(self) -> bool:
-        """Wait for the parse to end; whether it ended well."""
+        """Wait for the parse to end; whether it ended well. The cached parses it wrote or found
+        intact are not hashed again by this process while their files stay as they were."""
         code = self.proc.wait()
         self.reader.join()
+        if self.checked:
+            from gpu_pipeline.lib.ingest.cache import trust_checked
+
+            trust_checked(self.checked)
         return code == 0
 
     def stop(self) -> None:
@@ -179,6 +194,9 @@ def main(argv: list[str]) -> int:
         print(line, flush=True)
 
     parse_new(Path(root), Path(cache), ParseOptions(tz, int(max_bytes)), say)
+    from gpu_pipeline.lib.ingest.cache import checked
+
+    say(CHECKED + json.dumps(checked()))
     return 0
 
 

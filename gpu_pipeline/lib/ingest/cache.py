@@ -436,6 +436,19 @@ def _stamp(cdir: Path, meta: dict) -> tuple | None:
         return None
 
 
+def checked() -> dict[str, list]:
+    """What this process found intact or wrote (`_CHECKED`), as JSON values: for the process
+    that started this one's parse (`ahead`), which then need not hash those files again."""
+    return {str(cdir): [list(f) for f in stamp] for cdir, stamp in _CHECKED.items()}
+
+
+def trust_checked(stamps: dict[str, list]) -> None:
+    """Take what a parse process of ours found intact or wrote (`checked`): a cached parse whose
+    files still have those stamps is not hashed again here."""
+    for cdir, stamp in stamps.items():
+        _CHECKED[Path(cdir)] = tuple(tuple(f) for f in stamp)
+
+
 def _cache_intact(cdir: Path, meta: dict) -> bool:
     stamp = _stamp(cdir, meta)
     if stamp is not None and _CHECKED.get(cdir) == stamp:
