@@ -62,6 +62,9 @@ def _labels(series: pl.Series, n: int = 40, none: str = "(none)") -> list[str]:
 def _png(fig) -> bytes:
     buf = io.BytesIO()
     fig.tight_layout()
+    # laid out: without a layout engine left on the figure, savefig draws it once, not first
+    # a second time without output (the same PNG, a sixth less time: issue 34)
+    fig.set_layout_engine(None)
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
     return buf.getvalue()
