@@ -60,3 +60,128 @@ def test_a_recommendation_names_only_actions_of_the_vocabulary():
         validate("recommendations", bad)
     ok = bad.with_columns(pl.Series("actions", [["spot", "DALI"]]))
     assert validate("recommendations", ok).height == 1
+
+
+# -- the one-query check (`schemas.passes`) decides as pandera does ----------------------------
+
+_MATCHING = {
+    r"^GPU-[0-9a-z\-]+$": ("GPU-0a", "GPU-0b"),
+    r"^\d{4}-\d{2}$": ("2024-01", "2024-02"),
+    r"^(below_median|spread)(, (below_median|spread))*$": ("spread", "below_median"),
+}
+
+
+def _pandera_ok(model, df) -> bool:
+    import pandera.errors as pe
+
+    try:
+        model.validate(df, lazy=True)
+    except (pe.SchemaErrors, pe.SchemaError):
+        return False
+    return True
+
+
+def _values(col, dtype, k: int):
+    """A valid value of the column (the k-th of two) and one that breaks each of its checks."""
+    from datetime import UTC, datetime, timedelta
+
+    stats = {c.name: c.statistics for c in col.checks}
+    bad = []
+    if "isin" in stats:
+        allowed = sorted(stats["isin"]["allowed_values"])
+        good = allowed[k % len(allowed)]
+        bad.append("not one of them")
+    elif "str_matches" in stats:
+        good = _MATCHING[stats["str_matches"]["pattern"]][k]
+        bad.append("zz-does-not-match")
+    elif dtype == pl.String:
+        good = f"v{k}"
+    elif dtype.is_temporal():
+        base = datetime(2024, 1, 1, tzinfo=UTC) if dtype == pl.Datetime else D
+        good = base + (timedelta(minutes=k) if dtype == pl.Datetime else timedelta(days=k))
+    elif dtype == pl.Boolean:
+        good = bool(k)
+    elif isinstance(dtype, pl.List):
+        good = []
+        if col.checks:  # each element of a closed set
+            bad.append(["not an action"])
+    else:
+        lo = stats.get("in_range", stats.get("greater_than_or_equal_to", {})).get("min_value")
+        hi = stats.get("in_range", stats.get("less_than_or_equal_to", {})).get("max_value")
+        good = (lo if lo is not None else (hi - 1 if hi is not None else 1)) + k
+        if hi is not None and good > hi:
+            good = hi
+        if lo is not None:
+            bad.append(lo - 1)
+        if hi is not None:
+            bad.append(hi + 1)
+        if dtype.is_float():
+            bad.append(float("nan"))
+        if dtype.is_integer():
+            good, bad = int(good), [int(b) for b in bad if b == b]
+    return good, bad
+
+
+@pytest.mark.parametrize("table", sorted(TABLES))
+def test_the_one_query_check_decides_as_pandera_does(table):
+    """A valid frame passes without pandera; every broken one (a null, a NaN, a value past each
+    check, a duplicate key, a column missing, extra, moved or of another type) fails both ways:
+    `passes` never lets through what pandera refuses."""
+    from gpu_pipeline.lib.schemas import passes
+
+    model, schema = MODELS[table], TABLES[table]
+    rows, breaks = [{}, {}], []
+    for c, dtype in schema.items():
+        col = model.columns[c]
+        for k in (0, 1):
+            rows[k][c], bad = _values(col, dtype, k)
+        breaks += [(c, b) for b in bad] + ([(c, None)] if not col.nullable else [])
+    base = pl.DataFrame(rows, schema=schema)
+    assert _pandera_ok(model, base) and passes(model, base), table
+    frames = []
+    for c, b in breaks:
+        try:  # a value the column's type cannot hold (an enum's stranger, -1 unsigned) is out
+            frames.append(base.with_columns(pl.Series(c, [b, base[c][1]], dtype=schema[c])))
+        except (TypeError, OverflowError, pl.exceptions.InvalidOperationError):
+            continue
+    if model.unique:
+        frames.append(pl.concat([base.head(1), base.head(1)]))
+    first, last = list(schema)[0], list(schema)[-1]
+    frames += [
+        base.with_columns(pl.lit(1).alias("extra")),
+        base.drop(last),
+        base.select(last, *[c for c in schema if c != last]),
+        base.with_columns(pl.col(first).cast(pl.String)),
+    ]
+    frames += [
+        base.with_columns(pl.col(c).cast(pl.Float32 if dtype == pl.Float64 else pl.Int64))
+        for c, dtype in schema.items()
+        if dtype in (pl.Float64, pl.Int32)
+    ][:3]
+    refused = 0
+    for df in frames:
+        ok = _pandera_ok(model, df)
+        assert passes(model, df) == ok, (table, df.head(2))
+        refused += not ok
+    # all but a NaN where a bound lets it through (NaN sorts above every number in Polars)
+    assert refused >= len(frames) - sum(b != b for _, b in breaks if isinstance(b, float)) > 5
+
+
+def test_pandera_runs_only_to_word_a_failure(monkeypatch):
+    """A valid frame is returned without pandera's query per check; a broken one still gets
+    pandera's failure cases."""
+    import pandera.polars as pa
+
+    from gpu_pipeline.lib.schemas import validate
+
+    calls: list[int] = []
+    real = pa.DataFrameSchema.validate
+    monkeypatch.setattr(
+        pa.DataFrameSchema, "validate", lambda self, *a, **k: calls.append(1) or real(self, *a, **k)
+    )
+    row = {c: None for c in TABLES["recommendations"]} | {"date": D, "gpus": 1, "gpu_hours": 1.0}
+    ok = pl.DataFrame([row | {"actions": ["spot"]}], schema=TABLES["recommendations"])
+    assert validate("recommendations", ok) is ok and calls == []
+    with pytest.raises(ContractError, match="each in"):
+        validate("recommendations", ok.with_columns(pl.Series("actions", [["buy_more_gpus"]])))
+    assert calls == [1]
