@@ -5,6 +5,7 @@ import os
 from datetime import date
 
 import polars as pl
+import pytest
 from helpers import MODELS, assemble_day, expo_lines, write_file
 
 from gpu_pipeline.lib.ingest.cache import load_or_parse
@@ -264,6 +265,53 @@ def test_cache_order_is_the_four_key_sort():
     )
     assert in_cache_order(df).equals(df.sort(*SAMPLES_ORDER, nulls_last=False))
     assert in_cache_order(df.clear()).height == 0
+
+
+@pytest.mark.parametrize("case", ["in_order", "shuffled", "null_time"])
+def test_keyed_cache_order_is_the_four_key_sort(case):
+    """`keyed_in_cache_order` (a file in time order: one radix sort of day and GPU rank) orders
+    keyed samples exactly like one sort by day, GPU rank, time and line, whatever their order."""
+    import random
+
+    from gpu_pipeline.lib.ingest.cache import keyed_in_cache_order
+
+    rnd = random.Random(11)
+    base = 1_704_067_200_000  # 2024-01-01
+    series = pl.DataFrame({"gpu_uuid": ["GPU-c", None, "GPU-a", "GPU-b", "GPU-a"]})
+    rows = sorted(
+        (base + rnd.randrange(3 * 86_400_000) // 1000 * 1000, rnd.randrange(5)) for _ in range(3000)
+    )
+    df = pl.DataFrame(
+        {
+            "line": range(1, len(rows) + 1),
+            "timestamp": [t for t, _ in rows],
+            "value": [float(i) for i in range(len(rows))],
+            "sid": [s for _, s in rows],
+        },
+        schema={"line": pl.Int64, "timestamp": pl.Int64, "value": pl.Float64, "sid": pl.Int32},
+    ).with_columns(pl.col("timestamp").cast(pl.Datetime("ms", "UTC")))
+    if case == "shuffled":
+        df = df.sample(fraction=1.0, shuffle=True, seed=3)
+    if case == "null_time":
+        df = df.with_columns(
+            pl.when(pl.col("line") % 97 == 0)
+            .then(None)
+            .otherwise(pl.col("timestamp"))
+            .alias("timestamp")
+        )
+    got, table = keyed_in_cache_order(df, series)
+    assert table["_g"].to_list() == [3, 0, 1, 2, 1] and table["sid"].to_list() == [0, 1, 2, 3, 4]
+    day = pl.col("timestamp").dt.epoch("ms") // 86_400_000
+    ranked = df.with_columns(
+        pl.Series("_g", [[3, 0, 1, 2, 1][s] for s in df["sid"]], dtype=pl.Int32)
+    )
+    # by time and line, then stably by day and rank (no time: first, in line order)
+    want = ranked.sort("timestamp", "line", nulls_last=False).sort(
+        day * 4 + pl.col("_g"), maintain_order=True, nulls_last=False
+    )
+    assert got.equals(want.select(got.columns)) and got.height == 3000
+    if case != "null_time":  # the four keys at once
+        assert got.equals(ranked.sort(day, "_g", "timestamp", "line").select(got.columns))
 
 
 def test_files_parsed_a_few_at_a_time_give_what_one_at_a_time_gives(tmp_path, monkeypatch):

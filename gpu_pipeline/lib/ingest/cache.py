@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, time
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from gpu_pipeline.lib.ingest.formats.exposition import forget_series
@@ -62,12 +63,24 @@ def keyed_in_cache_order(
     )
     g = series.get_column("_g").gather(samples.get_column("sid"))
     samples = samples.with_columns(g.alias("_g"))
-    if samples.height:
+    if not samples.height:
+        return samples, series
+    ts, line = samples.get_column("timestamp"), samples.get_column("line")
+    if ts.null_count() or line.null_count():
         day = pl.col("timestamp").dt.epoch("ms") // 86_400_000
         samples = samples.sort("timestamp", "line", nulls_last=False).sort(
             day * (uuids.len() + 1) + pl.col("_g"), maintain_order=True, nulls_last=False
         )
-    return samples, series
+        return samples, series
+    if not (ts.is_sorted() and line.is_sorted()):  # a scrape's lines are in time order already
+        samples = samples.sort("timestamp", "line")
+        ts = samples.get_column("timestamp")
+    # then stably by day and GPU: a few hundred distinct integers, sorted by radix when they fit
+    # in 16 bits (a tenth of a comparison sort's time)
+    day = (ts.dt.epoch("ms") // 86_400_000).to_numpy()
+    key = (day - day.min()) * (uuids.len() + 1) + samples.get_column("_g").to_numpy()
+    key = key.astype(np.int16) if key.max() < 2**15 else key
+    return samples[np.argsort(key, kind="stable")], series
 
 
 def in_cache_order(samples: pl.DataFrame) -> pl.DataFrame:
