@@ -158,3 +158,39 @@ def test_series_tables_are_read_together_or_one_by_one(tmp_path):
     mixed = _series_tables([a, c])
     assert mixed.select("_p", "sid", "len").rows() == [(0, 0, 3), (0, 1, 4), (1, 0, 6)]
     assert mixed["extra"].to_list() == [None, None, "x"]
+
+
+def test_ranges_assembled_two_at_a_time_come_in_order():
+    """`in_order` computes a few items at once and gives their results in the items' order; a
+    failure is raised where its item comes."""
+    import threading
+    import time
+
+    from gpu_pipeline.lib.ingest.gpu_samples import in_order
+
+    running, most = [0], [0]
+    lock = threading.Lock()
+
+    def slow(i: int) -> int:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.02 if i % 3 else 0.05)  # later items may finish first
+        with lock:
+            running[0] -= 1
+        return i * i
+
+    assert list(in_order(slow, list(range(9)), 2)) == [i * i for i in range(9)]
+    assert most[0] == 2
+    assert list(in_order(slow, [3], 2)) == [9] and list(in_order(slow, [], 2)) == []
+
+    def fails(i: int) -> int:
+        if i == 4:
+            raise ValueError("range 4")
+        return i
+
+    got = []
+    with pytest.raises(ValueError, match="range 4"):
+        for r in in_order(fails, list(range(8)), 2):
+            got.append(r)
+    assert got == [0, 1, 2, 3]
