@@ -182,3 +182,21 @@ def test_heads_that_cannot_be_read_are_left_out(tmp_path):
     files = list_landing(raw, {})
     (raw / "a.prom").unlink()  # gone between listing and reading: not read, no error
     assert learn_series(files) == 0 and exposition._book is None
+
+
+def test_an_alias_written_twice_takes_the_first_written_every_time():
+    """`UUID` and `uuid` (one attribute, one alias once lowercased) on one series: the first
+    written names the GPU, in a file's own parse and in the table of many files alike (the join
+    and sort that pick it keep their order: they picked either, run to run)."""
+    lines = []
+    for g in range(300):
+        first, second = f"GPU-{g:08x}-aaaa", f"GPU-{g:08x}-bbbb"
+        order = (f'UUID="{first}",uuid="{second}"', f'uuid="{first}",UUID="{second}"')[g % 2]
+        lines += _lines(f'{{gpu="{g % 8}",{order},{H100},Hostname="h{g // 8}"}}', range(2))
+    text = ("\n".join(lines) + "\n").encode()
+    for attempt in range(2):
+        if attempt:
+            exposition.learn_series([text])
+        for _ in range(10):
+            uuids = set(exposition.parse(text, Context("x.prom")).samples["gpu_uuid"].to_list())
+            assert uuids == {f"GPU-{g:08x}-aaaa" for g in range(300)}

@@ -118,14 +118,15 @@ def metric_scale(metric: pl.Expr) -> pl.Expr:
 
 
 def resolve_aliases(pairs: pl.DataFrame, key: str) -> pl.DataFrame:
-    """(key, k, v) label pairs -> one row per key with the attribute columns (first alias wins)."""
+    """(key, k, v) label pairs -> one row per key with the attribute columns (first alias wins;
+    of one alias written twice, `UUID` and `uuid` say, the first written)."""
     aliases = [(a, n, p) for a, names in LABEL_ALIASES.items() for p, n in enumerate(names)]
     alias_df = pl.DataFrame(aliases, schema=["attr", "k", "prio"], orient="row")
     best = (
         pairs.with_columns(pl.col("k").str.to_lowercase())
         .filter(pl.col("v").is_not_null() & (pl.col("v") != ""))
-        .join(alias_df, on="k", how="inner")
-        .sort(key, "attr", "prio")
+        .join(alias_df, on="k", how="inner", maintain_order="left")
+        .sort(key, "attr", "prio", maintain_order=True)
         .group_by(key, "attr", maintain_order=True)
         .agg(pl.col("v").first())
     )
