@@ -55,17 +55,17 @@ AHEAD_CHUNKS = 2
 
 
 def in_order(fn: Callable[[T], R], items: Sequence[T], at_once: int) -> Iterator[R]:
-    """`fn` of each item, computed `at_once` at a time on threads, given in the items' order
-    (at most `at_once` results wait to be taken)."""
+    """`fn` of each item on threads, given in the items' order: the first `at_once` at once,
+    then each next one when a result has been taken and its taker asks for more (so while the
+    taker works on one result, `at_once - 1` are computed: memory for `at_once` results)."""
     if at_once <= 1 or len(items) <= 1:
         yield from map(fn, items)
         return
     with ThreadPoolExecutor(at_once) as pool:
         pending = deque(pool.submit(fn, item) for item in items[:at_once])
         for item in items[at_once:]:
-            done = pending.popleft().result()
+            yield pending.popleft().result()
             pending.append(pool.submit(fn, item))
-            yield done
         while pending:
             yield pending.popleft().result()
 
