@@ -664,10 +664,11 @@ def to_contract(lf: pl.LazyFrame, table: str) -> pl.LazyFrame:
     )
 
 
-# a validation costs ~0.1 s for gpu_samples whatever the frame's size (pandera runs a query per
-# check) and ~0.25 s more per 1.44 M rows: frames streamed chunk by chunk are validated in
-# batches of at least this many rows (the 1,000-GPU day: 0.77 s in batches of 262,144 rows,
-# 0.52 s in these, ~270 MiB a batch; benchmarks/README.md, issue 34)
+# frames streamed chunk by chunk are validated in batches of at least this many rows: chosen when
+# pandera ran every validation (~0.1 s a gpu_samples frame whatever its size; the 1,000-GPU day
+# 0.77 s in batches of 262,144 rows, 0.52 s in these, ~270 MiB a batch). `passes` now decides a
+# valid frame in one query (~74 ms a batch of these, half of it the unique check), so the
+# batches matter less; left as measured (benchmarks/README.md, issue 34)
 VALIDATE_BATCH_ROWS = 524_288
 
 
