@@ -202,17 +202,21 @@ def test_two_writers_of_one_day_on_s3_take_turns(s3, tmp_path, monkeypatch):
     spans: dict[str, tuple[float, float]] = {}
     waited: list[str] = []
 
+    a_holds = threading.Event()
+
     def writer(name: str) -> None:
         with lake.day_locks([START], waiting=lambda d: waited.append(name)):
+            if name == "a":
+                a_holds.set()
             t0 = time.monotonic()
             time.sleep(1.5)
             spans[name] = (t0, time.monotonic())
 
-    threads = [threading.Thread(target=writer, args=(n,)) for n in ("a", "b")]
-    for t in threads:
-        t.start()
-        time.sleep(0.2)
-    for t in threads:
+    threads = {n: threading.Thread(target=writer, args=(n,)) for n in ("a", "b")}
+    threads["a"].start()
+    assert a_holds.wait(30)  # "b" starts only once "a" holds the day (a loaded CI runner)
+    threads["b"].start()
+    for t in threads.values():
         t.join(30)
     (a0, a1), (b0, b1) = spans["a"], spans["b"]
     assert a1 <= b0 or b1 <= a0, spans  # one after the other, never at once
