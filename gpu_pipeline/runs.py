@@ -162,16 +162,19 @@ def check_days(s: settings.Settings, start: date, end: date) -> list[date]:
 
 
 @contextmanager
-def run_resources(defs) -> Iterator[dict[str, object]]:
+def run_resources(defs, instance=None) -> Iterator[dict[str, object]]:
     """The definitions' resources, resolved as a run resolves them (their `dg.EnvVar`s read,
     their config checked), by name: what the steps taken outside the run read, so that they
-    use the run's options (outside a run the lake takes no day locks)."""
+    use the run's options (outside a run the lake takes no day locks). `instance`: the run's,
+    already open (else an in-memory one is made: ~0.5 s)."""
     import dagster as dg
 
     resources = {n: r for n, r in defs.resources.items() if isinstance(r, dg.ConfigurableResource)}
     # one instance for all of them (each resource's own context made an in-memory instance of
     # its own: ~0.05 s each, the first ~0.5 s)
-    with dg.DagsterInstance.ephemeral() as instance, dg.build_resources(resources, instance) as res:
+    with ExitStack() as stack:
+        instance = instance or stack.enter_context(dg.DagsterInstance.ephemeral())
+        res = stack.enter_context(dg.build_resources(resources, instance))
         yield {name: getattr(res, name) for name in resources}
 
 
@@ -269,8 +272,10 @@ def _materialize(s: settings.Settings, req: Request, say: Say, days: list[date],
 
     defs = build_definitions(s, pull=req.pull)
     with ExitStack() as stack:
-        instance = None
-        with run_resources(defs) as res:
+        # the run's instance, opened while the files are parsed (`ahead`), resolves the
+        # resources too
+        instance = stack.enter_context(_open_instance())
+        with run_resources(defs, instance) as res:
             ref, landing, lake = res["reference"], res["landing"], res["lake"]
             # the reference files the run will read, checked before it starts (a ReferenceError:
             # every bad row, one line each)
@@ -278,8 +283,6 @@ def _materialize(s: settings.Settings, req: Request, say: Say, days: list[date],
                 say(f"warning: {warning}")
             if req.pull and not s.prom_url:
                 raise Refused(2, "--pull needs a server: --url URL or GPU_PIPELINE_PROM_URL")
-            if ahead is not None:  # the instance is readied and opened while the files are parsed
-                instance = stack.enter_context(_open_instance())
             parsed = warm_parse_cache(landing, lake, say, days, ahead)
             check_records(parsed, days, req, Path(landing.root), say)
             say(
@@ -287,7 +290,6 @@ def _materialize(s: settings.Settings, req: Request, say: Say, days: list[date],
             )
             root = lake.root
             run = RangeRun(days=days, lake=lake.open(), views=settings.warehouse_path(root))
-        instance = instance or stack.enter_context(_open_instance())
         fail_orphaned_runs(instance, say)
         result = _execute(s, defs, instance, req, days, run, say)
         if run.success or run.only_digest_failed:  # the days' tables are written

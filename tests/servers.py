@@ -268,6 +268,10 @@ class Postgres:
 REPO = Path(__file__).resolve().parents[1]
 
 
+FAST_DAEMON = Path(__file__).resolve().parent / "fast_daemon"
+DAEMON_INTERVAL_S = 5
+
+
 @contextmanager
 def dg_dev(env: dict, log: Path) -> Iterator[int]:
     """What `make dev` runs: `dg dev` (the project from pyproject.toml's [tool.dg]) on a free
@@ -275,6 +279,9 @@ def dg_dev(env: dict, log: Path) -> Iterator[int]:
     process group (webserver, daemon, code server, runs) at the end."""
     port = free_port()
     dg_cli = str(Path(sys.executable).with_name("dg"))
+    # the daemon's loops every DAEMON_INTERVAL_S, not Dagster's fixed 30 s (tests/fast_daemon)
+    path = os.pathsep.join(p for p in (str(FAST_DAEMON), env.get("PYTHONPATH")) if p)
+    env = {**env, "PYTHONPATH": path, "GPU_PIPELINE_TEST_DAEMON_INTERVAL": str(DAEMON_INTERVAL_S)}
     with open(log, "w") as out:
         proc = subprocess.Popen(
             [dg_cli, "dev", "-h", "127.0.0.1", "-p", str(port)],

@@ -50,7 +50,7 @@ def dev_server(tmp: Path, per_run: int):
     instance = yaml.safe_load((REPO / "config" / "dagster.yaml").read_text())
     assert instance["run_queue"]["max_concurrent_runs"] == 2, instance  # what the test counts on
     # the shipped config, but a queue that looks every second rather than every 5 (the daemon's
-    # 30 s between looks at a backfill is Dagster's own, not configurable)
+    # 30 s between looks at a backfill is Dagster's own, not a setting: `dg_dev` shortens it)
     instance["run_queue"]["dequeue_interval_seconds"] = 1
     (home / "dagster.yaml").write_text(yaml.safe_dump(instance))
     env = {
