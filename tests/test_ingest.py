@@ -314,6 +314,45 @@ def test_keyed_cache_order_is_the_four_key_sort(case):
         assert got.equals(ranked.sort(day, "_g", "timestamp", "line").select(got.columns))
 
 
+@pytest.mark.parametrize("case", ["one_day", "days", "before_1970", "null_time", "empty"])
+def test_series_per_day_counts_as_a_group_by(case):
+    """`series_per_day` (NumPy's bincount of day x series) gives the rows of the group-by it
+    replaced, in (day, series) order: days either side of midnight, times before 1970, a sample
+    without a time (the group-by itself then), no samples."""
+    import random
+
+    from gpu_pipeline.lib.ingest.cache import series_per_day
+
+    rnd = random.Random(5)
+    base = {"before_1970": -86_400_000 * 3 - 5000}.get(case, 1_704_067_200_000)
+    span = 3_600_000 if case == "one_day" else 3 * 86_400_000
+    n = 0 if case == "empty" else 5000
+    df = pl.DataFrame(
+        {
+            "timestamp": [base + rnd.randrange(span) for _ in range(n)],
+            "sid": [rnd.choice([0, 2, 3, 7, 40]) for _ in range(n)],
+        },
+        schema={"timestamp": pl.Int64, "sid": pl.Int32},
+    ).with_columns(pl.col("timestamp").cast(pl.Datetime("ms", "UTC")))
+    if case == "null_time":
+        df = df.with_columns(
+            pl.when(pl.int_range(pl.len()) % 50 == 0)
+            .then(None)
+            .otherwise("timestamp")
+            .alias("timestamp")
+        )
+    want = (
+        df.group_by(pl.col("timestamp").dt.date().alias("d"), "sid")
+        .len()
+        .sort("d", "sid", nulls_last=False)
+    )
+    got = series_per_day(df)
+    assert got.schema == want.schema and got.equals(want), (got, want)
+    assert got["len"].sum() == n and (case == "empty") == got.is_empty()
+    if case in ("days", "before_1970"):
+        assert got["d"].n_unique() >= 3
+
+
 def test_files_parsed_a_few_at_a_time_give_what_one_at_a_time_gives(tmp_path, monkeypatch):
     """`parse_all` parses new small files concurrently, a large one alone: every file once, in
     any order, the results in the landing order and equal to parsing each alone."""

@@ -83,6 +83,30 @@ def keyed_in_cache_order(
     return samples[np.argsort(key, kind="stable")], series
 
 
+def series_per_day(samples: pl.DataFrame) -> pl.DataFrame:
+    """Keyed samples counted by day (`d`, the UTC date) and series (`sid`): the rows of
+    `group_by(d, sid).len()`, in (d, sid) order. Counted by NumPy (one `bincount` over a few
+    hundred day x series cells) when every sample has a time: a tenth of a hash group-by's."""
+    ts = samples.get_column("timestamp")
+    if samples.height and not ts.null_count():
+        day = (ts.dt.epoch("ms") // 86_400_000).to_numpy()
+        sid = samples.get_column("sid").to_numpy().astype(np.int64)
+        lo, n_sid = int(day.min()), int(sid.max()) + 1
+        cells = (int(day.max()) - lo + 1) * n_sid
+        if sid.min() >= 0 and cells <= 1 << 20:
+            counts = np.bincount((day - lo) * n_sid + sid, minlength=cells)
+            at = np.flatnonzero(counts)
+            return pl.DataFrame(
+                {
+                    "d": pl.Series(at // n_sid + lo, dtype=pl.Int32).cast(pl.Date),
+                    "sid": pl.Series(at % n_sid).cast(samples.schema["sid"]),
+                    "len": pl.Series(counts[at]).cast(pl.get_index_type()),
+                }
+            )
+    day = pl.col("timestamp").dt.date().alias("d")
+    return samples.group_by(day, "sid").len().sort("d", "sid", nulls_last=False)
+
+
 def in_cache_order(samples: pl.DataFrame) -> pl.DataFrame:
     """`samples` in SAMPLES_ORDER. Sorted by time and line first (a file is mostly in time order
     already: cheap), then stably by one integer per day and GPU (the GPU's rank among the file's
@@ -397,7 +421,7 @@ def _write_pieces(parts, folder: Path) -> tuple[str, ParsedLines, dict, list[str
             )
             # each series' samples per day beside it: a day's assembly cuts its chunks from them
             # without reading the samples (`keyed_day.KeyedDay.per_file`)
-            by_day = samples.group_by(day, "sid").len()
+            by_day = series_per_day(samples)
             per_day = by_day.group_by("d").agg(pl.col("len").sum())
             series.join(by_day.rename({"d": "date"}), on="sid", how="left").write_parquet(
                 folder / f"series-{i:05d}.parquet"
