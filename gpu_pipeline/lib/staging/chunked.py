@@ -21,9 +21,9 @@ set them through the resources).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import polars as pl
 
@@ -223,3 +223,23 @@ def minutes_by_chunk(
             pending = ahead.submit(compute, following)
             yield collect_stable(minutes)
         yield collect_stable(pending.result())
+
+
+def by_gpu_chunks(
+    minutes: pl.LazyFrame,
+    partial: Callable[[pl.LazyFrame], pl.LazyFrame],
+    chunking: Chunking = DEFAULT_CHUNKING,
+) -> pl.DataFrame:
+    """`partial` of a day's rows (gpu_minutes in the lake's order), computed on the rows of a
+    chunk of whole GPUs at a time (`plan`: a range of UUIDs, read from its own row groups) and
+    concatenated in chunk order, so a mart over a day holds one chunk's rows, not the day's.
+
+    `partial` groups by keys that include `gpu_uuid`, keeping the groups' order
+    (`maintain_order=True`): every group is whole in one chunk, its rows in their order, and
+    the groups come in the order of their first row, so the result does not depend on where
+    chunks are cut. A mart then adds up these per-GPU partials (sums, counts, flags) into its
+    groups: a small group-by, whatever the fleet's size."""
+    chunks = plan(minutes, replace(chunking, split="gpus"))
+    if not chunks:
+        return collect_stable(partial(minutes))  # no rows: the partials' schema
+    return pl.concat([collect_stable(partial(minutes.filter(c.predicate))) for c in chunks])
