@@ -175,15 +175,20 @@ def cents(e: pl.Expr) -> pl.Expr:
     return e.round(2)
 
 
+def ratio(num: pl.Expr, den: pl.Expr) -> pl.Expr:
+    """`num / den` of two weight sums; null when the weights add up to nothing. What a weighted
+    mean or share is, whether its sums are taken over minutes or over GPUs' sums."""
+    return pl.when(den > 0).then(num / den)
+
+
 def weighted_mean(col: str, w: str = "_w") -> pl.Expr:
     """Mean of `col` weighted by `w` over rows where `col` has a value (null if none)."""
     has = pl.col(col).is_not_null()
-    den = pl.col(w).filter(has).sum()
-    return pl.when(den > 0).then((pl.col(col) * pl.col(w)).filter(has).sum() / den)
+    return ratio((pl.col(col) * pl.col(w)).filter(has).sum(), pl.col(w).filter(has).sum())
 
 
 def weighted_share(cond: pl.Expr, among: pl.Expr | None = None, w: str = "_w") -> pl.Expr:
     """Weighted share of rows meeting `cond` among rows meeting `among` (all rows if None)."""
     base = pl.col(w) if among is None else pl.col(w).filter(among)
     num = pl.col(w).filter(cond if among is None else cond & among)
-    return pl.when(base.sum() > 0).then(num.sum() / base.sum())
+    return ratio(num.sum(), base.sum())

@@ -1,5 +1,5 @@
 """gpu_minutes -> `efficiency_roi`: what raising RFU to the target is worth, per fleet and model.
-Pure and lazy."""
+Each GPU's sums a chunk of GPUs at a time (`by_gpu_chunks`), then added up."""
 
 from __future__ import annotations
 
@@ -7,35 +7,52 @@ import polars as pl
 
 from gpu_pipeline.lib.rules import HOURS_PER_MONTH, ROI_TARGET_RFU_PCT
 from gpu_pipeline.lib.schemas import to_contract
+from gpu_pipeline.lib.staging.chunked import DEFAULT_CHUNKING, Chunking, by_gpu_chunks
 
 
 def efficiency_roi(
-    minutes: pl.LazyFrame, target_rfu_pct: float = ROI_TARGET_RFU_PCT
+    minutes: pl.LazyFrame,
+    target_rfu_pct: float = ROI_TARGET_RFU_PCT,
+    chunking: Chunking = DEFAULT_CHUNKING,
 ) -> pl.LazyFrame:
     """Per fleet and per model: raising average RFU from r to the target is worth gpus x (t - r) / r GPUs.
 
     The seed's example: 50 GPUs at 45 % RFU raised to 60 % deliver the work of 50 x 15 / 45 ≈ 17 more.
     Valued at the group's average price for a month.
     """
-    physical = minutes.filter(pl.col("gpu_instance_id").is_null())
+    # per GPU (a chunk of GPUs at a time): its minutes' RFU and price sums and counts
+    per_gpu = by_gpu_chunks(
+        minutes,
+        lambda m: (
+            m.filter(pl.col("gpu_instance_id").is_null())
+            .group_by("date", "gpu_model", "gpu_uuid", maintain_order=True)
+            .agg(
+                pl.col("rfu_pct").sum().alias("_rfu"),
+                pl.col("rfu_pct").count().alias("_rfu_n"),
+                pl.col("price_usd_per_hour").sum().alias("_price"),
+                pl.col("price_usd_per_hour").count().alias("_price_n"),
+            )
+        ),
+        chunking,
+    ).lazy()
 
-    per_model = (
-        physical.group_by("date", "gpu_model")
-        .agg(
+    def means(groups: pl.LazyFrame) -> pl.LazyFrame:
+        """A group's GPUs and its minutes' mean RFU and price (null: no minute has one)."""
+        return groups.agg(
             pl.col("gpu_uuid").n_unique().alias("gpus"),
-            pl.col("rfu_pct").mean().alias("avg_rfu_pct"),
-            pl.col("price_usd_per_hour").mean().alias("_price"),
+            *[
+                pl.when(pl.col(f"{c}_n").sum() > 0)
+                .then(pl.col(c).sum() / pl.col(f"{c}_n").sum())
+                .alias(name)
+                for c, name in (("_rfu", "avg_rfu_pct"), ("_price", "_price"))
+            ],
         )
-        .with_columns(pl.lit("model").alias("scope"))
+
+    per_model = means(per_gpu.group_by("date", "gpu_model")).with_columns(
+        pl.lit("model").alias("scope")
     )
-    fleet = (
-        physical.group_by("date")
-        .agg(
-            pl.col("gpu_uuid").n_unique().alias("gpus"),
-            pl.col("rfu_pct").mean().alias("avg_rfu_pct"),
-            pl.col("price_usd_per_hour").mean().alias("_price"),
-        )
-        .with_columns(pl.lit("fleet").alias("scope"), pl.lit(None, pl.String).alias("gpu_model"))
+    fleet = means(per_gpu.group_by("date")).with_columns(
+        pl.lit("fleet").alias("scope"), pl.lit(None, pl.String).alias("gpu_model")
     )
     out = (
         pl.concat([fleet, per_model], how="diagonal_relaxed")

@@ -4,84 +4,124 @@ from __future__ import annotations
 
 import polars as pl
 
-from gpu_pipeline.lib.money import (
-    allocated_kwh,
-    allocated_minutes,
-    weighted_mean,
-    weighted_share,
-    with_gpu_power,
-)
+from gpu_pipeline.lib.money import allocated_kwh, allocated_minutes, ratio, with_gpu_power
 from gpu_pipeline.lib.reference import energy_rates, load_energy
-from gpu_pipeline.lib.rules import DEFAULT, Thresholds
-from gpu_pipeline.lib.samples import collect_in_parts
+from gpu_pipeline.lib.rules import DEFAULT, DIAGNOSIS_ENUM, Thresholds
 from gpu_pipeline.lib.schemas import to_contract
+from gpu_pipeline.lib.staging.chunked import DEFAULT_CHUNKING, Chunking, by_gpu_chunks
 
 
 def namespace_efficiency(
-    minutes: pl.LazyFrame, energy: pl.DataFrame | None = None, t: Thresholds = DEFAULT
+    minutes: pl.LazyFrame,
+    energy: pl.DataFrame | None = None,
+    t: Thresholds = DEFAULT,
+    chunking: Chunking = DEFAULT_CHUNKING,
 ) -> pl.LazyFrame:
     """Per namespace and day: utilization vs RFU, phase and bottleneck mix, the dominant diagnosis, money.
 
     Minutes are weighted by their GPU share (a MIG instance by its slices), so GPU-hours and
-    means count a physical GPU once however it is split among namespaces.
+    means count a physical GPU once however it is split among namespaces. Each GPU's share of a
+    namespace (weights, weighted sums, counts, money, energy) is summed a chunk of GPUs at a
+    time (`by_gpu_chunks`; a MIG instance's power is its physical GPU's, in the same chunk),
+    then the GPUs' sums are added up per namespace.
     """
     active = pl.col("gpu_util_pct") >= t.idle_below
     usd_per_kwh, co2_per_kwh = energy_rates(
         load_energy() if energy is None else energy, pl.col("cluster")
     )
     kwh = allocated_kwh()  # energy allocated like cost
-    # a sum over minutes none of which has the input is unknown (null), not 0: a namespace on
-    # models without a price has no cost, one whose exporter sends no power no energy
-    priced = pl.col("cost_usd").is_not_null().any()
-    powered = pl.col("_gpu_power_w").is_not_null().any()
-    # a part of the namespaces at a time (`collect_in_parts`); a MIG instance's power is its
-    # physical GPU's, whatever namespace that row is in, so it is found before the parts
-    out = collect_in_parts(
-        with_gpu_power(minutes),
-        "namespace",
+    w, diagnosis = pl.col("_w"), pl.col("diagnosis")
+    means = {
+        "gpu_util_pct": "avg_gpu_util_pct",
+        "rfu_pct": "avg_rfu_pct",
+        "efficiency_gap_pct": "avg_efficiency_gap_pct",
+    }
+    # the dominant diagnosis is the mode of the active minutes' diagnoses (no diagnosis is a
+    # value of its own), the first in sort order on a tie: counted per value, null first
+    values = [None, *DIAGNOSIS_ENUM.categories.to_list()]
+    energies = {
+        "energy_kwh": kwh,
+        "idle_energy_kwh": kwh.filter(pl.col("phase") == "idle"),
+        "energy_usd": kwh * usd_per_kwh,
+        "co2_kg": kwh * co2_per_kwh / 1000.0,
+    }
+    per_gpu = by_gpu_chunks(
+        minutes,
         lambda m: (
-            allocated_minutes(m)
-            .group_by("date", "namespace")
+            allocated_minutes(with_gpu_power(m))
+            .group_by("date", "namespace", "gpu_uuid", maintain_order=True)
             .agg(
-                pl.col("gpu_uuid").n_unique().alias("gpus"),
-                (pl.col("_w").sum() / 60.0).alias("gpu_hours"),
-                weighted_mean("gpu_util_pct").alias("avg_gpu_util_pct"),
-                weighted_mean("rfu_pct").alias("avg_rfu_pct"),
-                weighted_mean("efficiency_gap_pct").alias("avg_efficiency_gap_pct"),
-                (100.0 * weighted_share(pl.col("phase") == "idle")).alias("pct_idle"),
-                (
-                    100.0 * weighted_share(pl.col("efficiency_class") == "bottlenecked", active)
-                ).alias("pct_active_bottlenecked"),
-                pl.col("diagnosis")
-                .filter(active)
-                .mode()
-                .sort()
-                .first()
-                .alias("dominant_diagnosis"),
-                pl.when(priced).then(pl.col("cost_usd").sum()).alias("cost_usd"),
-                pl.when(priced)
-                .then(
-                    (
-                        pl.col("idle_waste_usd")
-                        + pl.col("stall_waste_usd")
-                        + pl.col("headroom_waste_usd")
-                    ).sum()
-                )
-                .alias("waste_usd"),
+                w.sum().alias("_w"),
                 *[
-                    pl.when(powered).then(e.sum()).alias(name)
-                    for name, e in (
-                        ("energy_kwh", kwh),
-                        ("idle_energy_kwh", kwh.filter(pl.col("phase") == "idle")),
-                        ("energy_usd", kwh * usd_per_kwh),
-                        ("co2_kg", kwh * co2_per_kwh / 1000.0),
-                    )
+                    (pl.col(c) * w).filter(pl.col(c).is_not_null()).sum().alias(f"_x_{c}")
+                    for c in means
                 ],
+                *[w.filter(pl.col(c).is_not_null()).sum().alias(f"_w_{c}") for c in means],
+                w.filter(pl.col("phase") == "idle").sum().alias("_w_idle"),
+                w.filter(active).sum().alias("_w_active"),
+                w.filter((pl.col("efficiency_class") == "bottlenecked") & active)
+                .sum()
+                .alias("_w_bottlenecked"),
+                *[
+                    (active & (diagnosis.is_null() if v is None else diagnosis == v))
+                    .sum()
+                    .alias(f"_n_{i}")
+                    for i, v in enumerate(values)
+                ],
+                # a sum over minutes none of which has the input is unknown (null), not 0: a
+                # namespace on models without a price has no cost, one whose exporter sends no
+                # power no energy
+                pl.col("cost_usd").is_not_null().any().alias("_priced"),
+                pl.col("cost_usd").sum(),
+                (
+                    pl.col("idle_waste_usd")
+                    + pl.col("stall_waste_usd")
+                    + pl.col("headroom_waste_usd")
+                )
+                .sum()
+                .alias("waste_usd"),
+                pl.col("_gpu_power_w").is_not_null().any().alias("_powered"),
+                *[e.sum().alias(name) for name, e in energies.items()],
             )
         ),
-    ).with_columns(
-        pl.when(pl.col("cost_usd") > 0)
-        .then(pl.col("waste_usd") / pl.col("cost_usd"))
-        .alias("waste_frac")
+        chunking,
     )
-    return to_contract(out.lazy(), "namespace_efficiency").sort("namespace", nulls_last=False)
+    counts = pl.concat_list([pl.col(f"_n_{i}").sum() for i in range(len(values))])
+    out = (
+        per_gpu.lazy()
+        .group_by("date", "namespace")
+        .agg(
+            pl.col("gpu_uuid").n_unique().alias("gpus"),
+            (w.sum() / 60.0).alias("gpu_hours"),
+            *[
+                ratio(pl.col(f"_x_{c}").sum(), pl.col(f"_w_{c}").sum()).alias(name)
+                for c, name in means.items()
+            ],
+            (100.0 * ratio(pl.col("_w_idle").sum(), w.sum())).alias("pct_idle"),
+            (100.0 * ratio(pl.col("_w_bottlenecked").sum(), pl.col("_w_active").sum())).alias(
+                "pct_active_bottlenecked"
+            ),
+            pl.when(counts.list.max() > 0)
+            .then(
+                counts.list.arg_max().replace_strict(
+                    list(range(1, len(values))),
+                    values[1:],
+                    default=None,
+                    return_dtype=DIAGNOSIS_ENUM,
+                )
+            )
+            .alias("dominant_diagnosis"),
+            pl.when(pl.col("_priced").any()).then(pl.col("cost_usd").sum()).alias("cost_usd"),
+            pl.when(pl.col("_priced").any()).then(pl.col("waste_usd").sum()).alias("waste_usd"),
+            *[
+                pl.when(pl.col("_powered").any()).then(pl.col(name).sum()).alias(name)
+                for name in energies
+            ],
+        )
+        .with_columns(
+            pl.when(pl.col("cost_usd") > 0)
+            .then(pl.col("waste_usd") / pl.col("cost_usd"))
+            .alias("waste_frac")
+        )
+    )
+    return to_contract(out, "namespace_efficiency").sort("namespace", nulls_last=False)
