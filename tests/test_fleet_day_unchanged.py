@@ -12,7 +12,7 @@ days of the window) has rows on the last.
 Every table of `TABLES` is fingerprinted per day: its row count; per column its null count,
 for numbers sum, min and max (floats rounded to 9 significant digits and compared with a
 relative tolerance of 1e-9), for everything else (strings, enums, booleans, dates, times,
-lists) the number of distinct values and a sha256 of them sorted, and with at most 12 distinct
+lists; a float inside a list or struct rounded to 9 significant digits) the number of distinct values and a sha256 of them sorted, and with at most 12 distinct
 values the rows of each; a sha256 of the table's
 natural key (`KEYS`) sorted, and one of its rows without their float columns, so a row or an
 exact value moved between GPUs is caught. The fingerprints are compared with the committed
@@ -242,12 +242,25 @@ def _number(x, is_float: bool):
     return float(f"{x:.{SIG_DIGITS}g}") if math.isfinite(x) else str(x)  # JSON has no nan/inf
 
 
+def _rounded(v):
+    """A nested value with its floats rounded as a column's are (`_number`)."""
+    if isinstance(v, float):
+        return _number(v, True)
+    if isinstance(v, dict):
+        return {k: _rounded(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_rounded(x) for x in v]
+    return v
+
+
 def _as_text(s: pl.Series) -> pl.Series:
-    """Each value as text (null stays null): nested values as JSON."""
+    """Each value as text (null stays null): nested values as JSON, their floats rounded to
+    SIG_DIGITS like a float column's (a fraction inside `action_details` may move in its last
+    bit with the order of a sum, as a float column's sum may)."""
     if isinstance(s.dtype, pl.List | pl.Struct | pl.Array):
         return pl.Series(
             s.name,
-            [None if v is None else json.dumps(v, sort_keys=True) for v in s.to_list()],
+            [None if v is None else json.dumps(_rounded(v), sort_keys=True) for v in s.to_list()],
             pl.String,
         )
     return s.cast(pl.String)

@@ -287,14 +287,19 @@ def test_the_demo_fleets_workloads(tmp_path):
     assert got["top_action"].to_list() == want["top_action"].to_list()
 
 
-def test_namespace_marts_grouped_in_parts_are_the_tables_of_the_whole_day(tmp_path, monkeypatch):
-    """The per-namespace marts group a day's minutes a part of the namespaces at a time
-    (`samples.PARTS`): each table, to the last bit of every sum, is the one grouping them all at
-    once gives; a MIG instance still draws its power from its physical GPU's row, which is in
-    another namespace (none) and so may be in another part."""
-    from gpu_pipeline.lib import samples
+def test_namespace_marts_by_gpu_chunks_are_the_tables_of_the_whole_day(tmp_path):
+    """The marts of a day's minutes sum each GPU's minutes a chunk of whole GPUs at a time
+    (`by_gpu_chunks`), then add the GPUs' sums up: each table, to the last bit of every sum, is
+    the same however the day is cut (a GPU a chunk, three, the whole day in one), and its
+    numbers are those of the minutes grouped directly (GPU-hours, weighted means, money, the
+    mode of the active minutes' diagnoses, GPUs, straggler hours); a MIG instance still draws
+    its power from its physical GPU's row, which is in another namespace (none)."""
     from gpu_pipeline.lib.generate import generate
+    from gpu_pipeline.lib.marts.efficiency_roi import efficiency_roi
     from gpu_pipeline.lib.marts.recommendations import namespace_stats
+    from gpu_pipeline.lib.marts.stragglers import stragglers
+    from gpu_pipeline.lib.rules import DEFAULT
+    from gpu_pipeline.lib.staging.chunked import Chunking
 
     day = date(2024, 1, 1)
     generate(tmp_path / "raw", day, 1, 24, 3, 7, "prom")
@@ -306,23 +311,66 @@ def test_namespace_marts_grouped_in_parts_are_the_tables_of_the_whole_day(tmp_pa
         .alias("power_w")
     )
     tables = {}
-    for parts in (1, 4, 16):
-        monkeypatch.setattr(samples, "PARTS", parts)
-        tables[parts] = [
+    for gpus in (1, 3, 10_000):
+        c = Chunking(gpus=gpus)
+        tables[gpus] = [
             f(m)
             for m in (fleet, mig.lazy())
             for f in (
-                lambda m: compute(m, load_prices(), load_catalog()),
-                lambda m: collect_stable(namespace_efficiency(m)),
-                lambda m: namespace_stats(m, load_prices()),
+                lambda m: compute(m, load_prices(), load_catalog(), chunking=c),
+                lambda m: collect_stable(namespace_efficiency(m, chunking=c)),
+                lambda m: namespace_stats(m, load_prices(), chunking=c),
+                lambda m: collect_stable(efficiency_roi(m, chunking=c)),
+                lambda m: collect_stable(stragglers(m, chunking=c)),
             )
         ]
-    assert tables[1][0].height > 10 and tables[1][0]["namespace"].n_unique() > 4
-    team = tables[1][4].filter(pl.col("namespace") == "team")
+    workloads, namespaces, stats, roi, _ = tables[10_000][:5]
+    assert workloads.height > 10 and workloads["namespace"].n_unique() > 4
+    team = tables[10_000][6].filter(pl.col("namespace") == "team")
     assert team["energy_kwh"].item() == pytest.approx(2 * 60 * 300.0 * 3 / 7 / 60 / 1000)
-    for parts in (4, 16):
-        for got, want in zip(tables[parts], tables[1], strict=True):
+    for gpus in (1, 3):
+        for got, want in zip(tables[gpus], tables[10_000], strict=True):
             assert got.equals(want)
+
+    # the same numbers as the minutes grouped directly
+    m = fleet.collect()
+    w = pl.col("gpu_share").fill_null(1.0)
+    active = pl.col("gpu_util_pct") >= DEFAULT.idle_below
+    direct = (
+        m.group_by("namespace")
+        .agg(
+            pl.col("gpu_uuid").n_unique().alias("gpus"),
+            (w.sum() / 60).alias("gpu_hours"),
+            ((pl.col("rfu_pct") * w).sum() / w.filter(pl.col("rfu_pct").is_not_null()).sum()).alias(
+                "avg_rfu_pct"
+            ),
+            pl.col("diagnosis").filter(active).mode().sort().first().alias("dominant_diagnosis"),
+        )
+        .sort("namespace")
+    )
+    got = namespaces.sort("namespace").select(direct.columns)
+    assert got["gpus"].to_list() == direct["gpus"].to_list()
+    assert (
+        got["dominant_diagnosis"].cast(pl.String).to_list()
+        == direct["dominant_diagnosis"].cast(pl.String).to_list()
+    )
+    for c in ("gpu_hours", "avg_rfu_pct"):
+        assert got[c].to_list() == pytest.approx(direct[c].to_list(), rel=1e-12)
+    assert stats.sort("namespace")["gpu_hours"].to_list() == pytest.approx(
+        direct["gpu_hours"].to_list(), rel=1e-12
+    )
+    # a namespace's workloads add up to the namespace: GPU-hours and cost
+    by_ns = (
+        workloads.group_by("namespace").agg(pl.col("gpu_hours", "cost_usd").sum()).sort("namespace")
+    )
+    assert by_ns["gpu_hours"].to_list() == pytest.approx(direct["gpu_hours"].to_list(), rel=1e-12)
+    assert by_ns["cost_usd"].to_list() == pytest.approx(
+        namespaces.sort("namespace")["cost_usd"].to_list(), rel=1e-12
+    )
+    physical = m.filter(pl.col("gpu_instance_id").is_null())
+    fleet_roi = roi.filter(pl.col("scope") == "fleet")
+    assert fleet_roi["gpus"].item() == physical["gpu_uuid"].n_unique()
+    assert fleet_roi["avg_rfu_pct"].item() == pytest.approx(physical["rfu_pct"].mean(), rel=1e-12)
 
 
 def test_an_hpc_job_label_names_the_workload(tmp_path):

@@ -1,6 +1,9 @@
 """Marts over the staged tables: persistent bottlenecks, recommendations, health, ROI,
 namespaces and workloads.
 
+Each mart of a day's gpu_minutes reads them a chunk of whole GPUs at a time (the staging
+pass's chunks: `lake.chunking()`), so its memory is a chunk's, whatever the fleet's size.
+
 (hourly_fleet_metrics and priced_waste come out of the staging pass, defs/staging.py.)
 """
 
@@ -92,12 +95,13 @@ def recommendations(
         reference.load_catalog(),
         reference.load_rules(),
     )
+    chunking = lake.chunking()
     yield from from_minutes(
         context,
         lake.open(),
         "recommendations",
         lambda m: compute_recommendations(
-            m, prices, catalog, rules.diagnosis, rules.recommend, rules.thresholds
+            m, prices, catalog, rules.diagnosis, rules.recommend, rules.thresholds, chunking
         ),
         checks.savings_within_measured_waste,
         rules=rules,
@@ -123,7 +127,7 @@ def stragglers(context: dg.AssetExecutionContext, lake: LakeResource, reference:
         context,
         lake.open(),
         "stragglers",
-        lambda m: collect_stable(compute_stragglers(m, rules.health)),
+        lambda m: collect_stable(compute_stragglers(m, rules.health, lake.chunking())),
         rules=rules,
     )
 
@@ -138,7 +142,9 @@ def efficiency_roi(
         context,
         lake.open(),
         "efficiency_roi",
-        lambda m: collect_stable(compute_efficiency_roi(m, rules.roi_target_rfu_pct)),
+        lambda m: collect_stable(
+            compute_efficiency_roi(m, rules.roi_target_rfu_pct, lake.chunking())
+        ),
         rules=rules,
     )
 
@@ -154,7 +160,9 @@ def namespace_efficiency(
         context,
         lake.open(),
         "namespace_efficiency",
-        lambda m: collect_stable(compute_namespace_efficiency(m, energy, rules.thresholds)),
+        lambda m: collect_stable(
+            compute_namespace_efficiency(m, energy, rules.thresholds, lake.chunking())
+        ),
         rules=rules,
     )
 
@@ -179,12 +187,13 @@ def workload_efficiency(
         reference.load_catalog(),
         reference.load_rules(),
     )
+    chunking = lake.chunking()
     yield from from_minutes(
         context,
         lake.open(),
         "workload_efficiency",
         lambda m: compute_workload_efficiency(
-            m, prices, catalog, rules.diagnosis, rules.recommend, rules.thresholds
+            m, prices, catalog, rules.diagnosis, rules.recommend, rules.thresholds, chunking
         ),
         lambda w: checks.cost_split_sums_to_cost(w, "workload_efficiency"),
         rules=rules,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import polars as pl
@@ -255,24 +254,6 @@ def collect_stable(lf: pl.LazyFrame) -> pl.DataFrame:
     group in row order.
     """
     return lf.collect(engine="in-memory")
-
-
-# marts of a day's minutes per namespace (or finer) group them a part of the namespaces at a
-# time: one group-by over the 1,000-GPU day's 1.44 M minutes held ~0.7 GiB (benchmarks/README.md,
-# issue 34)
-PARTS = 4
-
-
-def collect_in_parts(
-    rows: pl.LazyFrame, key: str, grouped: Callable[[pl.LazyFrame], pl.LazyFrame]
-) -> pl.DataFrame:
-    """`collect_stable(grouped(rows))`, computed on the rows of a part of `key`'s values at a
-    time (`PARTS`, by the hash of the value), so the rows are not all held at once. `grouped`
-    works row by row, then groups by `key` (and maybe more): each group is whole in one part,
-    its rows in their order, so its sums are the ones of one pass, to the last bit. The groups
-    come part after part: sort them after."""
-    part = pl.col(key).hash() % PARTS
-    return pl.concat(collect_stable(grouped(rows.filter(part == i))) for i in range(PARTS))
 
 
 def collect_all_stable(lfs: list[pl.LazyFrame]) -> list[pl.DataFrame]:

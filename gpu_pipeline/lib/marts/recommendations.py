@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from gpu_pipeline.lib.money import allocated_minutes, weighted_share
+from gpu_pipeline.lib.money import allocated_minutes, ratio
 from gpu_pipeline.lib.reference import by_model, model_key
 from gpu_pipeline.lib.rules import (
     BOTTLENECK_DIAGNOSES,
@@ -30,8 +30,9 @@ from gpu_pipeline.lib.rules import (
     RecommendationThresholds,
     Thresholds,
 )
-from gpu_pipeline.lib.samples import collect_in_parts
+from gpu_pipeline.lib.samples import collect_stable
 from gpu_pipeline.lib.schemas import RECOMMENDATIONS_SCHEMA
+from gpu_pipeline.lib.staging.chunked import DEFAULT_CHUNKING, Chunking, by_gpu_chunks
 
 MIG_CAPABLE = r"A100|A800|A30|H100|H800|H200|B200|GB200"
 BF16_CAPABLE = r"A100|A800|A10|A30|A40|L4|L40|H100|H800|H200|B200|GB200|RTX A|RTX 6000"
@@ -229,50 +230,81 @@ RULES: tuple[Rule, ...] = (
 
 def rule_minutes(minutes: pl.LazyFrame, prices: pl.DataFrame) -> pl.LazyFrame:
     """Minutes as namespaces own them (`allocated_minutes`: costs, weight `_w`) with `_spot`,
-    the spot price of their model (null: none in the price book): what `rule_stats` reads."""
+    the spot price of their model (null: none in the price book): what `rule_sums` reads."""
     spot = prices.lazy().select("model_key", pl.col("spot_usd_per_hour").alias("_spot"))
     return by_model(allocated_minutes(minutes), spot)
+
+
+# the money a rule reads, summed over a group's minutes
+RULE_MONEY = (
+    "cost_usd",
+    "productive_usd",
+    "idle_waste_usd",
+    "stall_waste_usd",
+    "headroom_waste_usd",
+)
+
+
+def _rule_shares(pcie_busy_from: float, t: Thresholds) -> dict[str, tuple[pl.Expr, pl.Expr | None]]:
+    """The shares rules read, by name: (the minutes counted, among which; None: all), each
+    weighted by GPU share (MIG instances by slices); 0 where nothing qualifies."""
+    active = pl.col("gpu_util_pct") >= t.idle_below
+    starved = pl.col("diagnosis") == "data_starved"
+    pcie = pl.col("pcie_rx_bytes_per_s")
+    return {
+        "idle_share": (pl.col("phase") == "idle", None),
+        "bottlenecked": (pl.col("efficiency_class") == "bottlenecked", active),
+        "underutilized": (pl.col("phase") == "underutilized", active),
+        "_unknown": (pl.col("diagnosis") == "unknown", active),
+        **{d: (pl.col("diagnosis") == d, active) for d in BOTTLENECK_DIAGNOSES},
+        # of the data-starved minutes: how many have PCIe counters, how many with RX busy
+        "pcie_measured": (pcie.is_not_null(), starved),
+        "pcie_busy": (pcie >= pcie_busy_from, starved & pcie.is_not_null()),
+    }
+
+
+def rule_sums(
+    pcie_busy_from: float = DIAGNOSIS.pcie_busy_from, t: Thresholds = DEFAULT
+) -> list[pl.Expr]:
+    """What a GPU's `rule_minutes` in a group add to the group's rule numbers (`rule_stats`):
+    weights, money and the weights of each share's minutes, summed; whether one has a price.
+    Aggregations over groups whose keys include `gpu_uuid` and `gpu_model`."""
+    w = pl.col("_w")
+    shares = _rule_shares(pcie_busy_from, t)
+    return [
+        w.sum().alias("_w"),
+        pl.col("cost_usd").is_not_null().any().alias("_priced"),
+        *[pl.col(c).sum() for c in RULE_MONEY],
+        *[
+            w.filter(cond if among is None else cond & among).sum().alias(f"_in_{name}")
+            for name, (cond, among) in shares.items()
+        ],
+        *[
+            (w if among is None else w.filter(among)).sum().alias(f"_of_{name}")
+            for name, (_, among) in shares.items()
+        ],
+        # what spot would have cost for the same minutes (on-demand where a model has no spot price)
+        (pl.coalesce("_spot", "price_usd_per_hour") * w / 60.0).sum().alias("_spot_cost"),
+    ]
 
 
 def rule_stats(
     pcie_busy_from: float = DIAGNOSIS.pcie_busy_from, t: Thresholds = DEFAULT
 ) -> list[pl.Expr]:
-    """The measured numbers rules read, as aggregations of `rule_minutes` over any grouping (a
-    namespace's day here, a workload's in workload_efficiency)."""
-    active = pl.col("gpu_util_pct") >= t.idle_below
-    starved = pl.col("diagnosis") == "data_starved"
-    pcie = pl.col("pcie_rx_bytes_per_s")
-
-    def share(cond: pl.Expr, among: pl.Expr | None = active) -> pl.Expr:
-        # weighted by GPU share (MIG instances by slices); 0 where nothing qualifies
-        return weighted_share(cond, among).fill_null(0.0)
-
+    """The measured numbers rules read, as aggregations of the `rule_sums` of a group's GPUs
+    (a namespace's day here, a workload's in workload_efficiency)."""
     return [
         pl.col("gpu_uuid").n_unique().alias("gpus"),
         (pl.col("_w").sum() / 60.0).alias("gpu_hours"),
-        pl.col("cost_usd").is_not_null().any().alias("_priced"),
+        pl.col("_priced").any(),
+        *[pl.col(c).sum() for c in RULE_MONEY],
         *[
-            pl.col(c).sum()
-            for c in (
-                "cost_usd",
-                "productive_usd",
-                "idle_waste_usd",
-                "stall_waste_usd",
-                "headroom_waste_usd",
-            )
+            ratio(pl.col(f"_in_{name}").sum(), pl.col(f"_of_{name}").sum())
+            .fill_null(0.0)
+            .alias(name)
+            for name in _rule_shares(pcie_busy_from, t)
         ],
-        share(pl.col("phase") == "idle", None).alias("idle_share"),
-        share(pl.col("efficiency_class") == "bottlenecked").alias("bottlenecked"),
-        share(pl.col("phase") == "underutilized").alias("underutilized"),
-        share(pl.col("diagnosis") == "unknown").alias("_unknown"),
-        *[share(pl.col("diagnosis") == d).alias(d) for d in BOTTLENECK_DIAGNOSES],
-        # of the data-starved minutes: how many have PCIe counters, how many with RX busy
-        share(pcie.is_not_null(), starved).alias("pcie_measured"),
-        share(pcie >= pcie_busy_from, starved & pcie.is_not_null()).alias("pcie_busy"),
-        # what spot would have cost for the same minutes (on-demand where a model has no spot price)
-        (pl.coalesce("_spot", "price_usd_per_hour") * pl.col("_w") / 60.0)
-        .sum()
-        .alias("_spot_cost"),
+        pl.col("_spot_cost").sum(),
         pl.col("gpu_model").drop_nulls().unique().sort().alias("models"),
     ]
 
@@ -282,18 +314,25 @@ def namespace_stats(
     prices: pl.DataFrame,
     pcie_busy_from: float = DIAGNOSIS.pcie_busy_from,
     t: Thresholds = DEFAULT,
+    chunking: Chunking = DEFAULT_CHUNKING,
 ) -> pl.DataFrame:
-    """The measured numbers rules read, one row per day and namespace (a part of the
-    namespaces at a time: `collect_in_parts`)."""
-    return collect_in_parts(
+    """The measured numbers rules read, one row per day and namespace: each GPU's `rule_sums`
+    a chunk of GPUs at a time (`by_gpu_chunks`), added up per namespace."""
+    per_gpu = by_gpu_chunks(
         minutes,
-        "namespace",
         lambda m: (
             rule_minutes(m, prices)
-            .group_by("date", "namespace")
-            .agg(*rule_stats(pcie_busy_from, t))
+            .group_by("date", "namespace", "gpu_uuid", "gpu_model", maintain_order=True)
+            .agg(*rule_sums(pcie_busy_from, t))
         ),
-    ).sort("date", "namespace", nulls_last=True)
+        chunking,
+    )
+    return collect_stable(
+        per_gpu.lazy()
+        .group_by("date", "namespace")
+        .agg(*rule_stats(pcie_busy_from, t))
+        .sort("date", "namespace", nulls_last=True)
+    )
 
 
 def _capable(
@@ -483,11 +522,12 @@ def recommendations(
     d: DiagnosisThresholds = DIAGNOSIS,
     r: RecommendationThresholds = RECOMMEND,
     t: Thresholds = DEFAULT,
+    chunking: Chunking = DEFAULT_CHUNKING,
 ) -> pl.DataFrame:
     """One row per day and namespace (a small table: rules run per row of it, not per minute).
     `catalog`: the GPU catalog, whose `bf16` / `fp8` columns say which precisions to advise;
     `r`: when each action fires and what it recovers; `t`: what counts as an active minute."""
-    stats = namespace_stats(minutes, prices, d.pcie_busy_from, t)
+    stats = namespace_stats(minutes, prices, d.pcie_busy_from, t, chunking)
     caps = precision_caps(catalog)
     rows = [_recommend(row, caps, r) for row in stats.iter_rows(named=True)]
     return (

@@ -18,9 +18,10 @@ from gpu_pipeline.lib.marts.recommendations import (
     precision_caps,
     rule_minutes,
     rule_stats,
+    rule_sums,
     top_waste_action,
 )
-from gpu_pipeline.lib.money import priced_rates, weighted_mean, weighted_share
+from gpu_pipeline.lib.money import priced_rates, ratio
 from gpu_pipeline.lib.rules import (
     DEFAULT,
     DIAGNOSES,
@@ -32,11 +33,14 @@ from gpu_pipeline.lib.rules import (
     RecommendationThresholds,
     Thresholds,
 )
-from gpu_pipeline.lib.samples import collect_in_parts, collect_stable
+from gpu_pipeline.lib.samples import collect_stable
 from gpu_pipeline.lib.schemas import to_contract
+from gpu_pipeline.lib.staging.chunked import DEFAULT_CHUNKING, Chunking, by_gpu_chunks
 
 # the grain of workload_efficiency
 WORKLOAD_KEYS = ("date", "cluster", "namespace", "workload")
+# the means it shows (weighted by GPU share), by column of the minutes
+MEANS = {"gpu_util_pct": "avg_gpu_util_pct", "rfu_pct": "avg_rfu_pct"}
 
 # the characters Kubernetes draws generated names from (k8s.io/apimachinery util/rand: no
 # vowels, no 0, 1 or 3, so that no word is spelled): ReplicaSet hashes and random suffixes
@@ -88,12 +92,25 @@ def with_workload(minutes: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
+def _sums(d: DiagnosisThresholds, t: Thresholds) -> list[pl.Expr]:
+    """What a GPU's minutes in a workload (and in one pod) add to the workload's numbers: the
+    rules' sums (`rule_sums`) and the table's own (unmeasured cost, the weights of the means,
+    of each phase and of each diagnosis)."""
+    w = pl.col("_w")
+    return [
+        *rule_sums(d.pcie_busy_from, t),
+        pl.col("unmeasured_usd").sum(),
+        *[(pl.col(c) * w).filter(pl.col(c).is_not_null()).sum().alias(f"_x_{c}") for c in MEANS],
+        *[w.filter(pl.col(c).is_not_null()).sum().alias(f"_w_{c}") for c in MEANS],
+        *[w.filter(pl.col("phase") == p).sum().alias(f"_wp_{p}") for p in PHASES],
+        *[w.filter(pl.col("diagnosis") == x).sum().alias(f"_wd_{x}") for x in DIAGNOSES],
+    ]
+
+
 def _main_diagnosis() -> pl.Expr:
     """The diagnosis of most of the group's GPU-time (weighted by GPU share, idle included; the
     first in `DIAGNOSES` order on a tie); null when no minute has one."""
-    weights = pl.concat_list(
-        [pl.col("_w").filter(pl.col("diagnosis") == d).sum() for d in DIAGNOSES]
-    )
+    weights = pl.concat_list([pl.col(f"_wd_{x}").sum() for x in DIAGNOSES])
     best = weights.list.arg_max().replace_strict(
         list(range(len(DIAGNOSES))), list(DIAGNOSES), return_dtype=pl.String
     )
@@ -101,15 +118,21 @@ def _main_diagnosis() -> pl.Expr:
 
 
 def _aggregations(d: DiagnosisThresholds, t: Thresholds) -> list[pl.Expr]:
-    """What each workload adds up: the rules' numbers (gpus, GPU-hours, money, shares) and the
-    table's own (pods, unmeasured cost, means, phase shares, main diagnosis)."""
+    """A workload's numbers from its GPUs' `_sums`: the rules' (gpus, GPU-hours, money,
+    shares: `rule_stats`) and the table's own (pods, unmeasured cost, means, phase shares, main
+    diagnosis)."""
     return [
         *rule_stats(d.pcie_busy_from, t),
         pl.col("pod").drop_nulls().n_unique().alias("pods"),
         pl.col("unmeasured_usd").sum(),
-        weighted_mean("gpu_util_pct").alias("avg_gpu_util_pct"),
-        weighted_mean("rfu_pct").alias("avg_rfu_pct"),
-        *[(100.0 * weighted_share(pl.col("phase") == p)).alias(f"pct_{p}") for p in PHASES],
+        *[
+            ratio(pl.col(f"_x_{c}").sum(), pl.col(f"_w_{c}").sum()).alias(name)
+            for c, name in MEANS.items()
+        ],
+        *[
+            (100.0 * ratio(pl.col(f"_wp_{p}").sum(), pl.col("_w").sum())).alias(f"pct_{p}")
+            for p in PHASES
+        ],
         _main_diagnosis(),
     ]
 
@@ -121,6 +144,7 @@ def workload_efficiency(
     d: DiagnosisThresholds = DIAGNOSIS,
     r: RecommendationThresholds = RECOMMEND,
     t: Thresholds = DEFAULT,
+    chunking: Chunking = DEFAULT_CHUNKING,
 ) -> pl.DataFrame:
     """One row per day, cluster, namespace and workload (null: minutes without a pod).
 
@@ -128,17 +152,19 @@ def workload_efficiency(
     namespace_efficiency; money is priced_waste's split (`money.priced_rates`: null where no
     minute has a price); `top_action` is what the recommendation rules advise first for the
     workload's own numbers (`recommendations.top_waste_action`; spot is not a waste action).
+    Each GPU's sums per workload and pod are taken a chunk of GPUs at a time
+    (`by_gpu_chunks`), then added up per workload.
     """
-    # a part of the namespaces at a time: a workload is in one namespace
-    stats = collect_in_parts(
+    per_gpu = by_gpu_chunks(
         minutes,
-        "namespace",
         lambda m: (
             rule_minutes(with_workload(m), prices)
-            .group_by(*WORKLOAD_KEYS)
-            .agg(*_aggregations(d, t))
+            .group_by(*WORKLOAD_KEYS, "gpu_uuid", "gpu_model", "pod", maintain_order=True)
+            .agg(*_sums(d, t))
         ),
+        chunking,
     )
+    stats = collect_stable(per_gpu.lazy().group_by(*WORKLOAD_KEYS).agg(*_aggregations(d, t)))
     caps = precision_caps(catalog)
     top = [top_waste_action(actions(row, caps, r)) for row in stats.iter_rows(named=True)]
     out = stats.lazy().with_columns(pl.Series("top_action", top, pl.String)).pipe(priced_rates)
