@@ -479,7 +479,7 @@ def test_report_trend_and_capacity_by_hand(tmp_path):
     model, all computed here by hand."""
     from gpu_pipeline.lib.io.lake import Lake
     from gpu_pipeline.lib.io.report import build_report
-    from gpu_pipeline.lib.io.report.data import fleet_capacity, fleet_trend
+    from gpu_pipeline.lib.io.report.data import fleet_capacity, fleet_trend, gpu_figures
     from gpu_pipeline.lib.schemas import TABLES
 
     lake = Lake(tmp_path / "lake")
@@ -527,7 +527,7 @@ def test_report_trend_and_capacity_by_hand(tmp_path):
             for i in range(2)
         ]
     )
-    cap = fleet_capacity(m, load_catalog()).row(0, named=True)
+    cap = fleet_capacity(gpu_figures(m), load_catalog()).row(0, named=True)
     assert cap["gpus"] == 2 and cap["theoretical_tflops"] == 2 * 1979
     assert cap["achievable_tflops"] == 2 * 646
     assert cap["realized_tflops"] == pytest.approx(2 * (323 + 161.5) / 2)  # 484.5
@@ -825,3 +825,69 @@ def test_prices_used_names_the_price_book_entries_of_the_days_models(tmp_path):
     assert (a100["on_demand_usd_per_hour"], a100["spot_usd_per_hour"]) == (3.1, None)
     assert (a100["file"], a100["line"], a100["source"]) == (str(book), 2, None)
     assert a100["usd_per_hour"] == 2.5 and not a100["matches"]
+
+
+def test_the_reports_minute_figures_are_read_a_chunk_of_gpus_at_a_time(monkeypatch):
+    """The report never holds a day's GPU-minutes: per GPU its sums, counts and extremes are
+    read a chunk of GPUs at a time (`gpu_figures`), the per-model means added up from them
+    (`model_figures`) are the means over the minutes, and the scatter's points are every
+    drawable minute of the physical GPUs or, over SCATTER_POINTS of them, about that many drawn
+    by a hash of the GPU and minute: the same minutes however the day is cut."""
+    from gpu_pipeline.lib.io.report import data
+    from gpu_pipeline.lib.staging.chunked import Chunking
+
+    rows = []
+    for g in range(7):
+        for i in range(60):
+            rows.append(
+                {
+                    "gpu_uuid": f"GPU-{g}",
+                    "gpu_model": MODELS["A100"] if g % 2 else MODELS["H100"],
+                    "cluster": f"c{g % 3}",
+                    "minute": T0 + timedelta(minutes=i),
+                    "gpu_util_pct": None if i % 11 == 0 else float((g * 7 + i) % 100),
+                    "rfu_pct": float((g * 3 + i) % 50),
+                    "pif": None if i % 13 == 0 else ((g + i) % 10) / 10,
+                    "realized_tflops": float(g * 10 + i),
+                    "achievable_tflops": 100.0 + g,
+                    "efficiency_class": "efficient",
+                }
+            )
+    # a MIG instance of GPU-1: part of its GPU, never a GPU or a point of its own
+    mig = minutes_frame([rows[61] | {"gpu_instance_id": 1, "gpu_util_pct": 99.0, "pif": 0.99}])
+    m = pl.concat([minutes_frame(rows), mig]).sort("gpu_uuid", "gpu_instance_id", "minute")
+    assert m["gpu_instance_id"].null_count() == 420
+    physical = m.filter(pl.col("gpu_instance_id").is_null())
+    drawable = physical.filter(pl.col("pif").is_not_null() & pl.col("gpu_util_pct").is_not_null())
+
+    by = [data.gpu_figures(m.lazy(), Chunking(gpus=n)) for n in (1, 3, 100)]
+    assert all(b.equals(by[0]) for b in by)
+    gpus = by[0]
+    assert gpus.height == 7 and gpus["minutes"].sum() == 420
+    assert gpus["points"].sum() == drawable.height
+    models = data.model_figures(gpus)
+    direct = (
+        physical.group_by("gpu_model")
+        .agg(
+            pl.col("gpu_uuid").n_unique().alias("gpus"),
+            pl.col("gpu_util_pct", "rfu_pct", "realized_tflops").mean(),
+            pl.col("achievable_tflops").max(),
+        )
+        .sort("gpu_model")
+    )
+    assert models.columns == direct.columns
+    assert models["gpus"].to_list() == direct["gpus"].to_list() == [3, 4]
+    for c in ("gpu_util_pct", "rfu_pct", "realized_tflops", "achievable_tflops"):
+        assert models[c].to_list() == pytest.approx(direct[c].to_list(), rel=1e-12)
+    rates = data.energy_rates_of_day(gpus, None)
+    assert rates["cluster"].to_list() == ["c0", "c1", "c2"]
+
+    # every drawable minute, in the day's order, while there are few
+    pts = data.scatter_points(m.lazy(), drawable.height, Chunking(gpus=2))
+    assert pts.equals(drawable.select("gpu_util_pct", "pif", "efficiency_class"))
+    # over the cap: about SCATTER_POINTS minutes, the same ones however the day is cut
+    monkeypatch.setattr(data, "SCATTER_POINTS", 100)
+    drawn = [data.scatter_points(m.lazy(), drawable.height, Chunking(gpus=n)) for n in (1, 3, 100)]
+    assert all(d.equals(drawn[0]) for d in drawn)
+    assert 60 <= drawn[0].height <= 140
+    assert drawn[0].join(drawable, on=drawn[0].columns, how="anti").height == 0

@@ -451,7 +451,9 @@ def prices_used(
             pl.len().alias("_minutes"),
         )
         .with_columns(model_key(pl.col("gpu_model")).alias("model_key"))
-        .collect()
+        # streamed: a day's minutes are never whole in memory, and counts, lowest and highest
+        # are the same in any order (a streamed sum would not be)
+        .collect(engine="streaming")
         .join(book, on="model_key", how="left")
     )
     book_price = pl.col("on_demand_usd_per_hour")

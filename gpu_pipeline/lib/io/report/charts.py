@@ -23,6 +23,7 @@ from gpu_pipeline.lib.io.report.data import (  # noqa: E402
     Period,
     ReportData,
     label,
+    model_figures,
     pct_down,
 )
 from gpu_pipeline.lib.rules import DEFAULT, Thresholds  # noqa: E402
@@ -70,7 +71,6 @@ def _png(fig) -> bytes:
     return buf.getvalue()
 
 
-SCATTER_POINTS = 20_000  # more points only blur the chart and grow the page
 NO_PIF = "No GPU-minute of this day has a PIF:\nits GPUs report no power, or no max power is known"
 NO_PIF_WHY = (
     "PIF (and RFU) need the GPU's power and its max power, from the model catalog or the power "
@@ -88,11 +88,9 @@ def scatter_shown(total: int, drawn: int) -> str:
     return f"a random sample of {drawn:,} of {total:,} GPU-minutes"
 
 
-def scatter(m: pl.DataFrame, t: Thresholds = DEFAULT) -> Chart:
-    pts = m.filter(pl.col("pif").is_not_null() & pl.col("gpu_util_pct").is_not_null())
-    total = pts.height
-    if pts.height > SCATTER_POINTS:
-        pts = pts.sample(SCATTER_POINTS, seed=0)
+def scatter(pts: pl.DataFrame, total: int, t: Thresholds = DEFAULT) -> Chart:
+    """Utilization vs PIF of the day's GPU-minutes: `pts` (`data.scatter_points`: all `total`
+    minutes that have both, or a random sample of them)."""
     shown = scatter_shown(total, pts.height)
     fig, ax = plt.subplots(figsize=(7, 5))
     for cls, color in CLASS_COLORS.items():
@@ -174,12 +172,8 @@ def timeseries(h: pl.DataFrame) -> Chart:
     )
 
 
-def models(m: pl.DataFrame) -> Chart:
-    g = (
-        m.group_by("gpu_model")
-        .agg(pl.col("gpu_util_pct", "rfu_pct").mean(), pl.col("gpu_uuid").n_unique())
-        .sort("gpu_model")
-    )
+def models(g: pl.DataFrame) -> Chart:
+    """Per model (`data.model_figures`): mean utilization vs RFU, and its GPUs."""
     fig, ax = plt.subplots(figsize=(8, 4))
     x = range(g.height)
     ax.bar(
@@ -194,7 +188,7 @@ def models(m: pl.DataFrame) -> Chart:
         list(x),
         [
             f"{label(mdl, 28)}\n({plural(n, 'GPU')})"
-            for mdl, n in zip(g["gpu_model"], g["gpu_uuid"], strict=True)
+            for mdl, n in zip(g["gpu_model"], g["gpus"], strict=True)
         ],
         fontsize=8,
     )
@@ -423,10 +417,10 @@ def draw(d: ReportData) -> list[Chart]:
     marts have rows. A chart with nothing to draw carries why (`empty`)."""
     m = d.marts
     out = [
-        scatter(m.minutes, d.t),
+        scatter(m.points, int(m.gpus["points"].sum()), d.t),
         timeseries(d.hourly),
         trend(d.trend),
-        models(m.minutes),
+        models(model_figures(m.gpus)),
         bottlenecks(m.daily, d.t),
         waste(m.waste),
     ]

@@ -21,8 +21,11 @@ from gpu_pipeline.lib.io.lake import Lake
 from gpu_pipeline.lib.marts.fleet_daily import fleet_daily
 from gpu_pipeline.lib.marts.namespace_monthly import month_days, month_to_date
 from gpu_pipeline.lib.marts.priced_waste import priced_total
+from gpu_pipeline.lib.money import ratio
 from gpu_pipeline.lib.rules import DAYS_PER_MONTH, DEFAULT, RULES, Rules, Thresholds
 from gpu_pipeline.lib.samples import MINUTES_PER_DAY, collect_stable
+from gpu_pipeline.lib.schemas import TABLES
+from gpu_pipeline.lib.staging.chunked import DEFAULT_CHUNKING, Chunking, by_gpu_chunks
 
 TREND_DAYS = 7
 # the overlap group of actions that change the price of a GPU-hour, not how the GPUs are used
@@ -114,8 +117,6 @@ def money_period(fleet: dict, t: Thresholds = DEFAULT) -> Period:
 
 def read(lake: Lake, table: str, day: date) -> pl.DataFrame:
     """The day's partition of `table`, or no rows (with the table's columns)."""
-    from gpu_pipeline.lib.schemas import TABLES
-
     return lake.read(table, day) if lake.exists(table, day) else pl.DataFrame(schema=TABLES[table])
 
 
@@ -128,7 +129,11 @@ def read_if(lake: Lake, table: str, day: date) -> pl.DataFrame | None:
 class Marts:
     """The day's tables the report reads; None: the lake has no partition of it."""
 
-    minutes: pl.DataFrame  # physical GPUs only: a MIG instance is part of its GPU
+    # what the report shows of the day's physical GPU-minutes (a MIG instance is part of its
+    # GPU), read a chunk of GPUs at a time: never the day's minutes at once
+    gpus: pl.DataFrame  # `gpu_figures`: one row per physical GPU (with its model and cluster)
+    points: pl.DataFrame  # `scatter_points`: the minutes the scatter draws
+    minutes: pl.LazyFrame  # the day's physical GPU-minutes, to read in chunks
     daily: pl.DataFrame
     waste: pl.DataFrame
     persistent: pl.DataFrame
@@ -142,38 +147,88 @@ class Marts:
     workloads: pl.DataFrame | None
 
 
-# the columns of gpu_minutes the report reads (the scatter, the models chart, capacity, the
-# appendix's prices and energy rates): the rest of the day's minutes are not read (a 10,000-GPU
-# day's gpu_minutes whole took the report step to 10.6 GiB)
-MINUTE_COLUMNS = (
-    "gpu_uuid",
-    "gpu_instance_id",
-    "cluster",
-    "gpu_model",
-    "gpu_util_pct",
-    "pif",
-    "rfu_pct",
-    "achievable_tflops",
-    "realized_tflops",
-    "efficiency_class",
-    "price_usd_per_hour",
-)
+PHYSICAL_MINUTE = pl.col("gpu_instance_id").is_null()
+# the scatter draws at most this many GPU-minutes: more points only blur the chart and grow the
+# page
+SCATTER_POINTS = 20_000
 
 
-def read_minutes(lake: Lake, day: date) -> pl.DataFrame:
-    """The day's physical GPU-minutes, MINUTE_COLUMNS only when the day has its fleet_daily row
-    (else whole: `fleet_row` makes the row from them; a day without minutes has an empty
-    fleet_daily, and its report says there is no data)."""
-    physical = pl.col("gpu_instance_id").is_null()
-    if not (lake.exists("gpu_minutes", day) and (lake.row_count("fleet_daily", day) or 0)):
-        return read(lake, "gpu_minutes", day).filter(physical)
-    scan = lake.scan_days("gpu_minutes", [day]).select(MINUTE_COLUMNS).filter(physical)
-    return collect_stable(scan)
+def gpu_figures(
+    minutes: pl.LazyFrame | pl.DataFrame, chunking: Chunking = DEFAULT_CHUNKING
+) -> pl.DataFrame:
+    """Per physical GPU of the day (its model and cluster): its minutes, the sums and counts of
+    its utilization, RFU and realized TFLOPS, its highest achievable TFLOPS and how many of its
+    minutes the scatter can draw (PIF and utilization both known). Read a chunk of GPUs at a
+    time (`by_gpu_chunks`): the report's per-model figures are these rows added up."""
+    drawable = pl.col("pif").is_not_null() & pl.col("gpu_util_pct").is_not_null()
+    return by_gpu_chunks(
+        minutes.lazy(),
+        lambda m: (
+            m.filter(PHYSICAL_MINUTE)
+            .group_by("gpu_model", "cluster", "gpu_uuid", maintain_order=True)
+            .agg(
+                pl.len().alias("minutes"),
+                *[pl.col(c).sum().alias(f"_sum_{c}") for c in MODEL_MEANS],
+                *[pl.col(c).count().alias(f"_n_{c}") for c in MODEL_MEANS],
+                pl.col("achievable_tflops").max(),
+                drawable.sum().alias("points"),
+            )
+        ),
+        chunking,
+    )
+
+
+# the means over a model's GPU-minutes the report shows
+MODEL_MEANS = ("gpu_util_pct", "rfu_pct", "realized_tflops")
+
+
+def model_figures(gpus: pl.DataFrame) -> pl.DataFrame:
+    """Per model, from its GPUs' `gpu_figures`: its GPUs, the mean utilization, RFU and realized
+    TFLOPS over its GPU-minutes (null: none has it) and its highest achievable TFLOPS."""
+    return collect_stable(
+        gpus.lazy()
+        .group_by("gpu_model")
+        .agg(
+            pl.col("gpu_uuid").n_unique().alias("gpus"),
+            *[
+                ratio(pl.col(f"_sum_{c}").sum(), pl.col(f"_n_{c}").sum()).alias(c)
+                for c in MODEL_MEANS
+            ],
+            pl.col("achievable_tflops").max(),
+        )
+        .sort("gpu_model", nulls_last=True)
+    )
+
+
+def scatter_points(
+    minutes: pl.LazyFrame | pl.DataFrame, total: int, chunking: Chunking = DEFAULT_CHUNKING
+) -> pl.DataFrame:
+    """The physical GPU-minutes the scatter draws (utilization, PIF, class): all `total` of
+    them with both PIF and utilization, or about SCATTER_POINTS of them drawn at random when
+    there are more (each minute by a hash of its GPU and time, so the same minutes whatever
+    the chunking), read a chunk of GPUs at a time."""
+    drawable = PHYSICAL_MINUTE & pl.col("pif").is_not_null() & pl.col("gpu_util_pct").is_not_null()
+    if total > SCATTER_POINTS:
+        drawable &= pl.struct("gpu_uuid", "minute").hash(seed=0) % total < SCATTER_POINTS
+    columns = ["gpu_util_pct", "pif", "efficiency_class"]
+    # the GPU as a key of its chunk: by_gpu_chunks cuts the day by GPU
+    return by_gpu_chunks(
+        minutes.lazy(),
+        lambda m: m.filter(drawable).select("gpu_uuid", *columns),
+        chunking,
+    ).select(columns)
 
 
 def read_marts(lake: Lake, day: date, t: Thresholds = DEFAULT) -> Marts:
-    minutes = read_minutes(lake, day)
+    minutes = (
+        lake.scan_days("gpu_minutes", [day])
+        if lake.exists("gpu_minutes", day)
+        else pl.LazyFrame(schema=TABLES["gpu_minutes"])
+    ).filter(PHYSICAL_MINUTE)
+    gpus = gpu_figures(minutes)
     return Marts(
+        gpus=gpus,
+        points=scatter_points(minutes, int(gpus["points"].sum())),
         minutes=minutes,
         daily=read(lake, "gpu_daily", day),
         waste=read(lake, "priced_waste", day),
@@ -190,7 +245,7 @@ def read_marts(lake: Lake, day: date, t: Thresholds = DEFAULT) -> Marts:
 
 
 def fleet_row(
-    lake: Lake, day: date, minutes: pl.DataFrame, t: Thresholds = DEFAULT
+    lake: Lake, day: date, minutes: pl.LazyFrame, t: Thresholds = DEFAULT
 ) -> pl.DataFrame:
     """The day's `fleet_daily` row. A lake materialized before `fleet_daily` existed has none:
     then the mart's own function makes it from the day's GPU-minutes (the same definition, not
@@ -201,7 +256,7 @@ def fleet_row(
             return f.head(1)
     from gpu_pipeline.lib.staging.minute_runs import minute_runs
 
-    return collect_stable(fleet_daily(minute_runs(minutes.lazy(), t)))
+    return collect_stable(fleet_daily(minute_runs(collect_stable(minutes).lazy(), t)))
 
 
 def fleet_figures(fleet: pl.DataFrame) -> dict:
@@ -229,7 +284,7 @@ def report_data(
 ) -> ReportData | None:
     """The day's report data; None when the day has no GPU-minutes."""
     marts = read_marts(lake, day, t)
-    if marts.minutes.height == 0:
+    if marts.gpus.height == 0:
         return None
     if catalog is None:
         from gpu_pipeline.lib.reference import load_catalog
@@ -244,7 +299,7 @@ def report_data(
         period=money_period(fleet, t),
         hourly=hourly_series(marts.hourly),
         trend=trend_calendar(trend_days(lake, day, marts.fleet), day),
-        capacity=fleet_capacity(marts.minutes, catalog),
+        capacity=fleet_capacity(marts.gpus, catalog),
         month=namespaces_month_to_date(lake, day),
     )
 
@@ -353,28 +408,23 @@ def trend_calendar(trend: pl.DataFrame, day: date) -> pl.DataFrame:
     return pl.DataFrame(days).join(trend, on="date", how="left")
 
 
-def fleet_capacity(m: pl.DataFrame, catalog: pl.DataFrame) -> pl.DataFrame:
-    """Per model (physical GPUs): what the fleet could do on paper (theoretical FP16 TFLOPS), what
-    it can achieve (the catalog's achievable TFLOPS), and what it realized on average over the
-    day's GPU-minutes (realized TFLOPS = achievable x PIF)."""
+def fleet_capacity(gpus: pl.DataFrame, catalog: pl.DataFrame) -> pl.DataFrame:
+    """Per model (physical GPUs, from their `gpu_figures`): what the fleet could do on paper
+    (theoretical FP16 TFLOPS), what it can achieve (the catalog's achievable TFLOPS), and what
+    it realized on average over the day's GPU-minutes (realized TFLOPS = achievable x PIF)."""
     from gpu_pipeline.lib.reference import model_key
 
     cat = catalog.select("model_key", pl.col("theoretical_fp16_tflops").alias("_theoretical"))
     return (
-        m.group_by("gpu_model")
-        .agg(
-            pl.col("gpu_uuid").n_unique().alias("gpus"),
-            pl.col("achievable_tflops").max().alias("_achievable"),
-            pl.col("realized_tflops").mean().alias("_realized"),
-        )
+        model_figures(gpus)
         .with_columns(model_key(pl.col("gpu_model")).alias("model_key"))
         .join(cat, on="model_key", how="left")
         .select(
             "gpu_model",
             "gpus",
             (pl.col("gpus") * pl.col("_theoretical")).alias("theoretical_tflops"),
-            (pl.col("gpus") * pl.col("_achievable")).alias("achievable_tflops"),
-            (pl.col("gpus") * pl.col("_realized")).alias("realized_tflops"),
+            (pl.col("gpus") * pl.col("achievable_tflops")).alias("achievable_tflops"),
+            (pl.col("gpus") * pl.col("realized_tflops")).alias("realized_tflops"),
         )
         .with_columns(
             (100.0 * pl.col("realized_tflops") / pl.col("achievable_tflops")).alias(
@@ -540,16 +590,17 @@ def rules_in_force(rules: Rules) -> list[tuple[str, str, float, float | None]]:
     return out
 
 
-def energy_rates_of_day(m: pl.DataFrame, energy_file: str | None) -> pl.DataFrame:
-    """The $/kWh and gCO2/kWh of each cluster of the day's GPU-minutes, and whether it is the
-    cluster's own row of the rates or the `*` row (raises ReferenceError: unreadable rates)."""
+def energy_rates_of_day(gpus: pl.DataFrame, energy_file: str | None) -> pl.DataFrame:
+    """The $/kWh and gCO2/kWh of each cluster of the day's GPUs (`gpu_figures`), and whether it
+    is the cluster's own row of the rates or the `*` row (raises ReferenceError: unreadable
+    rates)."""
     from gpu_pipeline.lib.reference import energy_rates, load_energy
 
     rates = load_energy(energy_file)
     usd, co2 = energy_rates(rates, pl.col("cluster"))
     own = rates.filter(pl.col("cluster") != "*")["cluster"].implode()
     return (
-        m.select(pl.col("cluster").unique())
+        gpus.select(pl.col("cluster").unique())
         .with_columns(
             usd.alias("usd_per_kwh"),
             co2.alias("co2_g_per_kwh"),

@@ -496,7 +496,7 @@ def no_data(ingest: dict) -> dict:
     }
 
 
-def appendix(m: pl.DataFrame, f: data.InForce) -> dict:
+def appendix(m: data.Marts, f: data.InForce) -> dict:
     """The appendix a reader checks the dollars against: the price book entries of the day's
     models (file, line, source; `reference.prices_used`) and those the day's minutes were
     priced otherwise than the book says, the energy rates of its clusters and the rules in
@@ -510,11 +510,11 @@ def appendix(m: pl.DataFrame, f: data.InForce) -> dict:
         "rules": rules(f),
     }
     try:
-        out["prices"] |= prices(m, f.prices)
+        out["prices"] |= prices(m.minutes, f.prices)
     except ReferenceError as e:
         out["prices"]["error"] = str(e)
     try:
-        rates = data.energy_rates_of_day(m, f.energy)
+        rates = data.energy_rates_of_day(m.gpus, f.energy)
     except ReferenceError as e:
         out["energy"]["error"] = str(e)
     else:
@@ -529,7 +529,7 @@ def appendix(m: pl.DataFrame, f: data.InForce) -> dict:
     return out
 
 
-def prices(m: pl.DataFrame, path: str | None) -> dict:
+def prices(m: pl.LazyFrame, path: str | None) -> dict:
     """The price book's entries the day used, and its models priced otherwise than the book
     says (raises ReferenceError: the book cannot be read)."""
     from gpu_pipeline.lib.reference import prices_used
@@ -603,5 +603,5 @@ def context(d: data.ReportData, drawn: list[Chart], f: data.InForce) -> dict:
         "month": month_table(d.month, d.day),
         "health": None if m.health is None else health(m.health, f.rules),
         "stragglers": stragglers_table(strag) if strag is not None and strag.height else None,
-        "appendix": appendix(m.minutes, f),
+        "appendix": appendix(m, f),
     }
