@@ -33,6 +33,7 @@ from gpu_pipeline.lib.marts.namespace_monthly import (
 from gpu_pipeline.lib.marts.namespace_monthly import namespace_monthly as compute_namespace_monthly
 from gpu_pipeline.lib.samples import collect_stable
 from gpu_pipeline.lib.schemas import validate
+from gpu_pipeline.lib.staging.chunked import DEFAULT_CHUNKING, Chunking
 
 GROUP = "monthly"
 TABLE = "namespace_monthly"
@@ -61,14 +62,19 @@ def partition_months(context: dg.AssetExecutionContext) -> list[date]:
     return months
 
 
-def compute_month(lake: Lake, month: date) -> tuple[pl.DataFrame, list[date]]:
+def compute_month(
+    lake: Lake, month: date, chunking: Chunking = DEFAULT_CHUNKING
+) -> tuple[pl.DataFrame, list[date]]:
     """The month's namespace_monthly from the lake's days of it, and those days. The minutes
-    are read a day at a time (only the columns the sums need), reduced to the day's usage."""
+    are read a day and a chunk of GPUs at a time (only the columns the sums need), reduced to
+    the day's usage."""
     days = [d for d in month_days(month) if lake.exists("priced_waste", d)]
     priced = lake.read_days("priced_waste", days).lazy()
-    usage = [collect_stable(namespace_usage(lake.scan_days("gpu_minutes", [d]))) for d in days]
+    usage = [
+        collect_stable(namespace_usage(lake.scan_days("gpu_minutes", [d]), chunking)) for d in days
+    ]
     if not usage:  # no day yet: an empty, typed usage
-        usage = [collect_stable(namespace_usage(lake.scan_days("gpu_minutes", [])))]
+        usage = [collect_stable(namespace_usage(lake.scan_days("gpu_minutes", []), chunking))]
     df = collect_stable(compute_namespace_monthly(priced, pl.concat(usage).lazy(), month))
     return df, days
 
@@ -101,7 +107,7 @@ def namespace_monthly(context: dg.AssetExecutionContext, lake: LakeResource):
     store = lake.open()
     today = datetime.now(UTC).date()
     for month in partition_months(context):
-        df, days = compute_month(store, month)
+        df, days = compute_month(store, month, lake.chunking())
         df = validate(TABLE, df)
         path = store.write(TABLE, month, df)
         meta = table_metadata(df.head(10), path, df.height) | month_metadata(month, days, today)

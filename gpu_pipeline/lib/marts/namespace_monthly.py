@@ -1,10 +1,10 @@
 """The month's days -> `namespace_monthly`: month x cluster x namespace showback (GPU-hours, cost
-and its split, energy, RFU, days covered). Pure and lazy.
+and its split, energy, RFU, days covered).
 
 GPU-hours and money are the month's `priced_waste` rows summed (so the month adds up to its
 days exactly, a MIG GPU counted once as there). Energy and RFU per cluster are not in a daily
-mart (`namespace_efficiency` has no cluster), so each day's minutes are reduced to
-`namespace_usage` (day x cluster x namespace: the energy allocated as `namespace_efficiency`
+mart (`namespace_efficiency` has no cluster), so each day's minutes are reduced, a chunk of
+GPUs at a time, to `namespace_usage` (day x cluster x namespace: the energy allocated as `namespace_efficiency`
 allocates it, and the RFU's GPU-hour-weighted sums) and those are summed: the month's RFU is
 weighted by GPU-hours, not a mean of daily means.
 """
@@ -19,6 +19,7 @@ import polars as pl
 from gpu_pipeline.lib.marts.priced_waste import priced_total
 from gpu_pipeline.lib.money import MONEY, allocated_kwh, allocated_minutes, with_gpu_power
 from gpu_pipeline.lib.schemas import to_contract
+from gpu_pipeline.lib.staging.chunked import DEFAULT_CHUNKING, Chunking, by_gpu_chunks
 
 # a month's label and its partition key in Dagster (`2024-01`)
 MONTH_FORMAT = "%Y-%m"
@@ -41,19 +42,34 @@ def parse_month(text: str) -> date:
     return datetime.strptime(text, MONTH_FORMAT).date()
 
 
-def namespace_usage(minutes: pl.LazyFrame) -> pl.LazyFrame:
+def namespace_usage(minutes: pl.LazyFrame, chunking: Chunking = DEFAULT_CHUNKING) -> pl.LazyFrame:
     """A day's gpu_minutes -> day x cluster x namespace: `energy_kwh` (null: no power reading),
     and `_rfu_sum` / `_rfu_weight`, the GPU-share-weighted sum of RFU and the weight of the
-    minutes that have one (namespace_efficiency's `avg_rfu_pct` is their ratio)."""
-    # only the columns these sums need are read (Polars prunes the rest of the minute's costs)
-    m = allocated_minutes(with_gpu_power(minutes))
+    minutes that have one (namespace_efficiency's `avg_rfu_pct` is their ratio). Each GPU's
+    sums are taken a chunk of GPUs at a time (`by_gpu_chunks`), then added up."""
     has_rfu = pl.col("rfu_pct").is_not_null()
-    return m.group_by("date", *KEYS).agg(
-        pl.when(pl.col("_gpu_power_w").is_not_null().any())
-        .then(allocated_kwh().sum())
-        .alias("energy_kwh"),
-        (pl.col("rfu_pct") * pl.col("_w")).filter(has_rfu).sum().alias("_rfu_sum"),
-        pl.col("_w").filter(has_rfu).sum().alias("_rfu_weight"),
+    per_gpu = by_gpu_chunks(
+        minutes,
+        # only the columns these sums need are read (Polars prunes the rest of the minute's costs)
+        lambda m: (
+            allocated_minutes(with_gpu_power(m))
+            .group_by("date", *KEYS, "gpu_uuid", maintain_order=True)
+            .agg(
+                pl.col("_gpu_power_w").is_not_null().any().alias("_powered"),
+                allocated_kwh().sum().alias("energy_kwh"),
+                (pl.col("rfu_pct") * pl.col("_w")).filter(has_rfu).sum().alias("_rfu_sum"),
+                pl.col("_w").filter(has_rfu).sum().alias("_rfu_weight"),
+            )
+        ),
+        chunking,
+    )
+    return (
+        per_gpu.lazy()
+        .group_by("date", *KEYS)
+        .agg(
+            pl.when(pl.col("_powered").any()).then(pl.col("energy_kwh").sum()).alias("energy_kwh"),
+            pl.col("_rfu_sum", "_rfu_weight").sum(),
+        )
     )
 
 
