@@ -385,9 +385,9 @@ def test_files_parsed_a_few_at_a_time_give_what_one_at_a_time_gives(tmp_path, mo
 
 
 def test_ranges_are_validated_in_batches_of_the_same_rows(tmp_path):
-    """`validated_batches` joins consecutive ranges into batches of at least `rows` rows (the
-    last smaller), the same rows in the same order, and still rejects a range that breaks the
-    contract."""
+    """`validated_batches` joins consecutive ranges into batches of up to `rows` rows (a range
+    of more rows alone, never copied into a batch), the same rows in the same order, and still
+    rejects a range that breaks the contract."""
     import pytest
 
     from gpu_pipeline.lib.schemas import ContractError, validated_batches
@@ -401,11 +401,14 @@ def test_ranges_are_validated_in_batches_of_the_same_rows(tmp_path):
     day = assemble_day([load_or_parse(f, tmp_path / "cache") for f in list_landing(raw)], D1)
     ranges = [day.gpu_samples.slice(i, 50) for i in range(0, day.gpu_samples.height, 50)]
     batches = list(validated_batches("gpu_samples", iter(ranges), rows=120))
-    assert [b.height for b in batches] == [150, 150]
+    assert [b.height for b in batches] == [100, 100, 100]
     assert pl.concat(batches).equals(day.gpu_samples)
     batches = list(validated_batches("gpu_samples", iter(ranges), rows=200))
     assert [b.height for b in batches] == [200, 100]  # the last batch: what is left
     assert pl.concat(batches).equals(day.gpu_samples)
+    batches = list(validated_batches("gpu_samples", iter(ranges), rows=40))
+    assert [b.height for b in batches] == [50] * 6
+    assert all(b is r for b, r in zip(batches, ranges, strict=True))  # alone: the frame itself
     bad = ranges[3].with_columns(pl.lit("not-a-uuid").alias("gpu_uuid"))
     with pytest.raises(ContractError, match="gpu_uuid"):
         list(validated_batches("gpu_samples", iter(ranges[:3] + [bad]), rows=120))

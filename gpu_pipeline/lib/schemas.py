@@ -664,25 +664,28 @@ def to_contract(lf: pl.LazyFrame, table: str) -> pl.LazyFrame:
     )
 
 
-# frames streamed chunk by chunk are validated in batches of at least this many rows: chosen when
-# pandera ran every validation (~0.1 s a gpu_samples frame whatever its size; the 1,000-GPU day
-# 0.77 s in batches of 262,144 rows, 0.52 s in these, ~270 MiB a batch). `passes` now decides a
-# valid frame in one query (~74 ms a batch of these, half of it the unique check), so the
-# batches matter less; left as measured (benchmarks/README.md, issue 34)
-VALIDATE_BATCH_ROWS = 524_288
+# frames streamed chunk by chunk are validated in batches of up to this many rows: small frames
+# joined, so that a validation's fixed cost is paid once for many (it was ~0.1 s a frame when
+# pandera ran every validation; `passes` decides a valid frame in one query now, ~40 ms for a
+# 218,000-row range); a frame this large or larger is validated alone, not copied into a
+# batch (batches of at least 524,288 rows held three ranges and their copy: ~0.3 GiB of the
+# 10,000-GPU day's ingest; benchmarks/README.md, issue 34)
+VALIDATE_BATCH_ROWS = 262_144
 
 
 def validated_batches(
     table: str, frames: Iterable[pl.DataFrame], rows: int = VALIDATE_BATCH_ROWS
 ) -> Iterator[pl.DataFrame]:
-    """`frames` validated against `table`'s model, consecutive frames joined into batches of at
-    least `rows` rows (the last one smaller): the same rows in the same order."""
+    """`frames` validated against `table`'s model, consecutive frames joined into batches of up
+    to `rows` rows (a frame of more rows alone): the same rows in the same order."""
     batch: list[pl.DataFrame] = []
+    size = 0
     for df in frames:
-        batch.append(df)
-        if sum(b.height for b in batch) >= rows:
+        if batch and size + df.height > rows:
             yield validate(table, pl.concat(batch))
-            batch = []
+            batch, size = [], 0
+        batch.append(df)
+        size += df.height
     if batch:
         yield validate(table, pl.concat(batch))
 
