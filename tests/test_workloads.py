@@ -314,14 +314,14 @@ def test_namespace_marts_by_gpu_chunks_are_the_tables_of_the_whole_day(tmp_path)
     for gpus in (1, 3, 10_000):
         c = Chunking(gpus=gpus)
         tables[gpus] = [
-            f(m)
+            f(m, c)
             for m in (fleet, mig.lazy())
             for f in (
-                lambda m: compute(m, load_prices(), load_catalog(), chunking=c),
-                lambda m: collect_stable(namespace_efficiency(m, chunking=c)),
-                lambda m: namespace_stats(m, load_prices(), chunking=c),
-                lambda m: collect_stable(efficiency_roi(m, chunking=c)),
-                lambda m: collect_stable(stragglers(m, chunking=c)),
+                lambda m, c: compute(m, load_prices(), load_catalog(), chunking=c),
+                lambda m, c: collect_stable(namespace_efficiency(m, chunking=c)),
+                lambda m, c: namespace_stats(m, load_prices(), chunking=c),
+                lambda m, c: collect_stable(efficiency_roi(m, chunking=c)),
+                lambda m, c: collect_stable(stragglers(m, chunking=c)),
             )
         ]
     workloads, namespaces, stats, roi, _ = tables[10_000][:5]
