@@ -10,6 +10,91 @@ from gpu_pipeline.lib.rules import DEFAULT, DIAGNOSIS_ENUM, Thresholds
 from gpu_pipeline.lib.schemas import to_contract
 from gpu_pipeline.lib.staging.chunked import DEFAULT_CHUNKING, Chunking, by_gpu_chunks
 
+# the means shown, weighted by GPU share, by column of the minutes
+MEANS = {
+    "gpu_util_pct": "avg_gpu_util_pct",
+    "rfu_pct": "avg_rfu_pct",
+    "efficiency_gap_pct": "avg_efficiency_gap_pct",
+}
+# the dominant diagnosis is the mode of the active minutes' diagnoses (no diagnosis is a value of
+# its own), the first in sort order on a tie: counted per value, null first
+DIAGNOSIS_VALUES = [None, *DIAGNOSIS_ENUM.categories.to_list()]
+
+
+def _energies(energy: pl.DataFrame | None) -> dict[str, pl.Expr]:
+    """A minute's energy as its namespace owns it (allocated like cost), its idle part, and its
+    dollars and CO2 at the cluster's rates."""
+    usd_per_kwh, co2_per_kwh = energy_rates(
+        load_energy() if energy is None else energy, pl.col("cluster")
+    )
+    kwh = allocated_kwh()
+    return {
+        "energy_kwh": kwh,
+        "idle_energy_kwh": kwh.filter(pl.col("phase") == "idle"),
+        "energy_usd": kwh * usd_per_kwh,
+        "co2_kg": kwh * co2_per_kwh / 1000.0,
+    }
+
+
+def _gpu_sums(energies: dict[str, pl.Expr], t: Thresholds) -> list[pl.Expr]:
+    """What a GPU's allocated minutes add to their namespace: weights, weighted sums, active
+    diagnosis counts, money and energy (and whether any minute has a price, a power)."""
+    active = pl.col("gpu_util_pct") >= t.idle_below
+    w, diagnosis = pl.col("_w"), pl.col("diagnosis")
+    has = {c: pl.col(c).is_not_null() for c in MEANS}
+    return [
+        w.sum().alias("_w"),
+        *[(pl.col(c) * w).filter(has[c]).sum().alias(f"_x_{c}") for c in MEANS],
+        *[w.filter(has[c]).sum().alias(f"_w_{c}") for c in MEANS],
+        w.filter(pl.col("phase") == "idle").sum().alias("_w_idle"),
+        w.filter(active).sum().alias("_w_active"),
+        w.filter((pl.col("efficiency_class") == "bottlenecked") & active)
+        .sum()
+        .alias("_w_bottlenecked"),
+        *[
+            (active & (diagnosis.is_null() if v is None else diagnosis == v)).sum().alias(f"_n_{i}")
+            for i, v in enumerate(DIAGNOSIS_VALUES)
+        ],
+        # a sum over minutes none of which has the input is unknown (null), not 0: a namespace
+        # on models without a price has no cost, one whose exporter sends no power no energy
+        pl.col("cost_usd").is_not_null().any().alias("_priced"),
+        pl.col("cost_usd").sum(),
+        (pl.col("idle_waste_usd") + pl.col("stall_waste_usd") + pl.col("headroom_waste_usd"))
+        .sum()
+        .alias("waste_usd"),
+        pl.col("_gpu_power_w").is_not_null().any().alias("_powered"),
+        *[e.sum().alias(name) for name, e in energies.items()],
+    ]
+
+
+def _namespace_figures(energies: dict[str, pl.Expr]) -> list[pl.Expr]:
+    """A namespace's figures from its GPUs' `_gpu_sums`."""
+    w = pl.col("_w")
+    counts = pl.concat_list([pl.col(f"_n_{i}").sum() for i in range(len(DIAGNOSIS_VALUES))])
+    dominant = counts.list.arg_max().replace_strict(
+        list(range(1, len(DIAGNOSIS_VALUES))),
+        DIAGNOSIS_VALUES[1:],
+        default=None,
+        return_dtype=DIAGNOSIS_ENUM,
+    )
+    priced, powered = pl.col("_priced").any(), pl.col("_powered").any()
+    return [
+        pl.col("gpu_uuid").n_unique().alias("gpus"),
+        (w.sum() / 60.0).alias("gpu_hours"),
+        *[
+            ratio(pl.col(f"_x_{c}").sum(), pl.col(f"_w_{c}").sum()).alias(name)
+            for c, name in MEANS.items()
+        ],
+        (100.0 * ratio(pl.col("_w_idle").sum(), w.sum())).alias("pct_idle"),
+        (100.0 * ratio(pl.col("_w_bottlenecked").sum(), pl.col("_w_active").sum())).alias(
+            "pct_active_bottlenecked"
+        ),
+        pl.when(counts.list.max() > 0).then(dominant).alias("dominant_diagnosis"),
+        pl.when(priced).then(pl.col("cost_usd").sum()).alias("cost_usd"),
+        pl.when(priced).then(pl.col("waste_usd").sum()).alias("waste_usd"),
+        *[pl.when(powered).then(pl.col(name).sum()).alias(name) for name in energies],
+    ]
+
 
 def namespace_efficiency(
     minutes: pl.LazyFrame,
@@ -25,99 +110,20 @@ def namespace_efficiency(
     time (`by_gpu_chunks`; a MIG instance's power is its physical GPU's, in the same chunk),
     then the GPUs' sums are added up per namespace.
     """
-    active = pl.col("gpu_util_pct") >= t.idle_below
-    usd_per_kwh, co2_per_kwh = energy_rates(
-        load_energy() if energy is None else energy, pl.col("cluster")
-    )
-    kwh = allocated_kwh()  # energy allocated like cost
-    w, diagnosis = pl.col("_w"), pl.col("diagnosis")
-    means = {
-        "gpu_util_pct": "avg_gpu_util_pct",
-        "rfu_pct": "avg_rfu_pct",
-        "efficiency_gap_pct": "avg_efficiency_gap_pct",
-    }
-    # the dominant diagnosis is the mode of the active minutes' diagnoses (no diagnosis is a
-    # value of its own), the first in sort order on a tie: counted per value, null first
-    values = [None, *DIAGNOSIS_ENUM.categories.to_list()]
-    energies = {
-        "energy_kwh": kwh,
-        "idle_energy_kwh": kwh.filter(pl.col("phase") == "idle"),
-        "energy_usd": kwh * usd_per_kwh,
-        "co2_kg": kwh * co2_per_kwh / 1000.0,
-    }
+    energies = _energies(energy)
     per_gpu = by_gpu_chunks(
         minutes,
         lambda m: (
             allocated_minutes(with_gpu_power(m))
             .group_by("date", "namespace", "gpu_uuid", maintain_order=True)
-            .agg(
-                w.sum().alias("_w"),
-                *[
-                    (pl.col(c) * w).filter(pl.col(c).is_not_null()).sum().alias(f"_x_{c}")
-                    for c in means
-                ],
-                *[w.filter(pl.col(c).is_not_null()).sum().alias(f"_w_{c}") for c in means],
-                w.filter(pl.col("phase") == "idle").sum().alias("_w_idle"),
-                w.filter(active).sum().alias("_w_active"),
-                w.filter((pl.col("efficiency_class") == "bottlenecked") & active)
-                .sum()
-                .alias("_w_bottlenecked"),
-                *[
-                    (active & (diagnosis.is_null() if v is None else diagnosis == v))
-                    .sum()
-                    .alias(f"_n_{i}")
-                    for i, v in enumerate(values)
-                ],
-                # a sum over minutes none of which has the input is unknown (null), not 0: a
-                # namespace on models without a price has no cost, one whose exporter sends no
-                # power no energy
-                pl.col("cost_usd").is_not_null().any().alias("_priced"),
-                pl.col("cost_usd").sum(),
-                (
-                    pl.col("idle_waste_usd")
-                    + pl.col("stall_waste_usd")
-                    + pl.col("headroom_waste_usd")
-                )
-                .sum()
-                .alias("waste_usd"),
-                pl.col("_gpu_power_w").is_not_null().any().alias("_powered"),
-                *[e.sum().alias(name) for name, e in energies.items()],
-            )
+            .agg(_gpu_sums(energies, t))
         ),
         chunking,
     )
-    counts = pl.concat_list([pl.col(f"_n_{i}").sum() for i in range(len(values))])
     out = (
         per_gpu.lazy()
         .group_by("date", "namespace")
-        .agg(
-            pl.col("gpu_uuid").n_unique().alias("gpus"),
-            (w.sum() / 60.0).alias("gpu_hours"),
-            *[
-                ratio(pl.col(f"_x_{c}").sum(), pl.col(f"_w_{c}").sum()).alias(name)
-                for c, name in means.items()
-            ],
-            (100.0 * ratio(pl.col("_w_idle").sum(), w.sum())).alias("pct_idle"),
-            (100.0 * ratio(pl.col("_w_bottlenecked").sum(), pl.col("_w_active").sum())).alias(
-                "pct_active_bottlenecked"
-            ),
-            pl.when(counts.list.max() > 0)
-            .then(
-                counts.list.arg_max().replace_strict(
-                    list(range(1, len(values))),
-                    values[1:],
-                    default=None,
-                    return_dtype=DIAGNOSIS_ENUM,
-                )
-            )
-            .alias("dominant_diagnosis"),
-            pl.when(pl.col("_priced").any()).then(pl.col("cost_usd").sum()).alias("cost_usd"),
-            pl.when(pl.col("_priced").any()).then(pl.col("waste_usd").sum()).alias("waste_usd"),
-            *[
-                pl.when(pl.col("_powered").any()).then(pl.col(name).sum()).alias(name)
-                for name in energies
-            ],
-        )
+        .agg(_namespace_figures(energies))
         .with_columns(
             pl.when(pl.col("cost_usd") > 0)
             .then(pl.col("waste_usd") / pl.col("cost_usd"))
