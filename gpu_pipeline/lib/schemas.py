@@ -668,8 +668,8 @@ def to_contract(lf: pl.LazyFrame, table: str) -> pl.LazyFrame:
 # joined, so that a validation's fixed cost is paid once for many (it was ~0.1 s a frame when
 # pandera ran every validation; `passes` decides a valid frame in one query now, ~40 ms for a
 # 218,000-row range); a frame this large or larger is validated alone, not copied into a
-# batch (batches of at least 524,288 rows held three ranges and their copy: ~0.3 GiB of the
-# 10,000-GPU day's ingest; benchmarks/README.md, issue 34)
+# batch (batches of at least 524,288 rows joined three ranges into a copy; the 10,000-GPU day's
+# ingest step peaked at 1,042 MiB after this, 1,055 before: benchmarks/README.md, issue 34)
 VALIDATE_BATCH_ROWS = 262_144
 
 
