@@ -20,7 +20,7 @@ from gpu_pipeline.lib.rules import (
     HOURS_PER_YEAR,
     PHASE_ENUM,
 )
-from gpu_pipeline.lib.samples import PHYSICAL, phase_share
+from gpu_pipeline.lib.samples import PHYSICAL, phase_share, ratio
 
 # the money columns of a minute (and of a run, summed), in the order priced_waste shows them
 MONEY = (
@@ -175,16 +175,16 @@ def cents(e: pl.Expr) -> pl.Expr:
     return e.round(2)
 
 
-def ratio(num: pl.Expr, den: pl.Expr) -> pl.Expr:
-    """`num / den` of two weight sums; null when the weights add up to nothing. What a weighted
-    mean or share is, whether its sums are taken over minutes or over GPUs' sums."""
-    return pl.when(den > 0).then(num / den)
+def weighted_sums(col: str, w: str = "_w") -> tuple[pl.Expr, pl.Expr]:
+    """The two sums a weighted mean of `col` divides, over rows where `col` has a value: `col`
+    x `w`, and `w`. A mean added up from parts (each GPU's, then the group's) sums them."""
+    has = pl.col(col).is_not_null()
+    return (pl.col(col) * pl.col(w)).filter(has).sum(), pl.col(w).filter(has).sum()
 
 
 def weighted_mean(col: str, w: str = "_w") -> pl.Expr:
     """Mean of `col` weighted by `w` over rows where `col` has a value (null if none)."""
-    has = pl.col(col).is_not_null()
-    return ratio((pl.col(col) * pl.col(w)).filter(has).sum(), pl.col(w).filter(has).sum())
+    return ratio(*weighted_sums(col, w))
 
 
 def weighted_share(cond: pl.Expr, among: pl.Expr | None = None, w: str = "_w") -> pl.Expr:

@@ -31,9 +31,12 @@ def floor_ms(ts: pl.Expr, ms: int) -> pl.Expr:
 PHYSICAL = pl.col("gpu_instance_id").is_null()
 
 
-def ratio(num: str, den: str, scale: float = 1.0) -> pl.Expr:
-    """num / den, null (not NaN) where nothing was counted."""
-    return pl.when(pl.col(den) > 0).then(scale * pl.col(num) / pl.col(den))
+def ratio(num: str | pl.Expr, den: str | pl.Expr, scale: float = 1.0) -> pl.Expr:
+    """num / den (columns or expressions, e.g. two sums of weights), null (not NaN) where
+    nothing was counted."""
+    n = pl.col(num) if isinstance(num, str) else num
+    d = pl.col(den) if isinstance(den, str) else den
+    return pl.when(d > 0).then(scale * n / d)
 
 
 def phase_share(columns: list[str], p: str) -> pl.Expr:

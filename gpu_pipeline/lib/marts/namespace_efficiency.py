@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import polars as pl
 
-from gpu_pipeline.lib.money import allocated_kwh, allocated_minutes, ratio, with_gpu_power
+from gpu_pipeline.lib.money import (
+    allocated_kwh,
+    allocated_minutes,
+    weighted_sums,
+    with_gpu_power,
+)
 from gpu_pipeline.lib.reference import energy_rates, load_energy
 from gpu_pipeline.lib.rules import DEFAULT, DIAGNOSIS_ENUM, Thresholds
+from gpu_pipeline.lib.samples import ratio
 from gpu_pipeline.lib.schemas import to_contract
 from gpu_pipeline.lib.staging.chunked import DEFAULT_CHUNKING, Chunking, by_gpu_chunks
 
@@ -41,11 +47,9 @@ def _gpu_sums(energies: dict[str, pl.Expr], t: Thresholds) -> list[pl.Expr]:
     diagnosis counts, money and energy (and whether any minute has a price, a power)."""
     active = pl.col("gpu_util_pct") >= t.idle_below
     w, diagnosis = pl.col("_w"), pl.col("diagnosis")
-    has = {c: pl.col(c).is_not_null() for c in MEANS}
     return [
         w.sum().alias("_w"),
-        *[(pl.col(c) * w).filter(has[c]).sum().alias(f"_x_{c}") for c in MEANS],
-        *[w.filter(has[c]).sum().alias(f"_w_{c}") for c in MEANS],
+        *[e.alias(f"_{k}_{c}") for c in MEANS for k, e in zip("xw", weighted_sums(c), strict=True)],
         w.filter(pl.col("phase") == "idle").sum().alias("_w_idle"),
         w.filter(active).sum().alias("_w_active"),
         w.filter((pl.col("efficiency_class") == "bottlenecked") & active)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from gpu_pipeline.lib.money import allocated_minutes, ratio
+from gpu_pipeline.lib.money import allocated_minutes
 from gpu_pipeline.lib.reference import by_model, model_key
 from gpu_pipeline.lib.rules import (
     BOTTLENECK_DIAGNOSES,
@@ -30,7 +30,7 @@ from gpu_pipeline.lib.rules import (
     RecommendationThresholds,
     Thresholds,
 )
-from gpu_pipeline.lib.samples import collect_stable
+from gpu_pipeline.lib.samples import collect_stable, ratio
 from gpu_pipeline.lib.schemas import RECOMMENDATIONS_SCHEMA
 from gpu_pipeline.lib.staging.chunked import DEFAULT_CHUNKING, Chunking, by_gpu_chunks
 

@@ -21,7 +21,7 @@ from gpu_pipeline.lib.marts.recommendations import (
     rule_sums,
     top_waste_action,
 )
-from gpu_pipeline.lib.money import priced_rates, ratio
+from gpu_pipeline.lib.money import priced_rates, weighted_sums
 from gpu_pipeline.lib.rules import (
     DEFAULT,
     DIAGNOSES,
@@ -33,7 +33,7 @@ from gpu_pipeline.lib.rules import (
     RecommendationThresholds,
     Thresholds,
 )
-from gpu_pipeline.lib.samples import collect_stable
+from gpu_pipeline.lib.samples import collect_stable, ratio
 from gpu_pipeline.lib.schemas import to_contract
 from gpu_pipeline.lib.staging.chunked import DEFAULT_CHUNKING, Chunking, by_gpu_chunks
 
@@ -100,8 +100,7 @@ def _sums(d: DiagnosisThresholds, t: Thresholds) -> list[pl.Expr]:
     return [
         *rule_sums(d.pcie_busy_from, t),
         pl.col("unmeasured_usd").sum(),
-        *[(pl.col(c) * w).filter(pl.col(c).is_not_null()).sum().alias(f"_x_{c}") for c in MEANS],
-        *[w.filter(pl.col(c).is_not_null()).sum().alias(f"_w_{c}") for c in MEANS],
+        *[e.alias(f"_{k}_{c}") for c in MEANS for k, e in zip("xw", weighted_sums(c), strict=True)],
         *[w.filter(pl.col("phase") == p).sum().alias(f"_wp_{p}") for p in PHASES],
         *[w.filter(pl.col("diagnosis") == x).sum().alias(f"_wd_{x}") for x in DIAGNOSES],
     ]

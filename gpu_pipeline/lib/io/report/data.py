@@ -21,9 +21,8 @@ from gpu_pipeline.lib.io.lake import Lake
 from gpu_pipeline.lib.marts.fleet_daily import fleet_daily
 from gpu_pipeline.lib.marts.namespace_monthly import month_days, month_to_date
 from gpu_pipeline.lib.marts.priced_waste import priced_total
-from gpu_pipeline.lib.money import ratio
 from gpu_pipeline.lib.rules import DAYS_PER_MONTH, DEFAULT, RULES, Rules, Thresholds
-from gpu_pipeline.lib.samples import MINUTES_PER_DAY, collect_stable
+from gpu_pipeline.lib.samples import MINUTES_PER_DAY, collect_stable, ratio
 from gpu_pipeline.lib.schemas import TABLES
 from gpu_pipeline.lib.staging.chunked import DEFAULT_CHUNKING, Chunking, by_gpu_chunks
 
