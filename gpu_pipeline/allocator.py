@@ -12,7 +12,12 @@ These settings, each only where the environment does not set it already:
 - Polars' jemalloc reads `_RJEM_MALLOC_CONF` once, when Polars is first imported: pages a chunk
   freed are returned after 1 s unused (`JEMALLOC_CONF`; Polars' own setting starts after 0.5 s).
   Longer is no faster and keeps what one step freed into the next (benchmarks/README.md,
-  "Measurements behind the code"). `gpu_pipeline` sets it on import, so it
+  "Measurements behind the code"). One arena for every thread (`narenas:1`; jemalloc's default
+  is four a core): the pages one thread freed serve the next allocation of any other, instead
+  of waiting out the decay in an arena of their own while another arena maps fresh ones. The
+  1,000-GPU day's peak went from 921-931 to 790-800 MiB, the 10,000-GPU day's from 1,198 to
+  1,019 MiB, and the staging pass got no slower (benchmarks/README.md, issue 34). `gpu_pipeline`
+  sets it on import, so it
   applies when gpu_pipeline is imported before Polars (the CLI, the Dagster code location and
   their subprocesses, which inherit it); imported after Polars, it changes nothing.
 - glibc malloc (NumPy's buffers): blocks up to 32 MiB come from the heap instead of a fresh
@@ -32,7 +37,7 @@ import os
 import platform
 import sys
 
-JEMALLOC_CONF = "dirty_decay_ms:1000,muzzy_decay_ms:1000"
+JEMALLOC_CONF = "dirty_decay_ms:1000,muzzy_decay_ms:1000,narenas:1"
 MMAP_THRESHOLD = 32 * 2**20  # glibc's own upper bound for it on 64-bit
 TRIM_THRESHOLD = 2 * MMAP_THRESHOLD  # as glibc sets it when it raises the threshold
 # one heap for every thread: glibc's default of 8 a core kept each thread's freed blocks in a
@@ -77,7 +82,8 @@ def configure() -> dict[str, bool]:
 # faults and a quarter of the parse's CPU for the 1,000-GPU day's 168 files; kept: ~100,000,
 # the parse 8.5-9.5 -> 7.4-8.3 s, the same peak (~0.4 GiB; benchmarks/README.md, issue 34).
 # Blocks up to 64 MiB from the heap, the heap trimmed only past 1 GiB free, Polars' pages
-# returned after 10 s.
+# returned after 10 s. Its jemalloc keeps its default arenas: one arena parsed no faster
+# (168 files, 5 runs paired: 6.97 against 6.83 s) and the parse is not the run's peak.
 PARSE_PROCESS_GLIBC = {
     "MALLOC_ARENA_MAX": str(ARENA_MAX),
     "MALLOC_MMAP_THRESHOLD_": str(2 * MMAP_THRESHOLD),

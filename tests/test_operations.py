@@ -320,6 +320,14 @@ def test_allocator_settings_apply_before_polars_and_leave_the_environments_own()
     assert applied == {"jemalloc": False, "glibc": False} and conf == "dirty_decay_ms:0"
     applied, _ = run("gpu_pipeline", MALLOC_ARENA_MAX="4")  # the environment's own arenas
     assert applied == {"jemalloc": True, "glibc": False}
+    # Polars' jemalloc takes the setting: it says so on stderr when it refuses a pair
+    code = "import gpu_pipeline, polars as pl; pl.DataFrame({'a': range(10**6)}).sum()"
+    clean = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
+    for conf, refused in ((None, False), (allocator.JEMALLOC_CONF + ",no_such_pair:1", True)):
+        env = clean if conf is None else {**clean, "_RJEM_MALLOC_CONF": conf}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        assert out.returncode == 0 and ("Invalid conf pair" in out.stderr) is refused
+    assert "narenas:1" in allocator.JEMALLOC_CONF.split(",")
 
 
 def test_a_parse_process_keeps_what_it_frees_unless_the_environment_says_otherwise():

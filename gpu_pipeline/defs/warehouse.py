@@ -8,7 +8,6 @@ import dagster as dg
 
 from gpu_pipeline import settings
 from gpu_pipeline.defs.resources import LakeResource
-from gpu_pipeline.lib.io.warehouse import build_views_file
 from gpu_pipeline.lib.schemas import TABLES
 
 
@@ -17,6 +16,10 @@ from gpu_pipeline.lib.schemas import TABLES
 @dg.asset(group_name="warehouse", deps=list(TABLES))
 def warehouse_views(lake: LakeResource):
     """DuckDB file of views over every lake table (`sql/views.sql`); analysts open it read-only."""
+    # DuckDB is imported here, not as the definitions load: its ~20 MiB are not held through a
+    # day's steps (the 10,000-GPU day's peak is the staging step's; benchmarks/README.md)
+    from gpu_pipeline.lib.io.warehouse import build_views_file
+
     path = build_views_file(lake.root, settings.warehouse_path(lake.root))
     return dg.MaterializeResult(metadata={"dagster/uri": dg.MetadataValue.path(str(path))})
 

@@ -44,11 +44,15 @@ _SAFE = re.compile(r"^[a-z_][a-z0-9_]*$")
 _PARTITION = re.compile(r"date=(\d{4}-\d{2}-\d{2})")
 # zstd level 2, not Polars' default 3: faster to encode for a few more bytes (level 1: many more
 # bytes; measured on a day of gpu_minutes: benchmarks/README.md, "Measurements behind the code")
+# Row groups of 131,072 rows: a streamed write (`write_frames`) holds a row group's rows until
+# it is full, beside the chunks being computed; 262,144 held 36 MiB more in the 10,000-GPU
+# staging pass, for no speed (benchmarks/README.md, issue 34), and a chunk of GPUs read back
+# (`chunked.plan`) over-reads less of its first and last row group.
 WRITE_OPTIONS = {
     "compression": "zstd",
     "compression_level": 2,
     "statistics": True,
-    "row_group_size": 262144,
+    "row_group_size": 131072,
 }
 
 

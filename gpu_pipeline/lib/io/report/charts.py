@@ -3,21 +3,16 @@ with its title and caption, or the reason nothing is drawn."""
 
 from __future__ import annotations
 
+import functools
 import io
 import warnings
 from dataclasses import dataclass
 from datetime import date
 
-import matplotlib
+import polars as pl
 
-matplotlib.use("Agg")  # no display needed
-# a chart of a day where nothing was measured has no series to put in its legend: not a problem
-warnings.filterwarnings("ignore", message="No artists with labels found", category=UserWarning)
-import matplotlib.pyplot as plt  # noqa: E402
-import polars as pl  # noqa: E402
-
-from gpu_pipeline.lib.display import NO_NAMESPACE, num, plural  # noqa: E402
-from gpu_pipeline.lib.io.report.data import (  # noqa: E402
+from gpu_pipeline.lib.display import NO_NAMESPACE, num, plural
+from gpu_pipeline.lib.io.report.data import (
     MONTHLY,
     TREND_DAYS,
     Period,
@@ -26,7 +21,23 @@ from gpu_pipeline.lib.io.report.data import (  # noqa: E402
     model_figures,
     pct_down,
 )
-from gpu_pipeline.lib.rules import DEFAULT, Thresholds  # noqa: E402
+from gpu_pipeline.lib.rules import DEFAULT, Thresholds
+
+
+@functools.cache
+def pyplot():
+    """matplotlib's pyplot, imported when the first chart is drawn, not when the pipeline's
+    definitions load: its ~27 MiB are not held through the steps before the report (the
+    10,000-GPU day's peak is the staging step's; benchmarks/README.md, issue 34)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display needed
+    # a chart of a day where nothing was measured has no series to put in its legend: fine
+    warnings.filterwarnings("ignore", message="No artists with labels found", category=UserWarning)
+    import matplotlib.pyplot as plt
+
+    return plt
+
 
 CLASS_COLORS = {
     "idle": "#9e9e9e",
@@ -67,7 +78,7 @@ def _png(fig) -> bytes:
     # a second time without output (the same PNG, a sixth less time: issue 34)
     fig.set_layout_engine(None)
     fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
+    pyplot().close(fig)
     return buf.getvalue()
 
 
@@ -92,7 +103,7 @@ def scatter(pts: pl.DataFrame, total: int, t: Thresholds = DEFAULT) -> Chart:
     """Utilization vs PIF of the day's GPU-minutes: `pts` (`data.scatter_points`: all `total`
     minutes that have both, or a random sample of them)."""
     shown = scatter_shown(total, pts.height)
-    fig, ax = plt.subplots(figsize=(7, 5))
+    fig, ax = pyplot().subplots(figsize=(7, 5))
     for cls, color in CLASS_COLORS.items():
         p = pts.filter(pl.col("efficiency_class") == cls)
         if p.height:
@@ -131,7 +142,7 @@ def scatter(pts: pl.DataFrame, total: int, t: Thresholds = DEFAULT) -> Chart:
 
 def timeseries(h: pl.DataFrame) -> Chart:
     """The fleet hour by hour: `data.hourly_series` (hour, util, rfu, pif, realized_tflops)."""
-    fig, (a1, a2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    fig, (a1, a2) = pyplot().subplots(2, 1, figsize=(9, 6), sharex=True)
     hours = h["hour"].to_list()
     dots = {"marker": "o", "ms": 3}  # a day with one hour of data still shows it
     a1.plot(hours, _f(h["util"]), label="utilization %", color="#1e88e5", **dots)
@@ -174,7 +185,7 @@ def timeseries(h: pl.DataFrame) -> Chart:
 
 def models(g: pl.DataFrame) -> Chart:
     """Per model (`data.model_figures`): mean utilization vs RFU, and its GPUs."""
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, ax = pyplot().subplots(figsize=(8, 4))
     x = range(g.height)
     ax.bar(
         [i - 0.2 for i in x],
@@ -223,7 +234,7 @@ def bottlenecks(daily: pl.DataFrame, t: Thresholds = DEFAULT) -> Chart:
             b"",
             empty=f"No GPU had a bottlenecked minute ({busy}) on this day: nothing to draw.",
         )
-    fig, ax = plt.subplots(figsize=(8, 5))
+    fig, ax = pyplot().subplots(figsize=(8, 5))
     labels = [
         f"{str(u)[:13]}… {label(ns, 24, NO_NAMESPACE)}"
         for u, ns in zip(b["gpu_uuid"], b["namespace"], strict=True)
@@ -244,7 +255,7 @@ def waste(w: pl.DataFrame) -> Chart:
         .sort("namespace", nulls_last=True)
     )
     names = _labels(g["namespace"], 24, NO_NAMESPACE)
-    fig, ax = plt.subplots(figsize=(10, 4))  # wider: the legend stands beside the bars
+    fig, ax = pyplot().subplots(figsize=(10, 4))  # wider: the legend stands beside the bars
     bottom = [0.0] * g.height
     for col, color in WASTE_COLORS.items():
         ax.bar(
@@ -273,7 +284,7 @@ def waste(w: pl.DataFrame) -> Chart:
 def recommendations(r: pl.DataFrame, period: Period = MONTHLY) -> Chart:
     g = r.sort("total_savings_frac")
     names = _labels(g["namespace"], 24, NO_NAMESPACE)
-    fig, ax = plt.subplots(figsize=(10, 4))  # wider: the legend stands beside the bars
+    fig, ax = pyplot().subplots(figsize=(10, 4))  # wider: the legend stands beside the bars
     ax.barh(
         names,
         _f(100 * g["utilization_savings_frac"]),
@@ -328,7 +339,7 @@ def roi(table: pl.DataFrame, period: Period = MONTHLY) -> Chart:
         return Chart(
             "Efficiency ROI", b"", empty=f"Nothing to gain by raising RFU to {target:.0f} %: {why}."
         )
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, ax = pyplot().subplots(figsize=(8, 4))
     ax.bar(
         _labels(g["label"], 28),
         _f(g["equivalent_gpus"].fill_null(0.0)),
@@ -369,7 +380,7 @@ def _trend_tick(d: date, minutes: int | None, cov: float | None) -> str:
 
 
 def trend(t: pl.DataFrame) -> Chart:
-    fig, ax = plt.subplots(figsize=(8, 3.5))
+    fig, ax = pyplot().subplots(figsize=(8, 3.5))
     x = list(range(t.height))
     gaps = [i for i, n in enumerate(t["gpu_minutes"]) if n is None]
     for i in gaps:  # a day the lake lacks: shaded, and the lines break there
