@@ -78,14 +78,25 @@ def _rss_kib(pid: int) -> int:
     return 0
 
 
+def _cmdline(pid: int) -> bytes | None:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+
+
 def _tree_rss_kib(pid: int) -> int:
-    """RSS of the process and its children (a multiprocess executor's steps)."""
+    """RSS of the process and its children (a multiprocess executor's steps). A child that is
+    its parent forked and not yet replaced by the program it starts (the same command line:
+    a `subprocess` between fork and exec) shares the parent's pages: it is not counted again
+    (summed, its RSS counted the ~0.5-1 GiB parent twice for that instant)."""
     total = _rss_kib(pid)
     try:
-        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        kids = [int(k) for k in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
     except OSError:
         kids = []
-    return total + sum(_tree_rss_kib(int(k)) for k in kids)
+    own = _cmdline(pid) if kids else None
+    return total + sum(_tree_rss_kib(k) for k in kids if own is None or _cmdline(k) != own)
 
 
 def generate(raw: Path) -> None:

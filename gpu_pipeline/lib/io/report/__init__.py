@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, field, replace
 from datetime import date
 
@@ -76,6 +77,9 @@ def build_report(
             f"no gpu_minutes for {day} in {lake.root}: materialize the day first"
         )
     rep = Report(day)
+    # matplotlib is imported (a Python-bound ~0.4 s) while the marts are read (Polars, which
+    # releases the GIL): the run does not wait for both one after the other
+    threading.Thread(target=charts.pyplot, name="import-pyplot", daemon=True).start()
     d = data.report_data(lake, day, t, catalog)
     if d is None:
         rep.html = render(day=day, no_data=view.no_data(data.ingest_of_day(lake, day)))

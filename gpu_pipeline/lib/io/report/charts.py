@@ -26,9 +26,11 @@ from gpu_pipeline.lib.rules import DEFAULT, Thresholds
 
 @functools.cache
 def pyplot():
-    """matplotlib's pyplot, imported when the first chart is drawn, not when the pipeline's
-    definitions load: its ~27 MiB are not held through the steps before the report (the
-    10,000-GPU day's peak is the staging step's; benchmarks/README.md, issue 34)."""
+    """matplotlib's pyplot, imported when a report is built (`build_report` starts it while the
+    marts are read), not when the pipeline's definitions load: its ~27 MiB are not held through
+    the steps before the report (the 10,000-GPU day's peak is the staging step's;
+    benchmarks/README.md, issue 34). Two threads calling it at once import it once (Python's
+    import lock); the second sets the same backend again."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display needed
