@@ -3,6 +3,8 @@ GPU and minute. Pure and lazy; definitions in docs/metrics.md."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import polars as pl
 
@@ -414,6 +416,67 @@ def _with_models(
     ).lazy(), cataloged
 
 
+@functools.cache
+def _metric_stages(
+    t: Thresholds, d: DiagnosisThresholds, cataloged: bool
+) -> tuple[list[pl.Expr], ...]:
+    """The metric stack over the per-minute rows with their model entries: the column lists
+    `gpu_minutes` adds one after another (each reads the ones before). Built once per
+    thresholds, not once per chunk: building ~200 expressions in Python was most of a chunk's
+    fixed cost (benchmarks/README.md, issue 34). Expressions are immutable: the same lists
+    serve every query. `cataloged`: every row's model has a catalog max power (the fallback,
+    the GPU's highest power limit of the day, is then not computed)."""
+    day_limit = pl.lit(None, pl.Float64) if cataloged else pl.col("_limit").max().over("gpu_uuid")
+    mig_instance = pl.col("gpu_instance_id").is_not_null()
+    row_note = pl.concat_str(
+        pl.when(mig_instance).then(
+            pl.lit("MIG instance: power and PIF are the physical GPU's; cost by slice share")
+        ),
+        pl.when(pl.col("max_power_w").is_null()).then(
+            pl.lit("no max power (catalog or power limit)")
+        ),
+        pl.when(pl.col("power_w").is_null() & ~mig_instance).then(pl.lit("no power reading")),
+        pl.when(pl.col("gpu_util_pct").is_null()).then(pl.lit("no utilization reading")),
+        separator="; ",
+        ignore_nulls=True,
+    )
+    return (
+        [
+            # every row carries the model's price; its cost is price x gpu_share
+            pl.col("_price").alias("price_usd_per_hour"),
+            pl.coalesce(pl.col("_cat_power"), day_limit).alias("max_power_w"),
+            pl.when(pl.col("_cat_power").is_not_null())
+            .then(pl.lit(dtype=POWER_BASIS_ENUM, value="catalog"))
+            .when(day_limit.is_not_null())
+            .then(pl.lit(dtype=POWER_BASIS_ENUM, value="power_limit"))
+            .alias("max_power_basis"),
+        ],
+        [(pl.col("power_w") / pl.col("max_power_w")).clip(0.0, 1.0).alias("pif")],
+        [
+            (pl.col("achievable_tflops") * pl.col("pif")).alias("realized_tflops"),
+            (pl.col("pif") * 100.0).alias("rfu_pct"),
+            row_note.alias("_row_note"),
+        ],
+        [
+            (pl.col("gpu_util_pct") - pl.col("rfu_pct")).alias("efficiency_gap_pct"),
+            phase_expr(pl.col("gpu_util_pct"), t).alias("phase"),
+            efficiency_class_expr(pl.col("gpu_util_pct"), pl.col("pif"), t).alias(
+                "efficiency_class"
+            ),
+            diagnosis_expr(t, d).alias("diagnosis"),
+            diagnosis_basis_expr(t).alias("diagnosis_basis"),
+            # most minutes have no note: build the joined string only where both parts exist
+            pl.when(pl.col("_row_note") == "")
+            .then(pl.when(pl.col("_model_note") == "").then(None).otherwise(pl.col("_model_note")))
+            .when(pl.col("_model_note") == "")
+            .then(pl.col("_row_note"))
+            .otherwise(pl.concat_str("_row_note", pl.lit("; "), "_model_note"))
+            .alias("note"),
+        ],
+        phase_shares(),
+    )
+
+
 def gpu_minutes(
     samples: pl.LazyFrame,
     catalog: pl.DataFrame,
@@ -437,57 +500,10 @@ def gpu_minutes(
     per_minute = rows_as_minutes(samples) if already_minutes else to_minutes(samples, t)
     per_minute, cataloged = _with_models(per_minute, catalog, prices)
     per_minute = _utilization(per_minute, mig=mig)
-    # the GPU's highest power limit seen on the day is the fallback basis when the model is
-    # unknown (not needed, so not computed, when every row's model has a catalog max power)
-    day_limit = pl.lit(None, pl.Float64) if cataloged else pl.col("_limit").max().over("gpu_uuid")
-    mig_instance = pl.col("gpu_instance_id").is_not_null()
-    row_note = pl.concat_str(
-        pl.when(mig_instance).then(
-            pl.lit("MIG instance: power and PIF are the physical GPU's; cost by slice share")
-        ),
-        pl.when(pl.col("max_power_w").is_null()).then(
-            pl.lit("no max power (catalog or power limit)")
-        ),
-        pl.when(pl.col("power_w").is_null() & ~mig_instance).then(pl.lit("no power reading")),
-        pl.when(pl.col("gpu_util_pct").is_null()).then(pl.lit("no utilization reading")),
-        separator="; ",
-        ignore_nulls=True,
-    )
-    m = (
-        per_minute.with_columns(
-            # every row carries the model's price; its cost is price x gpu_share
-            pl.col("_price").alias("price_usd_per_hour"),
-            pl.coalesce(pl.col("_cat_power"), day_limit).alias("max_power_w"),
-            pl.when(pl.col("_cat_power").is_not_null())
-            .then(pl.lit(dtype=POWER_BASIS_ENUM, value="catalog"))
-            .when(day_limit.is_not_null())
-            .then(pl.lit(dtype=POWER_BASIS_ENUM, value="power_limit"))
-            .alias("max_power_basis"),
-        )
-        .with_columns((pl.col("power_w") / pl.col("max_power_w")).clip(0.0, 1.0).alias("pif"))
-        .with_columns(
-            (pl.col("achievable_tflops") * pl.col("pif")).alias("realized_tflops"),
-            (pl.col("pif") * 100.0).alias("rfu_pct"),
-            row_note.alias("_row_note"),
-        )
-        .with_columns(
-            (pl.col("gpu_util_pct") - pl.col("rfu_pct")).alias("efficiency_gap_pct"),
-            phase_expr(pl.col("gpu_util_pct"), t).alias("phase"),
-            efficiency_class_expr(pl.col("gpu_util_pct"), pl.col("pif"), t).alias(
-                "efficiency_class"
-            ),
-            diagnosis_expr(t, d).alias("diagnosis"),
-            diagnosis_basis_expr(t).alias("diagnosis_basis"),
-            # most minutes have no note: build the joined string only where both parts exist
-            pl.when(pl.col("_row_note") == "")
-            .then(pl.when(pl.col("_model_note") == "").then(None).otherwise(pl.col("_model_note")))
-            .when(pl.col("_model_note") == "")
-            .then(pl.col("_row_note"))
-            .otherwise(pl.concat_str("_row_note", pl.lit("; "), "_model_note"))
-            .alias("note"),
-        )
-    )
-    return to_contract(m.with_columns(*phase_shares()), "gpu_minutes")
+    m = per_minute
+    for stage in _metric_stages(t, d, cataloged):
+        m = m.with_columns(stage)
+    return to_contract(m, "gpu_minutes")
 
 
 def phase_shares() -> list[pl.Expr]:

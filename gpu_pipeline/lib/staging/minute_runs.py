@@ -4,6 +4,8 @@ the runs, so a day processed in GPU chunks gives the tables of the day processed
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import polars as pl
 
@@ -118,6 +120,32 @@ class _Segments:
         return [np.add.reduceat(c == k, self.at, dtype=np.uint32) for k in wanted]
 
 
+@functools.cache
+def _per_minute(columns: tuple[str, ...], t: Thresholds) -> tuple[list[pl.Expr], list[str]]:
+    """What `minute_runs` takes of each minute (whether it starts a run, its keys, values and
+    what it adds to its run's sums), and the names of the sums: built once per set of columns
+    and thresholds, not once per chunk (~300 expressions built in Python: ~4 ms a chunk, a
+    tenth of a 10,000-GPU staging pass's time; benchmarks/README.md, issue 34). Expressions are
+    immutable: the same list serves every query."""
+    minute_ms = pl.col("minute").dt.epoch("ms")
+    # the hour as a number to compare rows by; as a time only once per run (below)
+    keys = [pl.col(c) for c in RUN_KEYS] + [minute_ms // HOUR_MS]
+    sums = _sums(list(columns))
+    first = pl.int_range(pl.len()) == 0
+    exprs = [
+        (first | pl.any_horizontal([k.ne_missing(k.shift()) for k in keys])).alias("_start"),
+        *[pl.col(c) for c in RUN_KEYS],
+        pl.col("minute"),
+        minute_ms.alias("_minute_ms"),
+        pl.col("price_usd_per_hour").fill_null(float("nan")),
+        *[pl.col(c) for c in HOURLY_MEANS],
+        *[pl.col(c).cast(enum) for c, enum, _, _ in _COUNTED],
+        (pl.col("gpu_util_pct") >= t.idle_below).fill_null(False).alias("_active"),
+        *[e.alias(c) for c, e in sums.items()],
+    ]
+    return exprs, list(sums)
+
+
 def minute_runs(minutes: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
     """Runs of minutes (one GPU, one hour, the same attributes): minutes, sums and non-null
     counts of the averaged metrics, phase/class/active counts, money, highest price.
@@ -128,25 +156,9 @@ def minute_runs(minutes: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
     over the run starts), its category counts the same over one 0/1 array per category: a
     fifth of what a group-by costs per column.
     """
-    minute_ms = pl.col("minute").dt.epoch("ms")
-    # the hour as a number to compare rows by; as a time only once per run (below)
-    keys = [pl.col(c) for c in RUN_KEYS] + [minute_ms // HOUR_MS]
-    columns = minutes.collect_schema().names()  # resolved once, not once per phase
-    sums = _sums(columns)
-    first = pl.int_range(pl.len()) == 0
-    frame = collect_stable(
-        minute_costs(minutes).select(
-            (first | pl.any_horizontal([k.ne_missing(k.shift()) for k in keys])).alias("_start"),
-            *RUN_KEYS,
-            "minute",
-            minute_ms.alias("_minute_ms"),
-            pl.col("price_usd_per_hour").fill_null(float("nan")),
-            *HOURLY_MEANS,
-            *[pl.col(c).cast(enum) for c, enum, _, _ in _COUNTED],
-            (pl.col("gpu_util_pct") >= t.idle_below).fill_null(False).alias("_active"),
-            *[e.alias(c) for c, e in sums.items()],
-        )
-    )
+    columns = tuple(minutes.collect_schema().names())  # resolved once, not once per phase
+    per_minute, sums = _per_minute(columns, t)
+    frame = collect_stable(minute_costs(minutes).select(per_minute))
     if frame.height == 0:
         return pl.LazyFrame(schema=RUNS_SCHEMA)
     seg = _Segments(frame.get_column("_start"))
