@@ -259,6 +259,23 @@ def collect_stable(lf: pl.LazyFrame) -> pl.DataFrame:
     return lf.collect(engine="in-memory")
 
 
+# queries over many landing files' cached parses read this many at a time: one query over a
+# 10,000-GPU day's 1,668 files read every file side by side (the day's quarantine held ~250 MiB
+# for an empty result, the ingest step's peak: benchmarks/README.md, issue 34); 64, a few MiB
+FILES_AT_ONCE = 64
+
+
+def in_batches(frames: list[pl.LazyFrame], at_once: int = FILES_AT_ONCE) -> pl.DataFrame:
+    """`frames` concatenated (diagonally, types relaxed) and collected (`collect_stable`)
+    `at_once` at a time: the same rows in the same order as one query, without every source
+    open at once."""
+    parts = [
+        collect_stable(pl.concat(frames[i : i + at_once], how="diagonal_relaxed"))
+        for i in range(0, len(frames), at_once)
+    ]
+    return parts[0] if len(parts) == 1 else pl.concat(parts, how="diagonal_relaxed")
+
+
 def collect_all_stable(lfs: list[pl.LazyFrame]) -> list[pl.DataFrame]:
     """`collect_stable` of several queries in one call (they run side by side)."""
     return pl.collect_all(lfs, engine="in-memory")

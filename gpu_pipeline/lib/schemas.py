@@ -664,15 +664,15 @@ def to_contract(lf: pl.LazyFrame, table: str) -> pl.LazyFrame:
 
 
 @functools.cache
-def _contract_columns(table: str, have: frozenset[str]) -> list[pl.Expr]:
+def _contract_columns(table: str, have: frozenset[str]) -> tuple[pl.Expr, ...]:
     """`to_contract`'s columns, built once per table and set of columns present: a cast to an
     Enum builds its categories in Python (~1 ms for gpu_minutes' 45 columns, once per chunk of
-    a staging pass when built each time). Expressions are immutable: one list serves every
-    query (callers must not change it)."""
-    return [
+    a staging pass when built each time). Expressions are immutable: one tuple serves every
+    query."""
+    return tuple(
         (pl.col(c) if c in have else pl.lit(None)).cast(t).alias(c)
         for c, t in TABLES[table].items()
-    ]
+    )
 
 
 # frames streamed chunk by chunk are validated in batches of up to this many rows: small frames

@@ -27,6 +27,7 @@ from gpu_pipeline.lib.samples import (
     SAMPLE_ORDER,
     collect_stable,
     conform,
+    in_batches,
 )
 from gpu_pipeline.lib.schemas import GPU_SAMPLES_SCHEMA
 
@@ -104,16 +105,14 @@ class DayAssembly:
         # rows per GPU and file (each file counted on its own: a few hundred rows to keep, where
         # the day's UUID column at once would take GiBs): the chunks are cut from the sums, and a
         # chunk reads only the files that hold its GPUs
-        per_file = collect_stable(
-            pl.concat(
-                [
-                    _day_rows(pf, o, day)
-                    .group_by("gpu_uuid")
-                    .len()
-                    .with_columns(pl.lit(o, pl.Int32).alias("_file"))
-                    for o, pf in parts
-                ]
-            )
+        per_file = in_batches(
+            [
+                _day_rows(pf, o, day)
+                .group_by("gpu_uuid")
+                .len()
+                .with_columns(pl.lit(o, pl.Int32).alias("_file"))
+                for o, pf in parts
+            ]
         )
         sizes = (
             per_file.group_by("gpu_uuid")

@@ -419,11 +419,11 @@ def _with_models(
 @functools.cache
 def _metric_stages(
     t: Thresholds, d: DiagnosisThresholds, cataloged: bool
-) -> tuple[list[pl.Expr], ...]:
+) -> tuple[tuple[pl.Expr, ...], ...]:
     """The metric stack over the per-minute rows with their model entries: the column lists
     `gpu_minutes` adds one after another (each reads the ones before). Built once per
     thresholds, not once per chunk: building ~200 expressions in Python was most of a chunk's
-    fixed cost (benchmarks/README.md, issue 34). Expressions are immutable: the same lists
+    fixed cost (benchmarks/README.md, issue 34). Expressions are immutable: the same tuples
     serve every query. `cataloged`: every row's model has a catalog max power (the fallback,
     the GPU's highest power limit of the day, is then not computed)."""
     day_limit = pl.lit(None, pl.Float64) if cataloged else pl.col("_limit").max().over("gpu_uuid")
@@ -441,7 +441,7 @@ def _metric_stages(
         ignore_nulls=True,
     )
     return (
-        [
+        (
             # every row carries the model's price; its cost is price x gpu_share
             pl.col("_price").alias("price_usd_per_hour"),
             pl.coalesce(pl.col("_cat_power"), day_limit).alias("max_power_w"),
@@ -450,14 +450,14 @@ def _metric_stages(
             .when(day_limit.is_not_null())
             .then(pl.lit(dtype=POWER_BASIS_ENUM, value="power_limit"))
             .alias("max_power_basis"),
-        ],
-        [(pl.col("power_w") / pl.col("max_power_w")).clip(0.0, 1.0).alias("pif")],
-        [
+        ),
+        ((pl.col("power_w") / pl.col("max_power_w")).clip(0.0, 1.0).alias("pif"),),
+        (
             (pl.col("achievable_tflops") * pl.col("pif")).alias("realized_tflops"),
             (pl.col("pif") * 100.0).alias("rfu_pct"),
             row_note.alias("_row_note"),
-        ],
-        [
+        ),
+        (
             (pl.col("gpu_util_pct") - pl.col("rfu_pct")).alias("efficiency_gap_pct"),
             phase_expr(pl.col("gpu_util_pct"), t).alias("phase"),
             efficiency_class_expr(pl.col("gpu_util_pct"), pl.col("pif"), t).alias(
@@ -472,8 +472,8 @@ def _metric_stages(
             .then(pl.col("_row_note"))
             .otherwise(pl.concat_str("_row_note", pl.lit("; "), "_model_note"))
             .alias("note"),
-        ],
-        phase_shares(),
+        ),
+        tuple(phase_shares()),
     )
 
 

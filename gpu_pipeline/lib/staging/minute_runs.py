@@ -121,18 +121,20 @@ class _Segments:
 
 
 @functools.cache
-def _per_minute(columns: tuple[str, ...], t: Thresholds) -> tuple[list[pl.Expr], list[str]]:
+def _per_minute(
+    columns: tuple[str, ...], t: Thresholds
+) -> tuple[tuple[pl.Expr, ...], tuple[str, ...]]:
     """What `minute_runs` takes of each minute (whether it starts a run, its keys, values and
     what it adds to its run's sums), and the names of the sums: built once per set of columns
     and thresholds, not once per chunk (~300 expressions built in Python: ~4 ms a chunk, a
     tenth of a 10,000-GPU staging pass's time; benchmarks/README.md, issue 34). Expressions are
-    immutable: the same list serves every query."""
+    immutable: the same tuple serves every query."""
     minute_ms = pl.col("minute").dt.epoch("ms")
     # the hour as a number to compare rows by; as a time only once per run (below)
     keys = [pl.col(c) for c in RUN_KEYS] + [minute_ms // HOUR_MS]
     sums = _sums(list(columns))
     first = pl.int_range(pl.len()) == 0
-    exprs = [
+    exprs = (
         (first | pl.any_horizontal([k.ne_missing(k.shift()) for k in keys])).alias("_start"),
         *[pl.col(c) for c in RUN_KEYS],
         pl.col("minute"),
@@ -142,8 +144,8 @@ def _per_minute(columns: tuple[str, ...], t: Thresholds) -> tuple[list[pl.Expr],
         *[pl.col(c).cast(enum) for c, enum, _, _ in _COUNTED],
         (pl.col("gpu_util_pct") >= t.idle_below).fill_null(False).alias("_active"),
         *[e.alias(c) for c, e in sums.items()],
-    ]
-    return exprs, list(sums)
+    )
+    return exprs, tuple(sums)
 
 
 def minute_runs(minutes: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
