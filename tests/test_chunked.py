@@ -25,7 +25,7 @@ from gpu_pipeline.lib.samples import SAMPLE_ORDER, collect_stable, conform
 from gpu_pipeline.lib.schemas import GPU_MINUTES_SCHEMA, GPU_SAMPLES_SCHEMA
 from gpu_pipeline.lib.staging import chunked
 from gpu_pipeline.lib.staging.gpu_daily import gpu_daily
-from gpu_pipeline.lib.staging.gpu_minutes import gpu_minutes
+from gpu_pipeline.lib.staging.gpu_minutes import INPUT_COLUMNS, gpu_minutes
 from gpu_pipeline.lib.staging.minute_runs import minute_runs
 
 D = date(2024, 1, 1)
@@ -170,6 +170,45 @@ def test_unsorted_30s_samples_are_regrouped_per_minute(samples):
     # utilization is the mean of the minute's two samples
     first = plain.row(0, named=True)["gpu_util_pct"]
     assert got.row(0, named=True)["gpu_util_pct"] == pytest.approx(first * 0.75)
+
+
+def test_a_chunk_reads_only_the_columns_its_minutes_are_computed_from(samples):
+    """gpu_minutes of all of a day's sample columns is gpu_minutes of INPUT_COLUMNS alone (what
+    a staging chunk reads), minute-level and 30 s samples, MIG included. Every column holds
+    values, so a column the minutes read and INPUT_COLUMNS lacked would change them."""
+    rng = np.random.default_rng(11)
+    filled = samples.with_columns(
+        [
+            pl.col(c).fill_null(pl.Series(rng.uniform(0.0, 1.0, samples.height)))
+            for c, dtype in samples.schema.items()
+            if dtype == pl.Float64
+        ]
+        + [
+            pl.col(c).fill_null(pl.format("{}-{}", pl.lit(c), pl.int_range(pl.len()) % 3))
+            for c, dtype in samples.schema.items()
+            if dtype == pl.String and c not in ("gpu_uuid", "gpu_instance_profile")
+        ]
+    )
+    assert set(INPUT_COLUMNS) < set(filled.columns)
+    assert (
+        filled.null_count()
+        .select(pl.all().exclude("gpu_instance_id", "gpu_instance_profile", "gpu_index"))
+        .sum_horizontal()
+        .item()
+        == 0
+    )
+    half = filled.with_columns(pl.col("timestamp") + pl.duration(seconds=30))
+    for day, minute_level in ((filled, True), (pl.concat([filled, half]), False)):
+        day = day.sort(*SAMPLE_ORDER, nulls_last=False)
+        kw = {"already_minutes": minute_level, "presorted": True}
+        whole = collect_stable(gpu_minutes(day.lazy(), CAT, PRICES, **kw))
+        read = collect_stable(gpu_minutes(day.select(INPUT_COLUMNS).lazy(), CAT, PRICES, **kw))
+        assert_frame_equal(read, whole)
+        assert whole["gpu_instance_id"].drop_nulls().n_unique() == 2  # MIG instances in it
+    # and the staging pass, which reads only those, gives the minutes of all the columns
+    assert_frame_equal(
+        _chunked(filled, chunking=chunked.Chunking(gpus=5))["minutes"], _one_pass(filled)["minutes"]
+    )
 
 
 def test_chunk_size_and_split_come_from_the_settings(monkeypatch):

@@ -29,7 +29,7 @@ import polars as pl
 
 from gpu_pipeline.lib.rules import DEFAULT, DIAGNOSIS, DiagnosisThresholds, Thresholds
 from gpu_pipeline.lib.samples import MINUTE_MS, SAMPLE_ORDER, collect_stable
-from gpu_pipeline.lib.staging.gpu_minutes import gpu_minutes
+from gpu_pipeline.lib.staging.gpu_minutes import INPUT_COLUMNS, gpu_minutes
 from gpu_pipeline.settings import Settings
 
 DEFAULT_CHUNK_MB = Settings.chunk_mb  # one home: the settings' default
@@ -194,7 +194,8 @@ def minutes_by_chunk(
     per-minute rows) are collected on the caller's thread, as each chunk is handed over: the
     reading thread's share was the larger (benchmarks/README.md), so the two now carry about
     the same. Two chunks are in memory at once, which the memory budget allows for
-    (`Chunking.rows`)."""
+    (`Chunking.rows`). A chunk reads only the sample columns gpu_minutes is computed from
+    (`gpu_minutes.INPUT_COLUMNS`)."""
 
     def compute(chunk: Chunk) -> pl.LazyFrame:
         # the reader hands back a piece per row group: joined once here, not again and again by
@@ -213,6 +214,9 @@ def minutes_by_chunk(
             d=d,
         )
 
+    # a chunk reads only the columns its minutes are computed from
+    have = samples.collect_schema().names()
+    samples = samples.select([c for c in INPUT_COLUMNS if c in have])
     chunks = plan(samples, chunking)
     if not chunks:
         return

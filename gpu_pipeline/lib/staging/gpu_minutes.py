@@ -287,6 +287,13 @@ def diagnosis_expr(t: Thresholds = DEFAULT, d: DiagnosisThresholds = DIAGNOSIS) 
 
 
 _ATTRS = ("hostname", "cluster", "namespace", "pod", "hpc_job", "gpu_model", "gpu_instance_profile")
+# read beside the means: MIG graphics-engine activity, the minute's hottest reading, the day's
+# highest power limit (the max-power fallback)
+_GR, _TEMP, _LIMIT = "prof_gr_engine_active", "gpu_temp_c", "power_limit_w"
+# every gpu_samples column gpu_minutes reads (`to_minutes`, `rows_as_minutes`): a staging chunk
+# reads these and no others (a lake's day holds ~54 columns, of which ~30 never reach a minute:
+# reading them cost time and a third of a chunk's memory; benchmarks/README.md, issue 34)
+INPUT_COLUMNS = ("date", *SAMPLE_ORDER, *_ATTRS, *_MEAN_FIELDS, _GR, _TEMP, _LIMIT)
 
 
 # what the model lookup adds to every minute (a made-up physical row copies them too)
@@ -308,9 +315,9 @@ def to_minutes(samples: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
             *[(sample_phase == p).sum().alias(f"_s_{p}") for p in MEASURED_PHASES],
             pl.col("gpu_util_pct").count().alias("_s_n"),
             *[pl.col(c).mean() for c in _MEAN_FIELDS],
-            pl.col("prof_gr_engine_active").mean().alias("_gr"),
-            pl.col("gpu_temp_c").max(),
-            pl.col("power_limit_w").max().alias("_limit"),
+            pl.col(_GR).mean().alias("_gr"),
+            pl.col(_TEMP).max(),
+            pl.col(_LIMIT).max().alias("_limit"),
         )
     )
 
@@ -334,9 +341,9 @@ def rows_as_minutes(samples: pl.LazyFrame) -> pl.LazyFrame:
         *[pl.lit(None, pl.UInt32).alias(f"_s_{p}") for p in MEASURED_PHASES],
         pl.lit(None, pl.UInt32).alias("_s_n"),
         *[col(c) for c in _MEAN_FIELDS],
-        col("prof_gr_engine_active").alias("_gr"),
-        col("gpu_temp_c"),
-        col("power_limit_w").alias("_limit"),
+        col(_GR).alias("_gr"),
+        col(_TEMP),
+        col(_LIMIT).alias("_limit"),
     )
 
 
