@@ -131,7 +131,11 @@ def _ours(gpus: int, sink: Path | None) -> dict:
 
     samples = pl.scan_parquet(minutes_file(gpus))
     tables = DayTables()
-    chunks = (tables.add(m) for m in minutes_by_chunk(samples, load_catalog(), load_prices()))
+    # as the staging asset reads a day of the lake: its file's footer cuts the chunks
+    chunks = (
+        tables.add(m)
+        for m in minutes_by_chunk(samples, load_catalog(), load_prices(), source=minutes_file(gpus))
+    )
     if sink is None:
         for _ in chunks:  # minutes computed and dropped, like DuckDB's temp table
             pass

@@ -13,7 +13,7 @@ from gpu_pipeline.definitions import build_definitions
 from gpu_pipeline.lib.generate import generate
 from gpu_pipeline.lib.ingest.cache import load_or_parse
 from gpu_pipeline.lib.ingest.landing import list_landing
-from gpu_pipeline.lib.io.lake import Lake
+from gpu_pipeline.lib.io.lake import WRITE_OPTIONS, Lake
 from gpu_pipeline.lib.marts.day_tables import DayTables
 from gpu_pipeline.lib.marts.fleet_daily import fleet_daily
 from gpu_pipeline.lib.marts.gpu_health import gpu_health, gpu_health_by_chunk
@@ -247,6 +247,83 @@ def test_chunks_follow_the_memory_budget_by_default(samples):
         assert_frame_equal(got[k], want[k], check_exact=k == "fleet")
     with pytest.raises(ValueError, match="at least 16"):
         chunked.Chunking(mb=1)
+
+
+def _written(frame: pl.DataFrame, path, group_rows: int, **options) -> str:
+    frame.write_parquet(path, **(WRITE_OPTIONS | {"row_group_size": group_rows} | options))
+    return str(path)
+
+
+@pytest.mark.parametrize(("group_rows", "chunks"), [(2_000, 2), (6_000, 3)])
+def test_chunks_cut_from_the_files_row_groups(samples, tmp_path, group_rows, chunks):
+    """A day's file in SAMPLE_ORDER (as the lake writes it): its footer cuts the chunks, whole
+    row groups up to the budget, without counting any GPU's rows; the ranges meet end to end,
+    every GPU is in exactly one chunk, and the tables are those of one pass."""
+    path = _written(samples, tmp_path / "day.parquet", group_rows)
+    budget = chunked.Chunking(mb=16)  # 10,922 rows: five groups of 2,000, one of 6,000
+    ranges = chunked.row_group_plan(path, budget)
+    groups = -(-samples.height // group_rows)
+    assert len(ranges) == -(-groups // (budget.rows // group_rows)) == chunks
+    assert ranges[0].lo is None and ranges[-1].hi is None
+    assert all(a.hi == b.lo and a.hi is not None for a, b in zip(ranges, ranges[1:], strict=False))
+    scan = pl.scan_parquet(path)
+    gpus = [set(scan.filter(r.predicate).collect()["gpu_uuid"]) for r in ranges]
+    sizes = [scan.filter(r.predicate).select(pl.len()).collect().item() for r in ranges]
+    assert sum(sizes) == samples.height and set().union(*gpus) == set(samples["gpu_uuid"])
+    assert sum(len(g) for g in gpus) == samples["gpu_uuid"].n_unique()  # none in two chunks
+    assert all(0 < n <= budget.rows + 1_440 for n in sizes)  # a straddling GPU moves on
+    got = _chunked(scan, chunking=budget, source=path)
+    assert got["chunks"] == chunks
+    want = _one_pass(samples)
+    for k in want:
+        assert_frame_equal(got[k], want[k], check_exact=k in ("minutes", "daily", "fleet"))
+
+
+def test_row_groups_cut_chunks_only_when_the_footer_says_enough(samples, tmp_path):
+    """Out of UUID order, a row group over the budget, no UUID statistics, a null UUID, chunks
+    by GPU count or cluster: no plan from the footer (the rows of each GPU are counted, and the
+    tables are the same). One GPU over many groups is one chunk, never an empty one."""
+    budget = chunked.Chunking(mb=16)
+    shuffled = samples.sample(fraction=1.0, shuffle=True, seed=3)
+    unsorted = _written(shuffled, tmp_path / "shuffled.parquet", 2_000)
+    assert chunked.row_group_plan(unsorted, budget) is None
+    got = _chunked(pl.scan_parquet(unsorted), chunking=budget, source=unsorted)
+    assert got["chunks"] == len(chunked.plan(samples.lazy(), budget))
+    assert_frame_equal(got["minutes"], _one_pass(samples)["minutes"])
+    sorted_ = _written(samples, tmp_path / "sorted.parquet", 2_000)
+    assert chunked.row_group_plan(sorted_, chunked.Chunking(gpus=3)) is None
+    assert chunked.row_group_plan(sorted_, chunked.Chunking(mb=16, split="cluster")) is None
+    assert (
+        chunked.row_group_plan(_written(samples, tmp_path / "big.parquet", 20_000), budget) is None
+    )
+    bare = _written(samples, tmp_path / "bare.parquet", 2_000, statistics=False)
+    assert chunked.row_group_plan(bare, budget) is None
+    uuids = pl.DataFrame({"gpu_uuid": ["a"] * 100 + ["b"] * 25_000 + ["c"] * 100})
+    spans = chunked.row_group_plan(_written(uuids, tmp_path / "b.parquet", 1_000), budget)
+    assert spans == [chunked.UuidRange(None, "b"), chunked.UuidRange("b", None)]
+    null = uuids.with_columns(
+        pl.when(pl.int_range(pl.len()) == 5)
+        .then(None)
+        .otherwise(pl.col("gpu_uuid"))
+        .alias("gpu_uuid")
+    )
+    assert null["gpu_uuid"].null_count() == 1
+    assert chunked.row_group_plan(_written(null, tmp_path / "n.parquet", 1_000), budget) is None
+    empty = _written(samples.clear(), tmp_path / "empty.parquet", 2_000)
+    assert chunked.row_group_plan(empty, budget) == []
+
+
+def test_the_lakes_own_day_files_cut_their_chunks(samples, tmp_path):
+    """A day of gpu_samples as the lake writes it qualifies for the plan from its footer (in
+    SAMPLE_ORDER, UUID statistics, row groups within a chunk), and the default chunk holds two
+    of the lake's row groups; a day the lake does not hold has no file to plan from."""
+    lake = Lake(tmp_path / "lake")
+    assert lake.local_file("gpu_samples", D) is None
+    lake.write("gpu_samples", D, samples)
+    path = lake.local_file("gpu_samples", D)
+    assert path == lake.partition_file("gpu_samples", D) and path.is_file()
+    assert chunked.row_group_plan(path) == [chunked.UuidRange(None, None)]  # one group, one chunk
+    assert chunked.Chunking().rows // WRITE_OPTIONS["row_group_size"] == 2
 
 
 @pytest.mark.parametrize("pieces", [1, 6])

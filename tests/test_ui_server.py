@@ -90,7 +90,7 @@ def test_resource_fields_name_their_variable_and_the_value_in_force(ui):
     # a variable that is set: its name is the field's value (an EnvVar), and the description
     # says what it resolved to
     assert values["lake"]["chunk_mb"] == ("ENV_VAR", "GPU_PIPELINE_CHUNK_MB")
-    assert lake["chunk_mb"].startswith("GPU_PIPELINE_CHUNK_MB (default: 320)")
+    assert lake["chunk_mb"].startswith("GPU_PIPELINE_CHUNK_MB (default: 400)")
     assert lake["chunk_mb"].endswith("In force: 256")
     assert values["lake"]["root"] == ("ENV_VAR", "GPU_PIPELINE_LAKE")
     assert lake["root"].startswith("GPU_PIPELINE_LAKE") and str(tmp / "lake") in lake["root"]

@@ -105,7 +105,13 @@ def staging(context: dg.AssetExecutionContext, lake: LakeResource, reference: Re
         samples = store.scan_days("gpu_samples", [day])
         tables = DayTables(t=rules.thresholds)
         chunks = minutes_by_chunk(
-            samples, catalog, prices, rules.thresholds, d=rules.diagnosis, chunking=chunking
+            samples,
+            catalog,
+            prices,
+            rules.thresholds,
+            d=rules.diagnosis,
+            chunking=chunking,
+            source=store.local_file("gpu_samples", day),
         )
         writers["gpu_minutes"].write_frames(day, _checked(chunks, tables))
         daily = writers["gpu_daily"].write(day, tables.gpu_daily())

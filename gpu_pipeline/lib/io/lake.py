@@ -340,6 +340,13 @@ class Lake:
     def exists(self, table: str, day: date) -> bool:
         return self._exists(self.partition_file(table, day))
 
+    def local_file(self, table: str, day: date) -> Path | None:
+        """The day's partition file of `table` on this machine's disk, as `scan_days` reads it
+        (None: no partition, or a lake in an object store, whose files are read whole)."""
+        if self.remote or not self.exists(table, day):
+            return None
+        return self.partition_file(table, day)
+
     def read(self, table: str, day: date) -> pl.DataFrame:
         """The day's partition with its `date` (from the folder; a file written before `date`
         left the files keeps its own)."""

@@ -13,10 +13,15 @@ contiguous in every table of the day and a very large fleet's day is processed c
 
 Peak memory is two chunks' samples and minutes (one computed while the previous is aggregated
 and written) plus the small partials, whatever the fleet size. A chunk is sized from a memory
-budget, `Chunking.mb` (default 320 MiB, at about 1.5 KiB of working memory per sample row with
-two chunks in flight: ~218,000 rows, 150 GPUs of minute data, half that at 30 s samples);
+budget, `Chunking.mb` (default 400 MiB, at about 1.5 KiB of working memory per sample row with
+two chunks in flight: ~273,000 rows, 190 GPUs of minute data, half that at 30 s samples);
 `Chunking.gpus` caps chunks by GPU count instead (GPU_PIPELINE_CHUNK_MB / _CHUNK_GPUS / _SPLIT
 set them through the resources).
+
+A day of the lake is planned from its file's footer (`row_group_plan`): whole row groups (the
+lake writes 131,072 rows a group: two a chunk by default), cut at UUIDs, without reading a row.
+Any other frame, or a file out of UUID order, is planned by counting each GPU's rows (`plan`).
+A chunk reads only the columns gpu_minutes is computed from (`gpu_minutes.INPUT_COLUMNS`).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import polars as pl
 
@@ -108,6 +114,74 @@ class Chunk:
         return rng & uuid.is_in(pl.Series(self.uuids))
 
 
+@dataclass(frozen=True)
+class UuidRange:
+    """The GPUs whose UUID is at least `lo` and below `hi` (None: no bound), wherever their rows
+    are: ranges that meet end to end put every GPU in exactly one chunk."""
+
+    lo: str | None
+    hi: str | None
+
+    @property
+    def predicate(self) -> pl.Expr:
+        uuid = pl.col("gpu_uuid")
+        bounds = [uuid >= pl.lit(self.lo)] if self.lo is not None else []
+        bounds += [uuid < pl.lit(self.hi)] if self.hi is not None else []
+        return pl.all_horizontal(bounds) if bounds else pl.lit(True)
+
+
+def row_group_plan(
+    path: str | Path, chunking: Chunking = DEFAULT_CHUNKING
+) -> list[UuidRange] | None:
+    """The day's chunks from its Parquet file's footer, without reading a row: consecutive row
+    groups, as many as fit in `chunking.rows` (at least one), cut at the lowest UUID of the
+    first group of each chunk. For a file in SAMPLE_ORDER, as the lake writes it: the footer
+    must give every group's UUID range (no null UUID), the ranges must follow each other and no
+    group may be larger than a chunk; otherwise None (`plan` then counts the rows of each GPU).
+    Only for chunks by memory budget, not by GPU count or cluster.
+
+    The ranges partition the UUIDs, so every GPU is whole in one chunk whatever the footer says;
+    the footer decides only how many rows a chunk gets (a GPU whose rows straddle two groups
+    goes with the later one). Counting the rows of each GPU read the day's UUID column, ~5 % of
+    a 10,000-GPU staging pass, and the chunks it cut began in the middle of row groups, each
+    read twice (benchmarks/README.md, issue 34)."""
+    if chunking.gpus or chunking.split != "gpus":
+        return None
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(path).metadata
+    names = [meta.schema.column(i).path for i in range(meta.num_columns)]
+    if "gpu_uuid" not in names:
+        return None
+    at = names.index("gpu_uuid")
+    groups = []  # (rows, lowest UUID, highest UUID) per row group
+    for i in range(meta.num_row_groups):
+        rg = meta.row_group(i)
+        st = rg.column(at).statistics
+        if rg.num_rows == 0:
+            continue
+        if st is None or not st.has_min_max or st.null_count != 0 or rg.num_rows > chunking.rows:
+            return None
+        groups.append((rg.num_rows, st.min, st.max))
+    if not groups:
+        return []
+    if any(a[2] > b[1] for a, b in zip(groups, groups[1:], strict=False)):
+        return None  # not in UUID order
+    cuts: list[str] = []  # the lowest UUID of each chunk but the first
+    size, first = 0, None  # the chunk's rows so far, the lowest UUID of its first group
+    for rows, low, _ in groups:
+        # a cut at a UUID that starts the chunk would leave it empty (one GPU over many
+        # groups): the chunk grows instead, as a GPU over the budget is a chunk of its own
+        if size and size + rows > chunking.rows and low > first:
+            cuts.append(low)
+            size = 0
+        if not size:
+            first = low
+        size += rows
+    bounds = [None, *cuts, None]
+    return [UuidRange(lo, hi) for lo, hi in zip(bounds, bounds[1:], strict=False)]
+
+
 def plan(samples: pl.LazyFrame, chunking: Chunking = DEFAULT_CHUNKING) -> list[Chunk]:
     """The day's chunks: consecutive UUIDs, at most `chunking.gpus` GPUs each when set, else at
     most `chunking.rows` sample rows (the memory budget); one cluster each when split by
@@ -184,9 +258,11 @@ def minutes_by_chunk(
     t: Thresholds = DEFAULT,
     d: DiagnosisThresholds = DIAGNOSIS,
     chunking: Chunking = DEFAULT_CHUNKING,
+    source: str | Path | None = None,
 ) -> Iterator[pl.DataFrame]:
     """gpu_minutes of a day's samples, one chunk of GPUs at a time, in SAMPLE_ORDER overall
-    (by cluster first when split by cluster).
+    (by cluster first when split by cluster). `source`: the Parquet file `samples` reads (a
+    day of the lake's gpu_samples), whose footer can cut the chunks (`row_group_plan`).
 
     The next chunk is read, checked and given its model entries in a second thread while the
     caller works on the one it was handed (its minute runs, its write): Polars and NumPy release
@@ -197,7 +273,7 @@ def minutes_by_chunk(
     (`Chunking.rows`). A chunk reads only the sample columns gpu_minutes is computed from
     (`gpu_minutes.INPUT_COLUMNS`)."""
 
-    def compute(chunk: Chunk) -> pl.LazyFrame:
+    def compute(chunk: Chunk | UuidRange) -> pl.LazyFrame:
         # the reader hands back a piece per row group: joined once here, not again and again by
         # every comparison of a string column with its shifted self (each aligns the pieces)
         read = samples.filter(chunk.predicate).collect(engine="in-memory").rechunk()
@@ -217,7 +293,9 @@ def minutes_by_chunk(
     # a chunk reads only the columns its minutes are computed from
     have = samples.collect_schema().names()
     samples = samples.select([c for c in INPUT_COLUMNS if c in have])
-    chunks = plan(samples, chunking)
+    chunks = row_group_plan(source, chunking) if source is not None else None
+    if chunks is None:
+        chunks = plan(samples, chunking)
     if not chunks:
         return
     with ThreadPoolExecutor(1, thread_name_prefix="gpu_minutes") as ahead:
