@@ -280,8 +280,8 @@ def test_chunks_cut_from_the_files_row_groups(samples, tmp_path, group_rows, chu
 
 
 def test_row_groups_cut_chunks_only_when_the_footer_says_enough(samples, tmp_path):
-    """Out of UUID order, a row group over the budget, no UUID statistics, a null UUID, chunks
-    by GPU count or cluster: no plan from the footer (the rows of each GPU are counted, and the
+    """Out of UUID order, a row group over the budget, no UUID statistics, a null UUID, UUIDs
+    as bytes, chunks by GPU count or cluster: no plan from the footer (the rows of each GPU are counted, and the
     tables are the same). One GPU over many groups is one chunk, never an empty one."""
     budget = chunked.Chunking(mb=16)
     shuffled = samples.sample(fraction=1.0, shuffle=True, seed=3)
@@ -309,6 +309,8 @@ def test_row_groups_cut_chunks_only_when_the_footer_says_enough(samples, tmp_pat
     )
     assert null["gpu_uuid"].null_count() == 1
     assert chunked.row_group_plan(_written(null, tmp_path / "n.parquet", 1_000), budget) is None
+    binary = uuids.with_columns(pl.col("gpu_uuid").cast(pl.Binary))
+    assert chunked.row_group_plan(_written(binary, tmp_path / "x.parquet", 1_000), budget) is None
     empty = _written(samples.clear(), tmp_path / "empty.parquet", 2_000)
     assert chunked.row_group_plan(empty, budget) == []
 

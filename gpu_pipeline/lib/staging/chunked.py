@@ -162,6 +162,8 @@ def row_group_plan(
             continue
         if st is None or not st.has_min_max or st.null_count != 0 or rg.num_rows > chunking.rows:
             return None
+        if not (isinstance(st.min, str) and isinstance(st.max, str)):
+            return None  # not a text column's statistics
         groups.append((rg.num_rows, st.min, st.max))
     if not groups:
         return []
