@@ -309,6 +309,14 @@ def test_row_groups_cut_chunks_only_when_the_footer_says_enough(samples, tmp_pat
     )
     assert null["gpu_uuid"].null_count() == 1
     assert chunked.row_group_plan(_written(null, tmp_path / "n.parquet", 1_000), budget) is None
+    # a footer that does not describe the rows (all of them sort below "b": the second chunk is
+    # empty) still puts every GPU in one chunk: the day's tables, whatever the footer says
+    other = _chunked(
+        samples, chunking=budget, source=_written(uuids, tmp_path / "o.parquet", 1_000)
+    )
+    assert other["chunks"] == 2 and samples["gpu_uuid"].max() < "b"
+    for k, want in _one_pass(samples).items():
+        assert_frame_equal(other[k], want, check_exact=k in ("minutes", "daily", "fleet"))
     binary = uuids.with_columns(pl.col("gpu_uuid").cast(pl.Binary))
     assert chunked.row_group_plan(_written(binary, tmp_path / "x.parquet", 1_000), budget) is None
     empty = _written(samples.clear(), tmp_path / "empty.parquet", 2_000)
