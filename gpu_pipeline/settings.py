@@ -452,7 +452,7 @@ class Settings:
     start_date: str = DEFAULT_START_DATE  # the first daily partition
     executor: str = "in_process"
     # memory budget of a chunk of GPUs: 400 MiB (~273,000 sample rows: two of the lake's row
-    # groups, `chunked.row_group_plan`) keeps the 10,000-GPU day's run within 1 GiB (~930 MiB)
+    # groups, `chunked.row_group_plan`) keeps the 10,000-GPU day's run within 1 GiB (952 MiB)
     # and the staging pass ahead of DuckDB (benchmarks/README.md, issue 34)
     chunk_mb: int = 400
     chunk_gpus: int = 0  # 0: chunks follow the memory budget
