@@ -123,6 +123,7 @@ def write_minutes(gpus: int) -> float:
 def _ours(gpus: int, sink: Path | None) -> dict:
     """gpu_pipeline's staging pass: GPU chunks -> gpu_minutes, gpu_daily and the two marts."""
     import polars as pl
+    import pyarrow.parquet as pq
 
     from gpu_pipeline.lib.io.lake import Lake
     from gpu_pipeline.lib.marts.day_tables import DayTables
@@ -134,7 +135,9 @@ def _ours(gpus: int, sink: Path | None) -> dict:
     # as the staging asset reads a day of the lake: its file's footer cuts the chunks
     chunks = (
         tables.add(m)
-        for m in minutes_by_chunk(samples, load_catalog(), load_prices(), source=minutes_file(gpus))
+        for m in minutes_by_chunk(
+            samples, load_catalog(), load_prices(), footer=pq.read_metadata(minutes_file(gpus))
+        )
     )
     if sink is None:
         for _ in chunks:  # minutes computed and dropped, like DuckDB's temp table

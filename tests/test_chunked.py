@@ -5,6 +5,7 @@ from datetime import UTC, date, datetime, timedelta
 import dagster as dg
 import numpy as np
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 from helpers import assemble_day
 from polars.testing import assert_frame_equal
@@ -249,6 +250,10 @@ def test_chunks_follow_the_memory_budget_by_default(samples):
         chunked.Chunking(mb=1)
 
 
+def _footer(path) -> pq.FileMetaData:
+    return pq.read_metadata(path)
+
+
 def _written(frame: pl.DataFrame, path, group_rows: int, **options) -> str:
     frame.write_parquet(path, **(WRITE_OPTIONS | {"row_group_size": group_rows} | options))
     return str(path)
@@ -261,7 +266,7 @@ def test_chunks_cut_from_the_files_row_groups(samples, tmp_path, group_rows, chu
     every GPU is in exactly one chunk, and the tables are those of one pass."""
     path = _written(samples, tmp_path / "day.parquet", group_rows)
     budget = chunked.Chunking(mb=16)  # 10,922 rows: five groups of 2,000, one of 6,000
-    ranges = chunked.row_group_plan(path, budget)
+    ranges = chunked.row_group_plan(_footer(path), budget)
     groups = -(-samples.height // group_rows)
     assert len(ranges) == -(-groups // (budget.rows // group_rows)) == chunks
     assert ranges[0].lo is None and ranges[-1].hi is None
@@ -272,7 +277,7 @@ def test_chunks_cut_from_the_files_row_groups(samples, tmp_path, group_rows, chu
     assert sum(sizes) == samples.height and set().union(*gpus) == set(samples["gpu_uuid"])
     assert sum(len(g) for g in gpus) == samples["gpu_uuid"].n_unique()  # none in two chunks
     assert all(0 < n <= budget.rows + 1_440 for n in sizes)  # a straddling GPU moves on
-    got = _chunked(scan, chunking=budget, source=path)
+    got = _chunked(scan, chunking=budget, footer=_footer(path))
     assert got["chunks"] == chunks
     want = _one_pass(samples)
     for k in want:
@@ -286,20 +291,23 @@ def test_row_groups_cut_chunks_only_when_the_footer_says_enough(samples, tmp_pat
     budget = chunked.Chunking(mb=16)
     shuffled = samples.sample(fraction=1.0, shuffle=True, seed=3)
     unsorted = _written(shuffled, tmp_path / "shuffled.parquet", 2_000)
-    assert chunked.row_group_plan(unsorted, budget) is None
-    got = _chunked(pl.scan_parquet(unsorted), chunking=budget, source=unsorted)
+    assert chunked.row_group_plan(_footer(unsorted), budget) is None
+    got = _chunked(pl.scan_parquet(unsorted), chunking=budget, footer=_footer(unsorted))
     assert got["chunks"] == len(chunked.plan(samples.lazy(), budget))
     assert_frame_equal(got["minutes"], _one_pass(samples)["minutes"])
     sorted_ = _written(samples, tmp_path / "sorted.parquet", 2_000)
-    assert chunked.row_group_plan(sorted_, chunked.Chunking(gpus=3)) is None
-    assert chunked.row_group_plan(sorted_, chunked.Chunking(mb=16, split="cluster")) is None
+    assert chunked.row_group_plan(_footer(sorted_), chunked.Chunking(gpus=3)) is None
     assert (
-        chunked.row_group_plan(_written(samples, tmp_path / "big.parquet", 20_000), budget) is None
+        chunked.row_group_plan(_footer(sorted_), chunked.Chunking(mb=16, split="cluster")) is None
+    )
+    assert (
+        chunked.row_group_plan(_footer(_written(samples, tmp_path / "big.parquet", 20_000)), budget)
+        is None
     )
     bare = _written(samples, tmp_path / "bare.parquet", 2_000, statistics=False)
-    assert chunked.row_group_plan(bare, budget) is None
+    assert chunked.row_group_plan(_footer(bare), budget) is None
     uuids = pl.DataFrame({"gpu_uuid": ["a"] * 100 + ["b"] * 25_000 + ["c"] * 100})
-    spans = chunked.row_group_plan(_written(uuids, tmp_path / "b.parquet", 1_000), budget)
+    spans = chunked.row_group_plan(_footer(_written(uuids, tmp_path / "b.parquet", 1_000)), budget)
     assert spans == [chunked.UuidRange(None, "b"), chunked.UuidRange("b", None)]
     null = uuids.with_columns(
         pl.when(pl.int_range(pl.len()) == 5)
@@ -308,19 +316,25 @@ def test_row_groups_cut_chunks_only_when_the_footer_says_enough(samples, tmp_pat
         .alias("gpu_uuid")
     )
     assert null["gpu_uuid"].null_count() == 1
-    assert chunked.row_group_plan(_written(null, tmp_path / "n.parquet", 1_000), budget) is None
+    assert (
+        chunked.row_group_plan(_footer(_written(null, tmp_path / "n.parquet", 1_000)), budget)
+        is None
+    )
     # a footer that does not describe the rows (all of them sort below "b": the second chunk is
     # empty) still puts every GPU in one chunk: the day's tables, whatever the footer says
     other = _chunked(
-        samples, chunking=budget, source=_written(uuids, tmp_path / "o.parquet", 1_000)
+        samples, chunking=budget, footer=_footer(_written(uuids, tmp_path / "o.parquet", 1_000))
     )
     assert other["chunks"] == 2 and samples["gpu_uuid"].max() < "b"
     for k, want in _one_pass(samples).items():
         assert_frame_equal(other[k], want, check_exact=k in ("minutes", "daily", "fleet"))
     binary = uuids.with_columns(pl.col("gpu_uuid").cast(pl.Binary))
-    assert chunked.row_group_plan(_written(binary, tmp_path / "x.parquet", 1_000), budget) is None
+    assert (
+        chunked.row_group_plan(_footer(_written(binary, tmp_path / "x.parquet", 1_000)), budget)
+        is None
+    )
     empty = _written(samples.clear(), tmp_path / "empty.parquet", 2_000)
-    assert chunked.row_group_plan(empty, budget) == []
+    assert chunked.row_group_plan(_footer(empty), budget) == []
 
 
 def test_the_lakes_own_day_files_cut_their_chunks(samples, tmp_path):
@@ -328,11 +342,11 @@ def test_the_lakes_own_day_files_cut_their_chunks(samples, tmp_path):
     SAMPLE_ORDER, UUID statistics, row groups within a chunk), and the default chunk holds two
     of the lake's row groups; a day the lake does not hold has no file to plan from."""
     lake = Lake(tmp_path / "lake")
-    assert lake.local_file("gpu_samples", D) is None
+    assert lake.footer("gpu_samples", D) is None
     lake.write("gpu_samples", D, samples)
-    path = lake.local_file("gpu_samples", D)
-    assert path == lake.partition_file("gpu_samples", D) and path.is_file()
-    assert chunked.row_group_plan(path) == [chunked.UuidRange(None, None)]  # one group, one chunk
+    meta = lake.footer("gpu_samples", D)
+    assert meta.num_rows == samples.height == lake.row_count("gpu_samples", D)
+    assert chunked.row_group_plan(meta) == [chunked.UuidRange(None, None)]  # one group, one chunk
     assert chunked.Chunking().rows // WRITE_OPTIONS["row_group_size"] == 2
 
 

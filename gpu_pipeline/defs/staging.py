@@ -111,7 +111,7 @@ def staging(context: dg.AssetExecutionContext, lake: LakeResource, reference: Re
             rules.thresholds,
             d=rules.diagnosis,
             chunking=chunking,
-            source=store.local_file("gpu_samples", day),
+            footer=store.footer("gpu_samples", day),
         )
         writers["gpu_minutes"].write_frames(day, _checked(chunks, tables))
         daily = writers["gpu_daily"].write(day, tables.gpu_daily())

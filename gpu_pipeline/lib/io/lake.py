@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from datetime import date
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
 
@@ -33,6 +34,9 @@ from gpu_pipeline.lib.ingest.shared_cache import SharedCache
 from gpu_pipeline.lib.samples import conform
 from gpu_pipeline.lib.schemas import TABLES
 from gpu_pipeline.settings import parse_cache_dir
+
+if TYPE_CHECKING:
+    import pyarrow.parquet as pq
 
 DATA_FILE = "data.parquet"
 # the column a partition's folder names (`date=YYYY-MM-DD`), not stored in its file
@@ -260,14 +264,8 @@ class Lake:
 
     def row_count(self, table: str, day: date) -> int | None:
         """The rows of the day's partition, from its file's footer (None: no partition)."""
-        import pyarrow.parquet as pq
-
-        path = self.partition_file(table, day)
-        try:
-            fs = {"filesystem": self.fs} if self.remote else {}
-            return pq.read_metadata(path, **fs).num_rows
-        except (OSError, ValueError):
-            return None
+        meta = self.footer(table, day)
+        return None if meta is None else meta.num_rows
 
     def lineage(self, table: str, day: date) -> str | None:
         """Which ingest of the day the partition was made from (written by `write`): an id of
@@ -340,12 +338,17 @@ class Lake:
     def exists(self, table: str, day: date) -> bool:
         return self._exists(self.partition_file(table, day))
 
-    def local_file(self, table: str, day: date) -> Path | None:
-        """The day's partition file of `table` on this machine's disk, as `scan_days` reads it
-        (None: no partition, or a lake in an object store, whose files are read whole)."""
-        if self.remote or not self.exists(table, day):
+    def footer(self, table: str, day: date) -> pq.FileMetaData | None:
+        """The Parquet footer of the day's partition of `table` (its rows, row groups and their
+        statistics), read without a row, on disk or in the object store; None without one."""
+        import pyarrow.parquet as pq
+
+        path = self.partition_file(table, day)
+        try:
+            fs = {"filesystem": self.fs} if self.remote else {}
+            return pq.read_metadata(path, **fs)
+        except (OSError, ValueError):
             return None
-        return self.partition_file(table, day)
 
     def read(self, table: str, day: date) -> pl.DataFrame:
         """The day's partition with its `date` (from the folder; a file written before `date`

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
 
@@ -37,6 +37,9 @@ from gpu_pipeline.lib.rules import DEFAULT, DIAGNOSIS, DiagnosisThresholds, Thre
 from gpu_pipeline.lib.samples import MINUTE_MS, SAMPLE_ORDER, collect_stable
 from gpu_pipeline.lib.staging.gpu_minutes import INPUT_COLUMNS, gpu_minutes
 from gpu_pipeline.settings import Settings
+
+if TYPE_CHECKING:
+    import pyarrow.parquet as pq
 
 DEFAULT_CHUNK_MB = Settings.chunk_mb  # one home: the settings' default
 # working memory per sample row of a chunk, two chunks in flight, freed buffers kept for reuse
@@ -131,9 +134,9 @@ class UuidRange:
 
 
 def row_group_plan(
-    path: str | Path, chunking: Chunking = DEFAULT_CHUNKING
+    meta: pq.FileMetaData, chunking: Chunking = DEFAULT_CHUNKING
 ) -> list[UuidRange] | None:
-    """The day's chunks from its Parquet file's footer, without reading a row: consecutive row
+    """The day's chunks from its Parquet file's footer (`Lake.footer`), without reading a row: consecutive row
     groups, as many as fit in `chunking.rows` (at least one), cut at the lowest UUID of the
     first group of each chunk. For a file in SAMPLE_ORDER, as the lake writes it: the footer
     must give every group's UUID range (no null UUID), the ranges must follow each other and no
@@ -147,9 +150,6 @@ def row_group_plan(
     read twice (benchmarks/README.md, issue 34)."""
     if chunking.gpus or chunking.split != "gpus":
         return None
-    import pyarrow.parquet as pq
-
-    meta = pq.ParquetFile(path).metadata
     names = [meta.schema.column(i).path for i in range(meta.num_columns)]
     if "gpu_uuid" not in names:
         return None
@@ -260,11 +260,12 @@ def minutes_by_chunk(
     t: Thresholds = DEFAULT,
     d: DiagnosisThresholds = DIAGNOSIS,
     chunking: Chunking = DEFAULT_CHUNKING,
-    source: str | Path | None = None,
+    footer: pq.FileMetaData | None = None,
 ) -> Iterator[pl.DataFrame]:
     """gpu_minutes of a day's samples, one chunk of GPUs at a time, in SAMPLE_ORDER overall
-    (by cluster first when split by cluster). `source`: the Parquet file `samples` reads (a
-    day of the lake's gpu_samples), whose footer can cut the chunks (`row_group_plan`).
+    (by cluster first when split by cluster). `footer`: that of the Parquet file `samples`
+    reads (a day of the lake's gpu_samples, `Lake.footer`), which can cut the chunks
+    (`row_group_plan`).
 
     The next chunk is read, checked and given its model entries in a second thread while the
     caller works on the one it was handed (its minute runs, its write): Polars and NumPy release
@@ -295,7 +296,7 @@ def minutes_by_chunk(
     # a chunk reads only the columns its minutes are computed from
     have = samples.collect_schema().names()
     samples = samples.select([c for c in INPUT_COLUMNS if c in have])
-    chunks = row_group_plan(source, chunking) if source is not None else None
+    chunks = row_group_plan(footer, chunking) if footer is not None else None
     if chunks is None:
         chunks = plan(samples, chunking)
     if not chunks:
