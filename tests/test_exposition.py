@@ -235,34 +235,65 @@ CLEAN_FILES = {
         + f"DCGM_FI_DEV_SM_CLOCK_HERTZ{L} 1410000000 1709251200000\n"
         + f"DCGM_FI_DEV_GPU_UTIL{L} 2147483647 1709251200000\n",
         None,
+        "tokens",
+    ),
+    # a /federate answer: other series (skipped), comments and blank lines among three GPUs'
+    "other series, comments, blank lines, three GPUs": (
+        "# HELP node_load1 1m load average.\n# TYPE node_load1 gauge\n"
+        'node_load1{instance="h"} 0.5 1709251200000\n\n'
+        + "".join(
+            f'DCGM_FI_DEV_GPU_UTIL{{gpu="{g}",UUID="GPU-{g}",Hostname="h"}} {10 * g} {ts}\n'
+            f'DCGM_FI_DEV_POWER_USAGE{{gpu="{g}",UUID="GPU-{g}",Hostname="h"}} {100 + g} {ts}\n'
+            'go_goroutines{instance="h"} 12 ' + f"{ts}\n"
+            for ts in (1709251140000, 1709251200000)
+            for g in range(3)
+        ),
+        None,
+        "tokens",
+    ),
+    # the times' unit is decided from them (seconds): the frame's way
+    "integer seconds": (
+        f"DCGM_FI_DEV_GPU_UTIL{L} 10 1709294400\nDCGM_FI_DEV_GPU_UTIL{L} 11 1709294460\n",
+        None,
+        "frame",
     ),
     "untimed, the file's time": (
         f"DCGM_FI_DEV_GPU_UTIL{L} 10\nDCGM_FI_DEV_GPU_UTIL{L} 11\n",
         FILE_TIME,
+        "frame",
     ),
 }
 
 
+@pytest.mark.parametrize("keyed", [False, True])
 @pytest.mark.parametrize("name", list(CLEAN_FILES))
-def test_clean_file_route_equals_the_general_one(name, monkeypatch):
-    """A file whose every line is accepted takes the short route (`_clean_samples`); it must
-    yield exactly what the general route (`finalize`) yields for the same file."""
+def test_clean_file_route_equals_the_general_one(name, keyed, monkeypatch):
+    """A file whose every line is accepted takes a short route: straight from the native tokens
+    (`_clean_tokens`, a timed file) or from the scanned frame (`_clean_samples`: the Polars
+    reader, or an untimed file). It must yield exactly what the general route (`finalize`)
+    yields for the same file."""
     from gpu_pipeline.lib.ingest.formats import exposition
 
-    text, file_time = CLEAN_FILES[name]
+    text, file_time, native_route = CLEAN_FILES[name]
     taken = []
-    short = exposition._clean_samples
+    routes = {"_clean_tokens": "tokens", "_clean_samples": "frame"}
+    for fn, route in routes.items():
+        short = getattr(exposition, fn)
 
-    def spy(*args):
-        out = short(*args)
-        taken.append(out is not None)
-        return out
+        def spy(*args, route=route, short=short):
+            out = short(*args)
+            taken.append(route if out is not None else None)
+            return out
 
-    monkeypatch.setattr(exposition, "_clean_samples", spy)
-    clean = parse_exposition(text, file_time)
-    monkeypatch.setattr(exposition, "_clean_samples", lambda *args: None)
+        monkeypatch.setattr(exposition, fn, spy)
+    clean = parse(text, Context("t.prom", file_time), keyed)
+    assert (clean.series is not None) == keyed  # keyed as asked: the cache's form
+    clean = clean.unkeyed()
+    for fn in routes:
+        monkeypatch.setattr(exposition, fn, lambda *args: None)
     general = parse_exposition(text, file_time)
-    assert taken == [True]
+    route = native_route if exposition.native.available() else "frame"
+    assert [t for t in taken if t] == [route]
     assert clean.samples.height > 0 and clean.quarantine.height == 0
     assert clean.samples.equals(general.samples)
     assert clean.samples.schema == general.samples.schema
@@ -287,14 +318,15 @@ def test_a_rejected_line_sends_the_file_the_general_way(monkeypatch):
     from gpu_pipeline.lib.ingest.formats import exposition
 
     taken = []
-    short = exposition._clean_samples
-    monkeypatch.setattr(
-        exposition, "_clean_samples", lambda *a: taken.append(out := short(*a)) or out
-    )
+    for fn in ("_clean_tokens", "_clean_samples"):
+        short = getattr(exposition, fn)
+        monkeypatch.setattr(
+            exposition, fn, lambda *a, short=short: taken.append(out := short(*a)) or out
+        )
     p = parse_exposition(
         f"DCGM_FI_DEV_GPU_UTIL{L} 50 1709294400000\nDCGM_FI_DEV_GPU_UTIL{L} 150 1709294400000\n"
     )
-    assert taken == [None]
+    assert all(t is None for t in taken) and taken  # the short routes declined it
     assert values(p, "gpu_util_pct") == [50.0]
     assert p.quarantine["reason"].to_list() == [
         "impossible value 150 for gpu_util_pct (valid 0.0..100.0)"

@@ -292,10 +292,11 @@ def _cast_tokens(data: np.ndarray, at: np.ndarray, dtype, out: np.ndarray, flags
     flags[at[:, 0]] |= np.where(cast.is_not_null().to_numpy(), flag, 0).astype(np.uint8)
 
 
-def _scan_native(source: bytes | Path) -> tuple[pl.DataFrame, pl.Series] | None:
-    """`_scan` without the text columns, by the native tokenizer (`gpu_pipeline.native`): the
-    same frame and distinct series (codes in another order); None when the tokenizer is not
-    built or left too much to Polars (the caller reads the file with Polars' CSV reader).
+def _native_tokens(source: bytes | Path) -> tuple[native.ExpositionScan, pl.Series] | None:
+    """The native tokenizer's arrays of `source` (`gpu_pipeline.native`), the numbers written
+    otherwise cast by Polars into them, and the distinct series in code order; None when the
+    tokenizer is not built or left too much to Polars (the caller reads the file with Polars'
+    CSV reader).
 
     The tokenizer parses the plain numbers itself, exactly as Polars' casts do; a value or
     timestamp written otherwise (`1e400`, a signed NaN, 19 digits) is cast here by Polars."""
@@ -310,10 +311,9 @@ def _scan_native(source: bytes | Path) -> tuple[pl.DataFrame, pl.Series] | None:
     scan = native.scan_exposition(data, threads)
     if scan is None or len(scan.odd_values) + len(scan.odd_ts) > _ODD_TOKENS + len(scan.code) // 10:
         return None
-    value, ts, flags = scan.value, scan.ts, scan.flags
     # the numbers written otherwise are cast by Polars, as the CSV pass casts every one
-    _cast_tokens(data, scan.odd_values, pl.Float64, value, flags, native.VALUE)
-    _cast_tokens(data, scan.odd_ts, pl.Int64, ts, flags, native.TS)
+    _cast_tokens(data, scan.odd_values, pl.Float64, scan.value, scan.flags, native.VALUE)
+    _cast_tokens(data, scan.odd_ts, pl.Int64, scan.ts, scan.flags, native.TS)
     del data  # a memory map is closed with its last reference
     import pyarrow as pa
 
@@ -322,9 +322,15 @@ def _scan_native(source: bytes | Path) -> tuple[pl.DataFrame, pl.Series] | None:
         pa.py_buffer(scan.series_offsets),
         pa.py_buffer(scan.series_bytes),
     )
-    distinct = pl.Series("s", strings, dtype=pl.String)
+    return scan, pl.Series("s", strings, dtype=pl.String)
+
+
+def _token_frame(
+    scan: native.ExpositionScan, distinct: pl.Series
+) -> tuple[pl.DataFrame, pl.Series]:
+    """The native tokens as `_scan`'s frame (and the distinct series)."""
     f = pl.col("_f")
-    d = pl.DataFrame({"_f": flags, "_c": scan.code, "_v": value, "_t": ts}).select(
+    d = pl.DataFrame({"_f": scan.flags, "_c": scan.code, "_v": scan.value, "_t": scan.ts}).select(
         pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("line"),
         ((f & native.NO_SERIES) != 0).alias("_no_series"),
         ((f & native.LEAD) != 0).alias("_lead"),
@@ -334,6 +340,14 @@ def _scan_native(source: bytes | Path) -> tuple[pl.DataFrame, pl.Series] | None:
         pl.when(pl.col("_c") != native.NO_CODE).then(pl.col("_c")).alias("_code"),
     )
     return d, distinct
+
+
+def _scan_native(source: bytes | Path) -> tuple[pl.DataFrame, pl.Series] | None:
+    """`_scan` without the text columns, by the native tokenizer (`gpu_pipeline.native`): the
+    same frame and distinct series (codes in another order); None when the tokenizer is not
+    built or left too much to Polars (`_native_tokens`)."""
+    tokens = _native_tokens(source)
+    return None if tokens is None else _token_frame(*tokens)
 
 
 def _scan(source: bytes | Path, text: bool = False) -> tuple[pl.DataFrame, pl.Series] | None:
@@ -352,6 +366,11 @@ def _scan(source: bytes | Path, text: bool = False) -> tuple[pl.DataFrame, pl.Se
     """
     if not text and (scanned := _scan_native(source)) is not None:
         return scanned
+    return _scan_csv(source, text)
+
+
+def _scan_csv(source: bytes | Path, text: bool) -> tuple[pl.DataFrame, pl.Series] | None:
+    """`_scan` by Polars' CSV reader."""
     cats = pl.Categories.random()
     ts_int = pl.col("field_2").cast(pl.Int64, strict=False)
     try:
@@ -511,6 +530,12 @@ def _parse_series(keys: pl.DataFrame, source_file: str) -> tuple[pl.DataFrame, l
     return series, [c for c in attrs.columns if c != "labels"]
 
 
+# a series whose samples are not kept: no known field, no GPU UUID, or labels that can't be kept
+_UNKEPT = (
+    pl.col("column").is_null() | pl.col("gpu_uuid").is_null() | pl.col("_attr_reason").is_not_null()
+)
+
+
 def _clean_samples(
     fast: pl.DataFrame,
     series: pl.DataFrame,
@@ -534,13 +559,8 @@ def _clean_samples(
     if series.get_column("gpu_instance_id").is_not_null().any():
         series = mig_device_level(series)  # row-wise: the same on series as on their lines
     codes = fast.get_column("_code")
-    unkept = (
-        pl.col("column").is_null()
-        | pl.col("gpu_uuid").is_null()
-        | pl.col("_attr_reason").is_not_null()
-    )
     per_line = series.select(
-        unkept.alias("_unkept"), "_lo", "_hi", *(["scale"] if scaled else [])
+        _UNKEPT.alias("_unkept"), "_lo", "_hi", *(["scale"] if scaled else [])
     ).select(pl.all().gather(codes))
     g = pl.concat([fast.select("line", "value", "ts_ms", "_has_ts"), per_line], how="horizontal")
     value = pl.col("value") * pl.col("scale") if scaled else pl.col("value")
@@ -555,19 +575,101 @@ def _clean_samples(
     )
     if g.select(rejected.fill_null(True).any()).item():
         return None
-    timestamp = pl.from_epoch(ts, time_unit="ms").dt.replace_time_zone("UTC").alias("timestamp")
+    return _clean_out(g, codes, series, attr_cols, scaled, keyed)
+
+
+def _clean_out(
+    g: pl.DataFrame,
+    codes: pl.Series,
+    series: pl.DataFrame,
+    attr_cols: list[str],
+    scaled: bool,
+    keyed: bool,
+) -> tuple[pl.DataFrame, pl.DataFrame | None]:
+    """The accepted lines `g` (line, value, ts_ms; `scale` when `scaled`; their series `codes`)
+    as samples: keyed with their series table, or in the long form (`_clean_samples`)."""
+    value = pl.col("value") * pl.col("scale") if scaled else pl.col("value")
+    timestamp = pl.from_epoch("ts_ms", time_unit="ms").dt.replace_time_zone("UTC")
     kept = pl.when(is_blank_sentinel(pl.col("value"))).then(None).otherwise(value).alias("value")
     if keyed:  # the series' columns stay in the series table
-        samples = g.with_columns(codes.cast(pl.Int32).alias("sid")).select(
-            "line", timestamp, kept, "sid"
+        samples = g.select(
+            "line", timestamp.alias("timestamp"), kept, codes.cast(pl.Int32).alias("sid")
         )
         table = conform(series.select("column", *attr_cols), SERIES_SCHEMA)
         return conform(samples, KEYED_SCHEMA), table
     text = series.select(pl.col("column", *attr_cols).gather(codes))
     samples = pl.concat([g, text], how="horizontal").select(
-        "line", timestamp, "column", kept, *attr_cols
+        "line", timestamp.alias("timestamp"), "column", kept, *attr_cols
     )
     return conform(samples, LONG_SCHEMA), None
+
+
+def _clean_tokens(
+    scan: native.ExpositionScan,
+    distinct: pl.Series,
+    series: pl.DataFrame,
+    attr_cols: list[str],
+    ctx: Context,
+    keyed: bool,
+) -> ParsedLines | None:
+    """The usual file straight from the native tokens, in a few array operations instead of the
+    frame `_parse_fast` builds: when each line is skipped (no series, a comment, another
+    series than GPU telemetry) or is a known, kept GPU series with an integer timestamp in
+    the plausible window and a value in its field's range. Then it yields exactly what
+    `_parse_fast` yields for the file (`_mark_skipped`, `TimeUnits.of_scan`, `_route` and
+    `_clean_samples` on the same lines); None otherwise, and the caller goes that way."""
+    lo, hi = ctx.time_window()
+    n = len(scan.code)
+    # every kept time inside the window, and the whole window in milliseconds' range: the
+    # median of the times gives milliseconds (`TimeUnits.of_scan`), the times are as written
+    if not n or not len(distinct) or TimeUnits.from_medians(lo, None) != TimeUnits():
+        return None
+    if TimeUnits.from_medians(hi, None) != TimeUnits():
+        return None
+    other, odd, fields = _series_kinds(distinct, series)
+    # as `_parse_fast` takes them, before MIG re-keys device-level fields
+    attr_cols = [a for a in attr_cols if series.get_column(a).null_count() < series.height]
+    scaled = bool(series.select((pl.col("scale").fill_null(1.0) != 1.0).any()).item())
+    if series.get_column("gpu_instance_id").is_not_null().any():
+        series = mig_device_level(series)
+    unkept = series.select(_UNKEPT).to_series().to_numpy()
+    code, flags, ts = scan.code, scan.flags, scan.ts
+    has = code != native.NO_CODE
+    c = np.where(has, code, 0)
+    skip = ((flags & native.NO_SERIES) != 0) | (has & other.to_numpy()[c])
+    at = np.flatnonzero(~skip)
+    if not len(at):
+        return None
+    need = native.LEAD | native.VALUE | native.HAS_TS | native.TS
+    kc, kts = c[at], ts[at]
+    if not bool(has[at].all()) or bool(((flags[at] & need) != need).any()):
+        return None
+    if bool((odd.to_numpy() | unkept)[kc].any()) or bool(((kts < lo) | (kts > hi)).any()):
+        return None
+    codes = pl.Series("_code", kc)
+    g = pl.concat(
+        [
+            pl.DataFrame({"line": at + 1, "value": scan.value[at], "ts_ms": kts}),
+            series.select("_lo", "_hi", *(["scale"] if scaled else [])).select(
+                pl.all().gather(codes)
+            ),
+        ],
+        how="horizontal",
+    )
+    value = pl.col("value") * pl.col("scale") if scaled else pl.col("value")
+    if g.select(out_of_range(pl.col("value"), value).fill_null(True).any()).item():
+        return None
+    samples, table = _clean_out(g, codes, series, attr_cols, scaled, keyed)
+    return ParsedLines(
+        samples,
+        pl.DataFrame(schema=QUARANTINE_LINE_SCHEMA),
+        n,
+        n - len(at),
+        "sample",
+        records_by_day(g, lo, hi),
+        fields=fields,
+        series=table,
+    )
 
 
 def parse(text: str | bytes | Path, ctx: Context, keyed: bool = False) -> ParsedLines:
@@ -604,11 +706,19 @@ def _parse_fast(
 ) -> ParsedLines | None | bool:
     """The fast path over `_scan`; False: the file can't be scanned (the caller reads it line by
     line); None: its timestamps need the text (`text=False` only)."""
-    scanned = _scan(source, text)
-    if scanned is None:
-        return False
-    d, distinct = scanned
-    series, attr_cols = _series_table(pl.DataFrame({"s": distinct}), ctx.source_file)
+    tokens = None if text else _native_tokens(source)
+    if tokens is not None:
+        distinct = tokens[1]
+        series, attr_cols = _series_table(pl.DataFrame({"s": distinct}), ctx.source_file)
+        if (clean := _clean_tokens(*tokens, series, attr_cols, ctx, keyed)) is not None:
+            return clean
+        d, _ = _token_frame(*tokens)
+        del tokens
+    else:
+        if (scanned := _scan_csv(source, text)) is None:
+            return False
+        d, distinct = scanned
+        series, attr_cols = _series_table(pl.DataFrame({"s": distinct}), ctx.source_file)
     d, fields = _mark_skipped(d, distinct, series)
     # timestamp units, and whether the samples carry their own time, are decided once per file
     units, timed, odd_ts = TimeUnits.of_scan(d, pl.col("_skip"))
@@ -670,21 +780,31 @@ def _parse_fast(
     return ParsedLines(samples, quarantine, d.height, skipped, basis, records, fields=fields)
 
 
+def _series_kinds(
+    distinct: pl.Series, series: pl.DataFrame
+) -> tuple[pl.Series, pl.Series, list[str]]:
+    """Per series code: skipped (`other`: a comment, or a series of other things than GPU
+    telemetry, as node_* and go_* in a /federate answer) and `odd` (the series pattern rejects
+    it: odd label syntax, read the slow way, line by line); and the fields of the file's GPU
+    series (sorted)."""
+    other = distinct.str.starts_with("#") | (
+        series.get_column("metric").is_not_null()
+        & ~series.select(_gpu_metric(pl.col("metric"))).to_series().fill_null(False)
+    )
+    fields = sorted(set(series.filter(~other).get_column("column").drop_nulls().unique().to_list()))
+    return other, series.get_column("metric").is_null(), fields
+
+
 def _mark_skipped(
     d: pl.DataFrame, distinct: pl.Series, series: pl.DataFrame
 ) -> tuple[pl.DataFrame, list[str]]:
     """Which scanned lines are skipped (`_skip`) and which the fast path can't read (`_lead`
     false); also the fields of the file's GPU series (sorted)."""
-    # comments and blank lines (indented comments are rare: the slow path tells them apart), and
-    # series of other things than GPU telemetry (node_*, go_*: a /federate answer): skipped
-    other = distinct.str.starts_with("#") | (
-        series.get_column("metric").is_not_null()
-        & ~series.select(_gpu_metric(pl.col("metric"))).to_series().fill_null(False)
-    )
-    comments = pl.Series([i for i, c in enumerate(other.to_list()) if c], dtype=pl.UInt32)
-    fields = sorted(set(series.filter(~other).get_column("column").drop_nulls().unique().to_list()))
-    # a series the series pattern rejects (odd label syntax) goes the slow way, line by line
-    odd = series.with_row_index("_code").filter(pl.col("metric").is_null()).get_column("_code")
+    # comments and blank lines (indented comments are rare: the slow path tells them apart) and
+    # other series than GPU telemetry are skipped; odd series go the slow way
+    other, odd, fields = _series_kinds(distinct, series)
+    comments = pl.Series(np.flatnonzero(other.to_numpy()), dtype=pl.UInt32)
+    odd = pl.Series(np.flatnonzero(odd.to_numpy()), dtype=pl.UInt32)
     code = pl.col("_code")
     skip = pl.col("_no_series")
     if comments.len():
