@@ -7,13 +7,15 @@ runs), then runs `gpu-pipeline materialize` for that day in a fresh process (Dag
 fresh lake, parse cache and instance) and reports its wall time, its peak RSS (wait4 of that
 process: its own), the time and peak RSS of each stage (parse of the landing files, then every
 Dagster step, from the run's event log; RSS sampled every 20 ms), and two references: Polars
-reading the same files' lines, and the DuckDB peer (benchmarks/day_duckdb.sql, run by
+reading the same files' lines (right before each of our runs: parse_x_read_lines is the median
+of each run's parse over the reading just before it), and the DuckDB peer (benchmarks/day_duckdb.sql, run by
 benchmarks/day_duckdb.py in a fresh process: the same files to gpu_minutes, hourly_fleet_metrics
 and priced_waste in hand-written SQL), measured as ours is. Ours and the peer run
 `BENCH_DAY_RUNS` times each (default 3), alternated; the figures are medians, the per-step table
 the median run's. Then the peer's tables are checked against the lake's
 (benchmarks/day_compare.py): the same rows, numbers within 1e-6 relative; the benchmark fails
-when they differ.
+when they differ. A run's lake, instance and peer folder are deleted when the benchmark ends,
+not before the next run (`TRASH`).
 
 The parent process only starts processes and reads /proc; it generates and imports nothing big.
 Prints a table and one line:
@@ -99,6 +101,25 @@ def _tree_rss_kib(pid: int) -> int:
     return total + sum(_tree_rss_kib(k) for k in kids if own is None or _cmdline(k) != own)
 
 
+# where the runs' lakes, instances and peer folders go when the next run starts: deleted once the
+# benchmark ends. Deleted right before the next run, their thousands of files made that run's
+# files slow to create (ext4 without a journal skips the inodes freed in the last seconds, and
+# looks each one up: 0.35 ms a file instead of 0.035, about 1 s of a run), a cost no daily run
+# pays and the peer, writing a few files, hardly did
+TRASH = OUT / ".trash"
+
+
+def discard(path: Path) -> None:
+    """Move `path` (if any) into TRASH, to be deleted by `empty_trash` at the end."""
+    if path.exists():
+        TRASH.mkdir(parents=True, exist_ok=True)
+        path.rename(TRASH / f"{path.name}-{time.time_ns()}")
+
+
+def empty_trash() -> None:
+    shutil.rmtree(TRASH, ignore_errors=True)
+
+
 def generate(raw: Path) -> None:
     marker = raw / f".complete_{GPUS}"
     if marker.is_file():
@@ -114,8 +135,8 @@ def run_ours(raw: Path, lake: Path, home: Path) -> dict | None:
     """`gpu-pipeline materialize` of the day in a fresh process, a fresh lake (and so a fresh
     parse cache, `<lake>/_ingest_cache`) and a fresh Dagster instance: its wall time, its own
     peak RSS (wait4) and per stage the time and sampled RSS. None if it failed."""
-    shutil.rmtree(lake, ignore_errors=True)
-    shutil.rmtree(home, ignore_errors=True)
+    discard(lake)
+    discard(home)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_PIPELINE_")}
     env["DAGSTER_HOME"] = str(home)
     cmd = [PY, "-m", "gpu_pipeline.cli", "materialize", "--start", DAY]
@@ -214,7 +235,7 @@ def run_ours(raw: Path, lake: Path, home: Path) -> dict | None:
 def run_peer(raw: Path, out: Path) -> dict | None:
     """The DuckDB peer (benchmarks/day_duckdb.py) in a fresh process, into a fresh folder: its
     wall time (process start .. exit, as ours) and its own peak RSS (wait4). None if it failed."""
-    shutil.rmtree(out, ignore_errors=True)
+    discard(out)
     t0 = time.time()
     proc = subprocess.Popen(
         [PY, str(HERE / "day_duckdb.py"), str(raw), str(out), DAY],
@@ -232,21 +253,25 @@ def run_peer(raw: Path, out: Path) -> dict | None:
     return {"wall": wall, "peak": usage.ru_maxrss / 1024, "inside": float(said.split()[-1])}
 
 
+def read_lines(raw: Path) -> tuple[float, int]:
+    """Polars reading the lines of the landing files, in a fresh process: (seconds, lines)."""
+    ref = subprocess.run(
+        [PY, "-c", READ_LINES, str(raw)], capture_output=True, text=True, check=True
+    )
+    secs, lines = ref.stdout.split()
+    return float(secs), int(lines)
+
+
 def main() -> int:
     raw, lake, home = OUT / "raw", OUT / "lake", OUT / "dagster_home"
     peer_out = OUT / "duckdb"
     generate(raw)
     files = [p for p in raw.rglob("*") if p.is_file() and not p.name.startswith(".")]
     size = sum(p.stat().st_size for p in files)
-    # the reference twice, best of both: the second reads the files from the page cache, as the
-    # parse right after it does
-    reads = []
-    for _ in range(2):
-        ref = subprocess.run(
-            [PY, "-c", READ_LINES, str(raw)], capture_output=True, text=True, check=True
-        )
-        reads.append(ref.stdout.split())
-    read_s, lines = min(float(r[0]) for r in reads), int(reads[0][1])
+    # the reference once to warm the page cache (and count the lines), then again right before
+    # each of our runs: each run's parse is compared with the reading just before it, so the
+    # machine's speed at that moment (it drifts by a fifth over minutes here) is in both
+    lines = read_lines(raw)[1]
     print(f"landing zone: {len(files)} files, {size / 2**30:.2f} GiB, {lines:,} lines", flush=True)
 
     # ours and the peer alternated, each run in a fresh process: the machine's noise gets the
@@ -254,17 +279,20 @@ def main() -> int:
     ours: list[dict] = []
     peer: list[dict] = []
     for i in range(RUNS):
+        read_s = read_lines(raw)[0]
         o = run_ours(raw, lake, home)
         if o is None:
             return 1
         d = run_peer(raw, peer_out)
         if d is None:
             return 1
+        o["read"] = read_s
         ours.append(o)
         peer.append(d)
         print(
             f"run {i + 1}/{RUNS}: gpu-pipeline materialize {o['wall']:.2f} s "
-            f"(peak {o['peak']:.0f} MiB), DuckDB peer {d['wall']:.2f} s "
+            f"(peak {o['peak']:.0f} MiB; parse {o['stages']['parse']:.2f} s, Polars reading "
+            f"the lines just before {read_s:.2f} s), DuckDB peer {d['wall']:.2f} s "
             f"(peak {d['peak']:.0f} MiB; its SQL {d['inside']:.2f} s)",
             flush=True,
         )
@@ -286,7 +314,7 @@ def main() -> int:
         f"  {'whole command (process start .. exit)':<46} {med['wall']:8.2f} s   peak "
         f"{med['peak']:7.0f} MiB"
     )
-    print(f"  {'reference: Polars reads the lines':<46} {read_s:8.2f} s")
+    print(f"  {'reference: Polars reads the lines (before it)':<46} {med['read']:8.2f} s")
     print(
         f"  {'peer: DuckDB SQL (benchmarks/day_duckdb.sql)':<46} {dmed['wall']:8.2f} s   peak "
         f"{dmed['peak']:7.0f} MiB"
@@ -308,10 +336,13 @@ def main() -> int:
     )
     wall = statistics.median(r["wall"] for r in ours)
     duck = statistics.median(r["wall"] for r in peer)
+    parse_s = statistics.median(r["stages"]["parse"] for r in ours)
+    read_s = statistics.median(r["read"] for r in ours)
+    parse_x = statistics.median(r["stages"]["parse"] / r["read"] for r in ours)
     print(
         f"bench-day: gpus={GPUS} lines={lines} runs={RUNS} wall_s={wall:.1f} "
-        f"parse_s={stages['parse']:.1f} read_lines_s={read_s:.1f} "
-        f"parse_x_read_lines={stages['parse'] / read_s:.2f} peak_rss_mib={peak_mib:.0f} "
+        f"parse_s={parse_s:.1f} read_lines_s={read_s:.1f} "
+        f"parse_x_read_lines={parse_x:.2f} peak_rss_mib={peak_mib:.0f} "
         f"duckdb_s={duck:.1f} duckdb_peak_mib={duck_peak:.0f} day_x_duckdb={duck / wall:.3f}"
     )
     if check.returncode:
@@ -324,4 +355,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        code = main()
+    finally:
+        empty_trash()
+    sys.exit(code)
