@@ -248,3 +248,25 @@ def test_a_library_built_from_another_version_is_not_used(monkeypatch):
         monkeypatch.undo()
         native._load.cache_clear()
     assert native.available()
+
+
+def _plain(data: bytes) -> bool:
+    return b"\x00" not in data and data.isascii()
+
+
+def test_plain_text_is_told_as_python_tells_it(monkeypatch):
+    """`plain_text` (no NUL byte, ASCII only: the landing file's common case, checked outside
+    Python's lock) says what `bytes.isascii` and a NUL search say: a bad byte at any place of
+    a 16-byte step, in the tail after the last step, past a 64 KiB block, or none."""
+    base = bytes(range(1, 128)) * 1100  # every plain byte, ~140 KB: three blocks
+    cases = [b"", b"a", base, base[:15], base[:16], base[:17]]
+    for bad in (b"\x00", b"\x80", b"\xff", "é".encode()):
+        for at in (0, 1, 15, 16, 17, 65535, 65536, len(base) - 1, len(base)):
+            cases.append(base[:at] + bad + base[at:])
+        cases.append(bad)
+    assert native.available()
+    for data in cases:
+        assert native.plain_text(data) is _plain(data), (len(data), data[:20])
+    assert sum(_plain(d) for d in cases) == 6  # the bad bytes were in the others
+    monkeypatch.setattr(native, "enabled", False)
+    assert native.plain_text(base) is None  # off: Python's own two passes

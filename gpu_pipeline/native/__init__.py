@@ -1,4 +1,5 @@
-"""Native code for the one loop Polars cannot do fast enough: tokenizing exposition text.
+"""Native code for the loops Polars cannot do fast enough: tokenizing exposition text, and
+telling plain text (no NUL, ASCII only) at memory speed.
 
 `exposition.c` is compiled by `make install` with the system C compiler into `LIBRARY` and
 loaded here with ctypes (no Python API, no build step in pip). Where it is absent — no compiler,
@@ -17,7 +18,7 @@ import numpy as np
 
 LIBRARY = Path(__file__).with_name("libgpu_pipeline_native.so")
 # exposition.c's EXPO_VERSION: a library built from another version is not loaded
-VERSION = 1
+VERSION = 2
 # tests switch the native path off to compare it with the Polars path
 enabled = True
 
@@ -45,12 +46,24 @@ def _load() -> ctypes.CDLL | None:
     lib.expo_fill.restype = None
     lib.expo_free.argtypes = [_ptr]
     lib.expo_free.restype = None
+    lib.expo_plain.argtypes = [ctypes.c_char_p, _i64]
+    lib.expo_plain.restype = ctypes.c_int
     return lib
 
 
 def available() -> bool:
     """Is the native tokenizer built, loadable and enabled?"""
     return enabled and _load() is not None
+
+
+def plain_text(data: bytes) -> bool | None:
+    """Is `data` plain text: no NUL byte, only ASCII? One pass in C, outside Python's lock (a
+    landing file's `isascii` and NUL search held it while other files' parses waited). None
+    when the library is not available."""
+    lib = _load() if enabled else None
+    if lib is None:
+        return None
+    return bool(lib.expo_plain(data, len(data)))
 
 
 @dataclass(frozen=True)

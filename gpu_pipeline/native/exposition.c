@@ -26,7 +26,7 @@
 
 /* the interface's version: gpu_pipeline/native/__init__.py loads only a library that says this
  * (one built from an older exposition.c is not used, the parse takes its Polars path) */
-#define EXPO_VERSION 1
+#define EXPO_VERSION 2
 int expo_version(void) { return EXPO_VERSION; }
 
 #define NONE UINT32_MAX
@@ -463,4 +463,27 @@ void expo_fill(const scan_t *s, uint32_t *code, double *value, int64_t *ts, uint
         for (int64_t j = 0; j < s->global->n; j++)
             series_offsets[j + 1] = s->global->items[j].off + s->global->items[j].len;
     }
+}
+
+/* 1 when p[0, n) is plain text: no NUL byte and only ASCII (every byte in 1..127); 0 when some
+ * byte is not. The common landing file is checked here in one pass, outside Python's lock (the
+ * two passes of `bytes.isascii` and `b"\0" in` hold it: other files' parses waited on them). */
+int expo_plain(const unsigned char *p, int64_t n) {
+    int64_t i = 0;
+    while (i < n) {
+        int64_t end = n - i > 65536 ? i + 65536 : n;
+#ifdef __SSE2__
+        const __m128i zero = _mm_setzero_si128();
+        __m128i high = zero, nul = zero;
+        for (; i + 16 <= end; i += 16) {
+            __m128i x = _mm_loadu_si128((const __m128i *)(p + i));
+            high = _mm_or_si128(high, x);
+            nul = _mm_or_si128(nul, _mm_cmpeq_epi8(x, zero));
+        }
+        if (_mm_movemask_epi8(high) | _mm_movemask_epi8(nul)) return 0;
+#endif
+        for (; i < end; i++)
+            if (p[i] == 0 || p[i] >= 0x80) return 0;
+    }
+    return 1;
 }
