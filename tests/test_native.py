@@ -268,5 +268,6 @@ def test_plain_text_is_told_as_python_tells_it(monkeypatch):
     for data in cases:
         assert native.plain_text(data) is _plain(data), (len(data), data[:20])
     assert sum(_plain(d) for d in cases) == 6  # the bad bytes were in the others
+    assert native.plain_text(bytearray(base)) is None  # not bytes: left to Python's passes
     monkeypatch.setattr(native, "enabled", False)
     assert native.plain_text(base) is None  # off: Python's own two passes

@@ -59,9 +59,9 @@ def available() -> bool:
 def plain_text(data: bytes) -> bool | None:
     """Is `data` plain text: no NUL byte, only ASCII? One pass in C, outside Python's lock (a
     landing file's `isascii` and NUL search held it while other files' parses waited). None
-    when the library is not available."""
+    when the library is not available, or `data` is not `bytes` (Python's passes read it)."""
     lib = _load() if enabled else None
-    if lib is None:
+    if lib is None or type(data) is not bytes:
         return None
     return bool(lib.expo_plain(data, len(data)))
 
