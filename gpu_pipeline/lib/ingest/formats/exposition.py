@@ -530,6 +530,11 @@ def _parse_series(keys: pl.DataFrame, source_file: str) -> tuple[pl.DataFrame, l
     return series, [c for c in attrs.columns if c != "labels"]
 
 
+def _in_unit(scaled: bool) -> pl.Expr:
+    """A line's value in its field's unit: times its series' `scale` when some series has one."""
+    return pl.col("value") * pl.col("scale") if scaled else pl.col("value")
+
+
 # a series whose samples are not kept: no known field, no GPU UUID, or labels that can't be kept
 _UNKEPT = (
     pl.col("column").is_null() | pl.col("gpu_uuid").is_null() | pl.col("_attr_reason").is_not_null()
@@ -563,7 +568,7 @@ def _clean_samples(
         _UNKEPT.alias("_unkept"), "_lo", "_hi", *(["scale"] if scaled else [])
     ).select(pl.all().gather(codes))
     g = pl.concat([fast.select("line", "value", "ts_ms", "_has_ts"), per_line], how="horizontal")
-    value = pl.col("value") * pl.col("scale") if scaled else pl.col("value")
+    value = _in_unit(scaled)
     ts = pl.col("ts_ms")
     rejected = (
         pl.col("_unkept")
@@ -588,7 +593,7 @@ def _clean_out(
 ) -> tuple[pl.DataFrame, pl.DataFrame | None]:
     """The accepted lines `g` (line, value, ts_ms; `scale` when `scaled`; their series `codes`)
     as samples: keyed with their series table, or in the long form (`_clean_samples`)."""
-    value = pl.col("value") * pl.col("scale") if scaled else pl.col("value")
+    value = _in_unit(scaled)
     timestamp = pl.from_epoch("ts_ms", time_unit="ms").dt.replace_time_zone("UTC")
     kept = pl.when(is_blank_sentinel(pl.col("value"))).then(None).otherwise(value).alias("value")
     if keyed:  # the series' columns stay in the series table
@@ -656,7 +661,7 @@ def _clean_tokens(
         ],
         how="horizontal",
     )
-    value = pl.col("value") * pl.col("scale") if scaled else pl.col("value")
+    value = _in_unit(scaled)
     if g.select(out_of_range(pl.col("value"), value).fill_null(True).any()).item():
         return None
     samples, table = _clean_out(g, codes, series, attr_cols, scaled, keyed)
@@ -707,18 +712,18 @@ def _parse_fast(
     """The fast path over `_scan`; False: the file can't be scanned (the caller reads it line by
     line); None: its timestamps need the text (`text=False` only)."""
     tokens = None if text else _native_tokens(source)
-    if tokens is not None:
+    if tokens is None:
+        if (scanned := _scan_csv(source, text)) is None:
+            return False
+        d, distinct = scanned
+    else:
         distinct = tokens[1]
-        series, attr_cols = _series_table(pl.DataFrame({"s": distinct}), ctx.source_file)
+    series, attr_cols = _series_table(pl.DataFrame({"s": distinct}), ctx.source_file)
+    if tokens is not None:  # the usual file straight from the tokens, else their frame
         if (clean := _clean_tokens(*tokens, series, attr_cols, ctx, keyed)) is not None:
             return clean
         d, _ = _token_frame(*tokens)
         del tokens
-    else:
-        if (scanned := _scan_csv(source, text)) is None:
-            return False
-        d, distinct = scanned
-        series, attr_cols = _series_table(pl.DataFrame({"s": distinct}), ctx.source_file)
     d, fields = _mark_skipped(d, distinct, series)
     # timestamp units, and whether the samples carry their own time, are decided once per file
     units, timed, odd_ts = TimeUnits.of_scan(d, pl.col("_skip"))
