@@ -271,3 +271,82 @@ def test_plain_text_is_told_as_python_tells_it(monkeypatch):
     assert native.plain_text(bytearray(base)) is None  # not bytes: left to Python's passes
     monkeypatch.setattr(native, "enabled", False)
     assert native.plain_text(base) is None  # off: Python's own two passes
+
+
+def test_a_file_read_whole_is_hashed_and_told_plain_chunk_by_chunk(tmp_path):
+    """`read_whole` reads a file into one `bytes` a chunk at a time, hashing and checking each
+    chunk as it comes: the same bytes, hash and plain-text answer as reading it whole, for a
+    bad byte just before, at or after a chunk's edge, in the last chunk, or nowhere; a file
+    that ends before the size it was opened with is cut where it ends."""
+    import hashlib
+
+    step = native.READ_CHUNK
+    base = (bytes(range(32, 127)) + b"\n") * (3 * step // 96 + 7)  # a bit over three chunks
+    cases = [b"", b"a\n", base, base[: step - 1], base[:step], base[: step + 1]]
+    for bad in (b"\x00", b"\x80", "é".encode()):
+        for at in (0, step - 1, step, step + 1, 2 * step, len(base) - 1, len(base)):
+            cases.append(base[:at] + bad + base[at:])
+    path = tmp_path / "f"
+    for data in cases:
+        path.write_bytes(data)
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            got, plain = native.read_whole(f, len(data), h.update)
+            assert f.read() == b""  # read to its end
+        assert type(got) is bytes and got == data, len(data)
+        assert h.hexdigest() == hashlib.sha256(data).hexdigest()
+        assert plain is (_plain(data) if data else None), (len(data), data[:20])
+    # opened at one size, shorter when read: what is there; longer: the size asked for
+    path.write_bytes(base)
+    for size in (len(base) + 5, len(base) - 5):
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            got, plain = native.read_whole(f, size, h.update)
+        assert got == base[:size] and h.hexdigest() == hashlib.sha256(got).hexdigest()
+        assert plain is True
+
+
+def test_bad_bytes_at_chunk_edges_of_a_large_file_are_quarantined_by_line(tmp_path, monkeypatch):
+    """A landing file over a few read chunks, with a NUL byte or invalid UTF-8 right at a
+    chunk's edge: its parse (read whole, chunk by chunk) quarantines exactly those lines and
+    hashes the whole file; the same file without them is told plain as it is read, and its
+    lines are not searched again."""
+    import hashlib
+
+    from gpu_pipeline.lib.ingest import landing
+    from gpu_pipeline.lib.ingest.cache import load_or_parse
+    from gpu_pipeline.lib.ingest.landing import list_landing
+
+    t0, lab = 1704844800000, '{UUID="GPU-a",gpu="0"}'
+    lines = [f"DCGM_FI_DEV_GPU_UTIL{lab} {i % 100} {t0 + i * 1000}\n" for i in range(120_000)]
+    clean = "".join(lines).encode()
+    assert len(clean) > 3 * native.READ_CHUNK
+    ends = np.cumsum([len(x) for x in lines])
+    # the lines holding each chunk edge's first byte, and the last line
+    marked = sorted({int(np.searchsorted(ends, k * native.READ_CHUNK, "right")) for k in (1, 2)})
+    marked.append(len(lines) - 1)
+    body = bytearray(clean)
+    for n, bad in zip(marked, (b"\x00", b"\xff", b"\x00"), strict=True):
+        at = int(ends[n - 1]) if n else 0
+        body[at + 5] = bad[0]  # inside the metric name: the line is not text
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "bad.prom").write_bytes(bytes(body))
+    (raw / "ok.prom").write_bytes(clean)
+    searched = []
+    real = landing._bad_lines
+    monkeypatch.setattr(landing, "_bad_lines", lambda d: searched.append(len(d)) or real(d))
+    parsed = {
+        pf.file.source_file: pf
+        for pf in (load_or_parse(f, tmp_path / "c") for f in list_landing(raw))
+    }
+    bad = parsed["bad.prom"]
+    q = bad.quarantine.collect().sort("line")
+    assert q["line"].to_list() == [n + 1 for n in marked]
+    assert len(marked) == 3 and q["reason"][0] == q["reason"][2] == "line has NUL bytes: not text"
+    assert q["reason"][1].startswith("line is not UTF-8 text")
+    assert bad.file.sha256 == hashlib.sha256(bytes(body)).hexdigest()
+    ok = parsed["ok.prom"]
+    assert ok.quarantine.collect().height == 0
+    assert ok.file.sha256 == hashlib.sha256(clean).hexdigest()
+    assert searched == [len(body)]  # the bad file searched line by line; the plain one not

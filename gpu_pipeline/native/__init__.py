@@ -46,7 +46,7 @@ def _load() -> ctypes.CDLL | None:
     lib.expo_fill.restype = None
     lib.expo_free.argtypes = [_ptr]
     lib.expo_free.restype = None
-    lib.expo_plain.argtypes = [ctypes.c_char_p, _i64]
+    lib.expo_plain.argtypes = [_ptr, _i64]
     lib.expo_plain.restype = ctypes.c_int
     return lib
 
@@ -64,6 +64,44 @@ def plain_text(data: bytes) -> bool | None:
     if lib is None or type(data) is not bytes:
         return None
     return bool(lib.expo_plain(data, len(data)))
+
+
+# a file read whole (`read_whole`) is read this much at a time: each chunk is hashed and told
+# plain text while the processor's cache still holds it (a 25 MiB file hashed after its read
+# whole: ~1.1 GB/s here, read from memory; a chunk just read: ~1.8)
+READ_CHUNK = 1 << 19
+
+_new_bytes = ctypes.pythonapi.PyBytes_FromStringAndSize
+_new_bytes.restype = ctypes.py_object
+_new_bytes.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t]
+
+
+def read_whole(f, size: int, update) -> tuple[bytes, bool | None]:
+    """The next `size` bytes of the binary file `f` (fewer where it ends sooner) as one `bytes`
+    object, read a chunk at a time into it, with `update(chunk)` (a hash's) called on each chunk
+    just read; and whether they are plain text (`plain_text`; None when not told). The object
+    is filled in place before anyone else sees it: no copy of the file is made."""
+    lib = _load() if enabled else None
+    if size <= 0:
+        return b"", None
+    out = _new_bytes(None, size)  # uninitialised: every byte is written below, or cut off
+    addr = ctypes.cast(ctypes.c_char_p(out), ctypes.c_void_p).value
+    view = memoryview((ctypes.c_char * size).from_address(addr)).cast("B")
+    plain, got = lib is not None, 0
+    try:
+        while got < size:
+            n = f.readinto(view[got : got + READ_CHUNK])
+            if not n:
+                break
+            chunk = view[got : got + n]
+            update(chunk)
+            plain = plain and bool(lib.expo_plain(addr + got, n))
+            got += n
+    finally:
+        view.release()
+    if got < size:  # the file ended sooner: only what was read
+        out = out[:got]
+    return out, (plain if lib is not None else None)
 
 
 @dataclass(frozen=True)

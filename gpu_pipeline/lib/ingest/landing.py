@@ -491,6 +491,16 @@ class _Hashing:
         self.n += len(b)
         return b
 
+    def read_whole(self, size: int) -> tuple[bytes, bool | None]:
+        """The rest of the file, `size` bytes as it was opened (more or less if it changed
+        since), each chunk hashed as it is read; and whether it is plain text (None: not told,
+        `native.read_whole`)."""
+        data, plain = native.read_whole(self.f, size, self.h.update)
+        self.n += len(data)
+        if len(data) == size and (more := self.read()):  # it grew since: the rest as well
+            return data + more, None
+        return data, plain
+
     def drain(self) -> None:
         """Read (and hash) the rest, so the hash is the whole file's."""
         while self.read(1 << 22):
@@ -765,6 +775,7 @@ class PieceParse:
         self.sha256: str | None = None
         self.size: int | None = None
         self.rejected: tuple[str, ParsedLines] | None = None
+        self._plain: bytes | None = None  # the file read whole, when it is plain text
 
     def _chunks(self, raw) -> Iterator[bytes]:
         """The file's text in chunks: gunzipped (at most 1 MiB a chunk), or as read (a file
@@ -773,7 +784,8 @@ class PieceParse:
         self._hashing = f
         self._raw_size = os.fstat(raw.fileno()).st_size
         if self._raw_size <= self.piece_bytes:
-            data = f.read()
+            data, plain = f.read_whole(self._raw_size)
+            self._plain = data if plain else None
             if data[:2] == GZIP_MAGIC:
                 yield from _gunzip_chunks(io.BytesIO(data), self.opts.max_file_bytes)
             elif len(data) > self.opts.max_file_bytes:
@@ -868,7 +880,8 @@ class PieceParse:
             self._reject("unreadable", _whole_file(str(e), ""))
             return
         if second is None and len(first) <= self.piece_bytes:  # one piece: the whole file
-            yield _parse_read(self.lf, _text_read(first, "", 0), self.opts, self.keyed)
+            plain = first is self._plain
+            yield _parse_read(self.lf, _text_read(first, "", 0), self.opts, self.keyed, plain)
             return
         if first[:2] in (b"\xff\xfe", b"\xfe\xff"):
             why = f"UTF-16 text over {self.piece_bytes:,} bytes: convert it to UTF-8 to read it"
@@ -1000,20 +1013,27 @@ def merge_pieces(parts: list[tuple[str, ParsedLines]]) -> tuple[str, ParsedLines
 
 
 def _parse_read(
-    lf: LandingFile, read: Read, opts: ParseOptions, keyed: bool = False
+    lf: LandingFile, read: Read, opts: ParseOptions, keyed: bool = False, plain: bool = False
 ) -> tuple[str, ParsedLines]:
-    """Detect and parse a file read whole (`_text_read`)."""
+    """Detect and parse a file read whole (`_text_read`; `plain`: its bytes are known to be
+    plain text, `native.read_whole`)."""
     if read.data is None:
         return "unreadable", _whole_file(read.why or "unreadable", repr(read.head))
-    return _parse_text(lf, read.data, opts, keyed=keyed)
+    return _parse_text(lf, read.data, opts, keyed=keyed, plain=plain)
 
 
 def _parse_text(
-    lf: LandingFile, data: bytes, opts: ParseOptions, fmt: str | None = None, keyed: bool = False
+    lf: LandingFile,
+    data: bytes,
+    opts: ParseOptions,
+    fmt: str | None = None,
+    keyed: bool = False,
+    plain: bool = False,
 ) -> tuple[str, ParsedLines]:
     """Parse text (UTF-8 bytes) of `lf` in format `fmt`, detected from it when None (`keyed`:
-    exposition samples may come keyed by series, `ParsedLines.series`)."""
-    clean, bad = _bad_lines(data)
+    exposition samples may come keyed by series, `ParsedLines.series`; `plain`: `data` is known
+    to be plain text, no NUL and ASCII only)."""
+    clean, bad = (data, []) if plain else _bad_lines(data)
     fmt = fmt or detect_format(clean, lf.source_file)
     if bad and (fmt not in LINE_FORMATS or len(bad) * 2 > clean.count(b"\n") + 1):
         text, why = _decode(data)
