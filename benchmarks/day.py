@@ -272,6 +272,10 @@ def main() -> int:
     # each of our runs: each run's parse is compared with the reading just before it, so the
     # machine's speed at that moment (it drifts by a fifth over minutes here) is in both
     lines = read_lines(raw)[1]
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from machine import describe
+
+    print(describe(), flush=True)
     print(f"landing zone: {len(files)} files, {size / 2**30:.2f} GiB, {lines:,} lines", flush=True)
 
     # ours and the peer alternated, each run in a fresh process: the machine's noise gets the

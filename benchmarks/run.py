@@ -227,6 +227,10 @@ GROWTH = (1000, 2000, 5000, 10000, 20000)
 
 def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
+    sys.path.insert(0, str(HERE))
+    from machine import describe
+
+    print(describe(), flush=True)
     if not EXPO.is_file():
         print("generating a fleet-hour of exposition (2,000 GPUs, 30 s, ten fields)…", flush=True)
         stage(write_exposition, str(EXPO))

@@ -69,3 +69,29 @@ def test_hourly_and_daily_match(ours_and_refs):
     pdd = pd_out["daily"].reset_index().sort_values("gpu_uuid")
     assert d["bottlenecked_minutes"].to_list() == pdd["bottlenecked"].tolist()
     assert d["active_minutes"].to_list() == pdd["active"].tolist()
+
+
+def test_the_benchmarks_name_their_machine():
+    """Both benchmarks print the machine they ran on: the processor as /proc/cpuinfo names it
+    and the cores this process may use (figures of different hosts differ by 1.6x)."""
+    import os
+
+    from machine import describe
+
+    line = describe()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        model = next(
+            (
+                ln.split(":", 1)[1].strip()
+                for ln in cpuinfo.read_text().splitlines()
+                if ln.startswith("model name")
+            ),
+            None,
+        )
+        if model:
+            assert line.startswith(f"machine: {model}, ")
+    assert f", {len(os.sched_getaffinity(0))} core(s)" in line
+    for script in ("run.py", "day.py"):
+        text = (Path(__file__).resolve().parents[1] / "benchmarks" / script).read_text()
+        assert "print(describe(), flush=True)" in text
