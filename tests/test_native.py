@@ -350,3 +350,26 @@ def test_bad_bytes_at_chunk_edges_of_a_large_file_are_quarantined_by_line(tmp_pa
     assert ok.quarantine.collect().height == 0
     assert ok.file.sha256 == hashlib.sha256(clean).hexdigest()
     assert searched == [len(body)]  # the bad file searched line by line; the plain one not
+
+
+def test_a_read_that_reports_more_than_it_was_given_is_an_error():
+    """`read_whole` fills a bytes object it created uninitialised: a file object whose
+    `readinto` reports more bytes than the room it was given, or no data (None), is an error,
+    never a result holding bytes that were not read."""
+    import io
+
+    class Overreporting:
+        def __init__(self):
+            self.b = io.BytesIO(b"A\n" * 100)
+
+        def readinto(self, buf):
+            k = self.b.readinto(buf)
+            return len(buf) + 1 if k else k
+
+    class NoData:
+        def readinto(self, buf):
+            return None
+
+    for f in (Overreporting(), NoData()):
+        with pytest.raises(OSError, match="read gave"):
+            native.read_whole(f, 4000, lambda c: None)

@@ -90,7 +90,11 @@ def read_whole(f, size: int, update) -> tuple[bytes, bool | None]:
     plain, got = lib is not None, 0
     try:
         while got < size:
-            n = f.readinto(view[got : got + READ_CHUNK])
+            room = view[got : got + READ_CHUNK]
+            n = f.readinto(room)
+            if n is None or not 0 <= n <= len(room):  # no data from a blocking file; a count
+                # past the room given would hand out bytes never written
+                raise OSError(f"read gave {n!r} for {len(room)} bytes asked")
             if not n:
                 break
             chunk = view[got : got + n]
