@@ -1022,6 +1022,21 @@ def _parse_read(
     return _parse_text(lf, read.data, opts, keyed=keyed, plain=plain)
 
 
+def _bad_lines_quarantined(bad: list[tuple[int, str, str]]) -> pl.DataFrame:
+    """The quarantine records of lines `_bad_lines` blanked out: (number, reason, text) each."""
+    return pl.DataFrame(
+        {
+            "line": [b[0] for b in bad],
+            "timestamp": [None] * len(bad),
+            "reason": [b[1] for b in bad],
+            "raw": [b[2] for b in bad],
+            "field": [None] * len(bad),
+            "record_kept": [False] * len(bad),
+        },
+        schema=QUARANTINE_LINE_SCHEMA,
+    )
+
+
 def _parse_text(
     lf: LandingFile,
     data: bytes,
@@ -1077,22 +1092,7 @@ def _parse_text(
     records = dict(out.records_by_day)
     skipped = out.lines_skipped
     if bad:  # the blanked lines: one quarantine record each, not skipped blank lines
-        quarantine = pl.concat(
-            [
-                quarantine,
-                pl.DataFrame(
-                    {
-                        "line": [b[0] for b in bad],
-                        "timestamp": [None] * len(bad),
-                        "reason": [b[1] for b in bad],
-                        "raw": [b[2] for b in bad],
-                        "field": [None] * len(bad),
-                        "record_kept": [False] * len(bad),
-                    },
-                    schema=QUARANTINE_LINE_SCHEMA,
-                ),
-            ]
-        )
+        quarantine = pl.concat([quarantine, _bad_lines_quarantined(bad)])
         records[None] = records.get(None, 0) + len(bad)
         skipped -= len(bad)
     return fmt, ParsedLines(
