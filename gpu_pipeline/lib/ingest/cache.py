@@ -55,21 +55,22 @@ def keyed_in_cache_order(
     and `_g`, its GPU's rank among the file's UUIDs (sorted; 0: no UUID), each sample with its
     series' `_g`, in SAMPLES_ORDER (by day, `_g`, time, line: integers only). A range of UUIDs
     is then a range of `_g`, and a run of row groups (`ParsedFile.rows`)."""
-    uuids = series.get_column("gpu_uuid").drop_nulls().unique().sort()
-    ranks = pl.int_range(1, uuids.len() + 1, dtype=pl.Int32, eager=True)
+    # a file's few dozen series: ranked in Python, not in three queries
+    of_series = series.get_column("gpu_uuid").to_list()
+    rank = {u: i for i, u in enumerate(sorted({u for u in of_series if u is not None}), 1)}
+    n_uuids = len(rank)
+    ranks = np.array([rank.get(u, 0) for u in of_series], dtype=np.int32)
     series = series.with_columns(
-        pl.int_range(0, pl.len(), dtype=pl.Int32).alias("sid"),
-        pl.col("gpu_uuid").replace_strict(uuids, ranks, default=0).alias("_g"),
+        pl.Series("sid", np.arange(len(of_series), dtype=np.int32)), pl.Series("_g", ranks)
     )
-    g = series.get_column("_g").gather(samples.get_column("sid"))
-    samples = samples.with_columns(g.alias("_g"))
+    samples = samples.with_columns(series.get_column("_g").gather(samples.get_column("sid")))
     if not samples.height:
         return samples, series
     ts, line = samples.get_column("timestamp"), samples.get_column("line")
     if ts.null_count() or line.null_count():
         day = pl.col("timestamp").dt.epoch("ms") // 86_400_000
         samples = samples.sort("timestamp", "line", nulls_last=False).sort(
-            day * (uuids.len() + 1) + pl.col("_g"), maintain_order=True, nulls_last=False
+            day * (n_uuids + 1) + pl.col("_g"), maintain_order=True, nulls_last=False
         )
         return samples, series
     if not (ts.is_sorted() and line.is_sorted()):  # a scrape's lines are in time order already
@@ -78,7 +79,7 @@ def keyed_in_cache_order(
     # then stably by day and GPU: a few hundred distinct integers, sorted by radix when they fit
     # in 16 bits (a tenth of a comparison sort's time)
     day = (ts.dt.epoch("ms") // 86_400_000).to_numpy()
-    key = (day - day.min()) * (uuids.len() + 1) + samples.get_column("_g").to_numpy()
+    key = (day - day.min()) * (n_uuids + 1) + samples.get_column("_g").to_numpy()
     key = key.astype(np.int16) if key.max() < 2**15 else key
     return samples[np.argsort(key, kind="stable")], series
 

@@ -594,13 +594,17 @@ def _clean_out(
     """The accepted lines `g` (line, value, ts_ms; `scale` when `scaled`; their series `codes`)
     as samples: keyed with their series table, or in the long form (`_clean_samples`)."""
     value = _in_unit(scaled)
-    timestamp = pl.from_epoch("ts_ms", time_unit="ms").dt.replace_time_zone("UTC")
+    # epoch milliseconds as the samples' UTC times, in their unit: no conversion (from_epoch
+    # gives microseconds, which `conform` converted back)
+    timestamp = pl.col("ts_ms").cast(pl.Datetime("ms", "UTC"))
     kept = pl.when(is_blank_sentinel(pl.col("value"))).then(None).otherwise(value).alias("value")
     if keyed:  # the series' columns stay in the series table
         samples = g.select(
             "line", timestamp.alias("timestamp"), kept, codes.cast(pl.Int32).alias("sid")
         )
-        table = conform(series.select("column", *attr_cols), SERIES_SCHEMA)
+        table = conform(
+            pl.DataFrame([series.get_column(c) for c in ("column", *attr_cols)]), SERIES_SCHEMA
+        )
         return conform(samples, KEYED_SCHEMA), table
     text = series.select(pl.col("column", *attr_cols).gather(codes))
     samples = pl.concat([g, text], how="horizontal").select(
@@ -655,9 +659,7 @@ def _clean_tokens(
     g = pl.concat(
         [
             pl.DataFrame({"line": at + 1, "value": scan.value[at], "ts_ms": kts}),
-            series.select("_lo", "_hi", *(["scale"] if scaled else [])).select(
-                pl.all().gather(codes)
-            ),
+            series.select(pl.col("_lo", "_hi", *(["scale"] if scaled else [])).gather(codes)),
         ],
         how="horizontal",
     )
@@ -792,12 +794,18 @@ def _series_kinds(
     telemetry, as node_* and go_* in a /federate answer) and `odd` (the series pattern rejects
     it: odd label syntax, read the slow way, line by line); and the fields of the file's GPU
     series (sorted)."""
-    other = distinct.str.starts_with("#") | (
-        series.get_column("metric").is_not_null()
-        & ~series.select(_gpu_metric(pl.col("metric"))).to_series().fill_null(False)
+    metric = pl.col("metric")
+    kinds = series.select(  # one query: the table is a file's few dozen series
+        (
+            pl.lit(distinct).str.starts_with("#")
+            | (metric.is_not_null() & ~_gpu_metric(metric).fill_null(False))
+        ).alias("other"),
+        metric.is_null().alias("odd"),
     )
-    fields = sorted(set(series.filter(~other).get_column("column").drop_nulls().unique().to_list()))
-    return other, series.get_column("metric").is_null(), fields
+    other = kinds.get_column("other")
+    columns = series.get_column("column").to_list()
+    fields = sorted({c for c, o in zip(columns, other.to_list(), strict=True) if c and not o})
+    return other, kinds.get_column("odd"), fields
 
 
 def _mark_skipped(
