@@ -530,6 +530,12 @@ def _parse_series(keys: pl.DataFrame, source_file: str) -> tuple[pl.DataFrame, l
     return series, [c for c in attrs.columns if c != "labels"]
 
 
+def _scaled(series: pl.DataFrame) -> bool:
+    """Whether some series of a file has a unit scale other than 1 (its lines' values are
+    scaled: `_in_unit`)."""
+    return bool((series.get_column("scale").fill_null(1.0) != 1.0).any())
+
+
 def _in_unit(scaled: bool) -> pl.Expr:
     """A line's value in its field's unit: times its series' `scale` when some series has one."""
     return pl.col("value") * pl.col("scale") if scaled else pl.col("value")
@@ -638,7 +644,7 @@ def _clean_tokens(
     other, odd, fields = _series_kinds(distinct, series)
     # as `_parse_fast` takes them, before MIG re-keys device-level fields
     attr_cols = [a for a in attr_cols if series.get_column(a).null_count() < series.height]
-    scaled = bool(series.select((pl.col("scale").fill_null(1.0) != 1.0).any()).item())
+    scaled = _scaled(series)
     if series.get_column("gpu_instance_id").is_not_null().any():
         series = mig_device_level(series)
     unkept = series.select(_UNKEPT).to_series().to_numpy()
@@ -742,7 +748,7 @@ def _parse_fast(
     extra = []
     if series.select((pl.col("metric").is_not_null() & pl.col("column").is_null()).any()).item():
         extra.append("metric")
-    if series.select((pl.col("scale").fill_null(1.0) != 1.0).any()).item():
+    if _scaled(series):
         extra.append("scale")
     window = ctx.time_window()
     skipped = int((path == 0).sum())
