@@ -185,3 +185,37 @@ def test_pandera_runs_only_to_word_a_failure(monkeypatch):
     with pytest.raises(ContractError, match="each in"):
         validate("recommendations", ok.with_columns(pl.Series("actions", [["buy_more_gpus"]])))
     assert calls == [1]
+
+
+def test_conform_gives_the_schema_and_keeps_a_frame_that_has_it():
+    """`samples.conform` (the parse's frames to their schema): a frame with the schema's columns
+    in order and types comes back as it is; any other gets the schema's columns, in its order
+    and types, missing ones null and extra ones dropped, as the lazy select it replaces."""
+    from gpu_pipeline.lib.samples import conform, conform_lazy
+
+    schema = {
+        "line": pl.Int64,
+        "timestamp": pl.Datetime("ms", "UTC"),
+        "value": pl.Float64,
+        "pod": pl.String,
+        "kind": pl.Enum(["a", "b"]),
+    }
+    ok = pl.DataFrame(
+        {"line": [1, 2], "timestamp": [0, 60_000], "value": [1.5, None], "pod": ["p", None]},
+        schema_overrides={"timestamp": pl.Datetime("ms", "UTC")},
+    ).with_columns(pl.Series("kind", ["a", None], pl.Enum(["a", "b"])))
+    assert conform(ok, schema) is ok and conform(ok.clear(), schema).schema == ok.schema
+    others = [
+        ok.select("value", "line", "timestamp", "pod", "kind"),  # another order
+        ok.with_columns(pl.col("timestamp").cast(pl.Datetime("us", "UTC"))),  # another unit
+        ok.with_columns(pl.col("timestamp").dt.replace_time_zone(None)),  # no time zone
+        ok.with_columns(pl.col("line").cast(pl.Int32), extra=pl.lit(1)),  # a type, a column more
+        ok.drop("pod", "kind"),  # columns missing
+        ok.drop("pod").head(0),  # no rows
+    ]
+    for df in others:
+        got = conform(df, schema)
+        assert got is not df
+        assert got.schema == pl.Schema(schema)
+        assert got.equals(conform_lazy(df.lazy(), schema).collect())
+    assert conform(others[4], schema).get_column("pod").to_list() == [None, None]
