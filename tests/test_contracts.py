@@ -219,3 +219,8 @@ def test_conform_gives_the_schema_and_keeps_a_frame_that_has_it():
         assert got.schema == pl.Schema(schema)
         assert got.equals(conform_lazy(df.lazy(), schema).collect())
     assert conform(others[4], schema).get_column("pod").to_list() == [None, None]
+    # a type given as a class means its default: a time in milliseconds is converted
+    loose = {"timestamp": pl.Datetime}
+    ms = ok.select("timestamp")
+    assert conform(ms, loose).equals(conform_lazy(ms.lazy(), loose).collect())
+    assert conform(ms, loose).schema["timestamp"] == pl.Datetime("us")
