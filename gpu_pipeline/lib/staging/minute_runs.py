@@ -100,7 +100,7 @@ class _Segments:
     def __init__(self, starts: pl.Series):
         self.rows = starts.len()
         self.at = np.flatnonzero(starts.to_numpy())
-        self.lengths = np.diff(np.append(self.at, self.rows))
+        self.lengths = np.diff(np.append(self.at, self.rows)).astype(np.uint32)
 
     def sum(self, s: pl.Series) -> np.ndarray:
         """Per-run sums of a column without nulls (a float's, or a boolean's count of true)."""
@@ -113,11 +113,12 @@ class _Segments:
             return self.lengths
         return self.lengths - np.add.reduceat(s.is_null().to_numpy(), self.at, dtype=np.uint32)
 
-    def categories(self, codes: pl.Series, wanted: list[int]) -> list[np.ndarray]:
-        """Per-run counts of each wanted category (an Enum's codes; null counts in none): one
-        segment sum of a 0/1 array per category (faster than a 2-D `bincount` over run ids)."""
-        c = codes.to_physical().fill_null(codes.dtype.categories.len()).to_numpy()  # null: none
-        return [np.add.reduceat(c == k, self.at, dtype=np.uint32) for k in wanted]
+    def categories(self, codes: pl.Series, k: int) -> list[np.ndarray]:
+        """Per-run counts of each of the codes 0 .. k-1 (an Enum's physical codes, null made k:
+        counted in none): one segment sum of a 0/1 array per code (faster than a 2-D
+        `bincount` over run ids)."""
+        c = codes.to_numpy()
+        return [np.add.reduceat(c == i, self.at, dtype=np.uint32) for i in range(k)]
 
 
 @functools.cache
@@ -141,7 +142,11 @@ def _per_minute(
         minute_ms.alias("_minute_ms"),
         pl.col("price_usd_per_hour").fill_null(float("nan")),
         *[pl.col(c) for c in HOURLY_MEANS],
-        *[pl.col(c).cast(enum) for c, enum, _, _ in _COUNTED],
+        # the categories' codes, null as one past the last (`_Segments.categories`)
+        *[
+            pl.col(c).cast(enum).to_physical().fill_null(pl.lit(len(names), pl.UInt8)).alias(c)
+            for c, enum, names, _ in _COUNTED
+        ],
         (pl.col("gpu_util_pct") >= t.idle_below).fill_null(False).alias("_active"),
         *[e.alias(c) for c, e in sums.items()],
     )
@@ -165,32 +170,29 @@ def minute_runs(minutes: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
         return pl.LazyFrame(schema=RUNS_SCHEMA)
     seg = _Segments(frame.get_column("_start"))
     col = frame.get_column
-    price = pl.Series(
-        np.fmax.reduceat(col("price_usd_per_hour").to_numpy(), seg.at), nan_to_null=True
-    )
-    counts = {}
-    for c, enum, names, prefix in _COUNTED:
-        cats = enum.categories.to_list()
-        per = seg.categories(col(c), [cats.index(n) for n in names])
-        counts |= {f"{prefix}{n}": v for n, v in zip(names, per, strict=True)}
-    # one lazy query from here (each eager step would be a query of its own)
-    return (
-        frame.lazy()
-        .select(*RUN_KEYS, "minute")
-        .filter(col("_start"))
-        .with_columns(
-            floor_ms(pl.col("minute"), HOUR_MS).alias("hour"),
-            pl.Series("_last_minute", np.maximum.reduceat(col("_minute_ms").to_numpy(), seg.at)),
-            pl.Series("_minutes", seg.lengths),
-            *[pl.Series(c, seg.sum(col(c))) for c in sums],
-            *[pl.Series(f"_n_{c}", seg.non_null(col(c))) for c in HOURLY_MEANS],
-            *[pl.Series(c, v) for c, v in counts.items()],
-            pl.Series("_n_phase", seg.non_null(col("phase"))),
-            pl.Series("_active", seg.sum(col("_active"))),
-            price.alias("price_usd_per_hour"),
-            # a minute has a cost when its model has a price
-            price.is_not_null().alias("_priced"),
-        )
-        .select(list(RUNS_SCHEMA))
-        .cast(RUNS_SCHEMA)
-    )
+    price = np.fmax.reduceat(col("price_usd_per_hour").to_numpy(), seg.at)
+    out = {"_minutes": seg.lengths}
+    for c, _, names, prefix in _COUNTED:
+        per = seg.categories(col(c), len(names))
+        out |= {f"{prefix}{n}": v for n, v in zip(names, per, strict=True)}
+    out |= {
+        "_last_minute": np.maximum.reduceat(col("_minute_ms").to_numpy(), seg.at),
+        **{c: seg.sum(col(c)) for c in sums},
+        **{f"_n_{c}": seg.non_null(col(c)) for c in HOURLY_MEANS},
+        # a minute has a phase unless its code is the null one
+        "_n_phase": sum(out[f"_n_{p}"] for p in PHASES),
+        "_active": seg.sum(col("_active")),
+        "price_usd_per_hour": price,
+        # a minute has a cost when its model has a price
+        "_priced": ~np.isnan(price),
+    }
+    # built column by column, without a query: a query over ~40 literal columns cost ~5 ms a
+    # chunk to plan, more than its rows (benchmarks/README.md, issue 34)
+    idx = pl.Series(seg.at, dtype=pl.get_index_type())
+    first = pl.DataFrame([col(c) for c in (*RUN_KEYS, "minute")])[idx]
+    hour = first.select(floor_ms(pl.col("minute"), HOUR_MS)).to_series()
+    series = {c: first.get_column(c) for c in RUN_KEYS} | {"hour": hour}
+    for c, dtype in RUNS_SCHEMA.items():
+        if c not in series:
+            series[c] = pl.Series(c, out[c], dtype=dtype, nan_to_null=c == "price_usd_per_hour")
+    return pl.DataFrame([series[c].alias(c) for c in RUNS_SCHEMA]).lazy()
