@@ -5,13 +5,14 @@ from datetime import UTC, date, datetime, timedelta
 import polars as pl
 import pytest
 from helpers import minutes_frame
+from polars.testing import assert_frame_equal
 
 from gpu_pipeline.lib.marts.hourly_fleet_metrics import hourly_fleet_metrics
 from gpu_pipeline.lib.marts.persistent_bottlenecks import persistent_bottlenecks
 from gpu_pipeline.lib.marts.priced_waste import priced_waste
-from gpu_pipeline.lib.money import minute_costs
+from gpu_pipeline.lib.money import MONEY, minute_costs
 from gpu_pipeline.lib.samples import conform
-from gpu_pipeline.lib.schemas import GPU_DAILY_SCHEMA
+from gpu_pipeline.lib.schemas import GPU_DAILY_SCHEMA, GPU_MINUTES_SCHEMA
 from gpu_pipeline.lib.staging.minute_runs import minute_runs
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
@@ -238,3 +239,101 @@ def test_priced_waste_without_price_is_null_not_zero():
     w = priced_waste(minute_runs(minutes_frame(_priced_rows()).lazy())).collect().row(0, named=True)
     assert w["gpu_hours"] == pytest.approx(4 / 60)
     assert w["cost_usd"] is None and w["total_waste_usd"] is None
+
+
+def _runs_reference(m: pl.DataFrame) -> pl.DataFrame:
+    """minute_runs by a plain group-by: right when no run's key comes back after another run
+    (then a run and a group are the same minutes)."""
+    from gpu_pipeline.lib.rules import EFFICIENCY_CLASSES, PHASES
+    from gpu_pipeline.lib.samples import phase_share
+    from gpu_pipeline.lib.staging.minute_runs import HOURLY_MEANS, RUN_KEYS, RUNS_SCHEMA
+
+    hour = (pl.col("minute").dt.epoch("ms") // 3_600_000 * 3_600_000).cast(pl.Datetime("ms", "UTC"))
+    costs = minute_costs(m.lazy()).with_columns(hour.alias("hour"))
+    columns = m.columns
+    idle = pl.col("phase") == "idle"
+    energy = pl.col("power_w").fill_null(0.0) / 60.0
+    physical = pl.col("gpu_instance_id").is_null()
+    return (
+        costs.group_by(*RUN_KEYS, "hour", maintain_order=True)
+        .agg(
+            pl.col("minute").max().alias("_last_minute"),
+            pl.len().alias("_minutes"),
+            pl.col("gpu_share").fill_null(1.0).sum().alias("_share"),
+            *[pl.col(c).fill_null(0.0).sum().alias(f"_sum_{c}") for c in HOURLY_MEANS],
+            *[pl.col(c).count().alias(f"_n_{c}") for c in HOURLY_MEANS],
+            *[(pl.col("phase") == p).sum().alias(f"_n_{p}") for p in PHASES],
+            pl.col("phase").count().alias("_n_phase"),
+            *[phase_share(columns, p).fill_null(0.0).sum().alias(f"_sh_{p}") for p in PHASES],
+            *[(pl.col("efficiency_class") == c).sum().alias(f"_c_{c}") for c in EFFICIENCY_CLASSES],
+            (pl.col("gpu_util_pct") >= 10).sum().alias("_active"),
+            pl.col("price_usd_per_hour").max(),
+            pl.col("price_usd_per_hour").is_not_null().any().alias("_priced"),
+            pl.when(physical).then(energy).otherwise(0.0).sum().alias("_energy_wh"),
+            pl.when(physical & idle).then(energy).otherwise(0.0).sum().alias("_idle_energy_wh"),
+            *[pl.col(c).fill_null(0.0).sum() for c in MONEY],
+        )
+        .select(list(RUNS_SCHEMA))
+        .cast(RUNS_SCHEMA)
+        .collect()
+    )
+
+
+def test_minute_runs_are_the_group_by_of_their_minutes():
+    """Every sum, count, category count, price and time of a run, and the run table's types,
+    against a plain group-by (runs built column by column: issue 34). Minutes of a MIG GPU and
+    its instance, an hour boundary, a namespace that changes mid-hour, a model without a price,
+    minutes without utilization, power or class."""
+    rows = []
+    for i in range(150):  # GPU-a: two hours and a half, its namespace changes at minute 100
+        u = None if i % 17 == 0 else float((i * 7) % 100)
+        p = None if i % 23 == 0 else ((i * 13) % 100) / 100
+        rows.append(
+            {
+                "minute": T0 + timedelta(minutes=i),
+                "namespace": "train" if i < 100 else "serve",
+                "gpu_util_pct": u,
+                "power_w": None if p is None else 400 * p,
+                "pif": p,
+                "rfu_pct": None if p is None else 100 * p,
+                "efficiency_gap_pct": None if p is None or u is None else u - 100 * p,
+                "realized_tflops": None if p is None else 102 * p,
+                "phase": "unknown" if u is None else ("idle" if u < 10 else "productive"),
+                "efficiency_class": None if u is None or (u >= 70 and p is None) else "moderate",
+                "price_usd_per_hour": 2.5,
+            }
+        )
+    for i in range(70):  # a MIG GPU of a model without a price: its physical row and one instance
+        for inst, share in ((None, 4 / 7), (3, 3 / 7)):
+            rows.append(
+                {
+                    "minute": T0 + timedelta(minutes=i),
+                    "gpu_uuid": "GPU-m",
+                    "gpu_instance_id": inst,
+                    "gpu_model": "H100 80GB HBM3",
+                    "gpu_share": share,
+                    "gpu_util_pct": float(i % 40),
+                    "power_w": 300.0,
+                    "pif": 0.5,
+                    "rfu_pct": 50.0,
+                    "phase": "idle" if i % 40 < 10 else "underutilized",
+                    "phase_share_idle": 0.25,
+                    "efficiency_class": "inefficient",
+                }
+            )
+    base = {
+        "date": date(2024, 1, 1),
+        "gpu_uuid": "GPU-a",
+        "cluster": "c1",
+        "gpu_model": "A100-SXM4-40GB",
+    }
+    base |= {"namespace": "ns"}
+    # every row's columns, not the first hundred's
+    frame = pl.DataFrame([{**base, **r} for r in rows], infer_schema_length=None)
+    m = conform(frame, GPU_MINUTES_SCHEMA).sort("gpu_uuid", "gpu_instance_id", "minute")
+    got = minute_runs(m.lazy()).collect()
+    want = _runs_reference(m)
+    assert got.schema == want.schema
+    assert got.height == 4 + 4 == want.height  # GPU-a: 0-59, 60-99, 100-119, 120-149
+    assert_frame_equal(got, want, check_exact=False, rel_tol=1e-12)
+    assert got.get_column("_priced").to_list() == [True] * 4 + [False] * 4
