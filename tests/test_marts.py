@@ -326,8 +326,8 @@ def test_minute_runs_are_the_group_by_of_their_minutes():
         "gpu_uuid": "GPU-a",
         "cluster": "c1",
         "gpu_model": "A100-SXM4-40GB",
+        "namespace": "ns",
     }
-    base |= {"namespace": "ns"}
     # every row's columns, not the first hundred's
     frame = pl.DataFrame([{**base, **r} for r in rows], infer_schema_length=None)
     m = conform(frame, GPU_MINUTES_SCHEMA).sort("gpu_uuid", "gpu_instance_id", "minute")
