@@ -337,3 +337,16 @@ def test_minute_runs_are_the_group_by_of_their_minutes():
     assert got.height == 4 + 4 == want.height  # GPU-a: 0-59, 60-99, 100-119, 120-149
     assert_frame_equal(got, want, check_exact=False, rel_tol=1e-12)
     assert got.get_column("_priced").to_list() == [True] * 4 + [False] * 4
+
+
+def test_minute_runs_have_their_schema_whatever_types_the_keys_come_with():
+    """A run table has RUNS_SCHEMA's types even from minutes whose keys have other ones (the
+    runs are built column by column; nothing casts them on the way)."""
+    from gpu_pipeline.lib.staging.minute_runs import RUNS_SCHEMA
+
+    m = minutes_frame([{"gpu_util_pct": 50.0}]).with_columns(
+        pl.col("gpu_instance_id").cast(pl.Int64), pl.col("cluster").cast(pl.Categorical)
+    )
+    runs = minute_runs(m.lazy()).collect()
+    assert runs.schema == pl.Schema(RUNS_SCHEMA)
+    assert runs.select("cluster", "_minutes", "_active").row(0) == ("c1", 1, 1)

@@ -195,4 +195,5 @@ def minute_runs(minutes: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
     for c, dtype in RUNS_SCHEMA.items():
         if c not in series:
             series[c] = pl.Series(c, out[c], dtype=dtype, nan_to_null=c == "price_usd_per_hour")
-    return pl.DataFrame([series[c].alias(c) for c in RUNS_SCHEMA]).lazy()
+    # the keys as the schema has them, whatever types the minutes came with (as the query cast)
+    return pl.DataFrame([series[c].cast(t).alias(c) for c, t in RUNS_SCHEMA.items()]).lazy()
