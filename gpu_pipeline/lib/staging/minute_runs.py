@@ -191,9 +191,13 @@ def minute_runs(minutes: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
     idx = pl.Series(seg.at, dtype=pl.get_index_type())
     first = pl.DataFrame([col(c) for c in (*RUN_KEYS, "minute")])[idx]
     hour = first.select(floor_ms(pl.col("minute"), HOUR_MS)).to_series()
-    series = {c: first.get_column(c) for c in RUN_KEYS} | {"hour": hour}
-    for c, dtype in RUNS_SCHEMA.items():
-        if c not in series:
-            series[c] = pl.Series(c, out[c], dtype=dtype, nan_to_null=c == "price_usd_per_hour")
     # the keys as the schema has them, whatever types the minutes came with (as the query cast)
-    return pl.DataFrame([series[c].cast(t).alias(c) for c, t in RUNS_SCHEMA.items()]).lazy()
+    keys = {c: first.get_column(c) for c in RUN_KEYS} | {"hour": hour.alias("hour")}
+    return pl.DataFrame(
+        [
+            keys[c].cast(t)
+            if c in keys
+            else pl.Series(c, out[c], t, nan_to_null=c == "price_usd_per_hour")
+            for c, t in RUNS_SCHEMA.items()
+        ]
+    ).lazy()
