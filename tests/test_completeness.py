@@ -492,3 +492,62 @@ def test_a_file_without_utilization_warns_through_a_check(tmp_path):
         "power_only.csv" in ev.metadata["files"].value
         and "full.prom" not in ev.metadata["files"].value
     )
+
+
+# --- the parse cache serves a parse only to the file it was made of ---------------------------------
+
+
+def _untimed_scrape(uuids: tuple[str, ...]) -> str:
+    """One scrape of idle GPUs, saved with no time anywhere (curl > file): what two idle hosts
+    write byte for byte alike."""
+    return "".join(
+        f'DCGM_FI_DEV_GPU_UTIL{{gpu="{i}",UUID="{u}",Hostname="h"}} 0\n' for i, u in enumerate(uuids)
+    )
+
+
+def _landed(raw: Path, name: str, text: str, when: datetime) -> None:
+    p = raw / name
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text)
+    os.utime(p, (when.timestamp(), when.timestamp()))
+
+
+def test_identical_untimed_scrapes_in_two_folders_are_filed_at_their_own_times(tmp_path):
+    raw, cache = tmp_path / "raw", tmp_path / "cache"
+    text = _untimed_scrape(("GPU-a", "GPU-b"))
+    _landed(raw, "clusterA/metrics.prom", text, datetime(2024, 1, 1, 12, tzinfo=UTC))
+    _landed(raw, "clusterB/metrics.prom", text, datetime(2024, 1, 2, 12, tzinfo=UTC))
+    parsed = {pf.file.source_file: pf for pf in (load_or_parse(f, cache) for f in list_landing(raw))}
+    assert parsed["clusterA/metrics.prom"].days == [date(2024, 1, 1)]
+    assert parsed["clusterB/metrics.prom"].days == [date(2024, 1, 2)]
+    for d, cluster in ((date(2024, 1, 1), "clusterA"), (date(2024, 1, 2), "clusterB")):
+        out = day(raw, cache, d)
+        log = out.ingest_log.row(0, named=True)
+        assert out.ingest_log.height == 1 and log["source_file"] == f"{cluster}/metrics.prom"
+        assert (log["rows_accepted"], log["rows_duplicate"]) == (2, 0)
+        assert out.gpu_samples["timestamp"].dt.date().unique().to_list() == [d]
+
+
+def test_a_scrape_landed_again_under_its_name_is_filed_at_its_new_time(tmp_path):
+    raw, cache = tmp_path / "raw", tmp_path / "cache"
+    text = _untimed_scrape(("GPU-a",))
+    _landed(raw, "node1/metrics.prom", text, datetime(2024, 1, 1, 12, tzinfo=UTC))
+    assert day(raw, cache).gpu_samples.height == 1
+    _landed(raw, "node1/metrics.prom", text, datetime(2024, 1, 2, 12, tzinfo=UTC))
+    (pf,) = [load_or_parse(f, cache) for f in list_landing(raw)]
+    assert pf.days == [date(2024, 1, 2)]
+    out = day(raw, cache, date(2024, 1, 2))
+    assert out.gpu_samples["timestamp"].to_list() == [datetime(2024, 1, 2, 12, tzinfo=UTC)]
+
+
+def test_identical_bus_id_logs_in_two_folders_stay_two_gpus_through_the_cache(tmp_path):
+    raw, cache = tmp_path / "raw", tmp_path / "cache"
+    text = "timestamp, pci.bus_id, utilization.gpu [%]\n" + "".join(
+        f"{_stamp(T + 60 * i)}, 0000:3b:00.0, 5 %\n" for i in range(3)
+    )
+    for folder in ("a", "b"):
+        _landed(raw, f"{folder}/log.csv", text, datetime(2024, 1, 1, 12, tzinfo=UTC))
+    out = day(raw, cache)
+    assert out.gpu_samples["gpu_uuid"].n_unique() == 2
+    assert out.gpu_samples.group_by("cluster").len().sort("cluster").rows() == [("a", 3), ("b", 3)]
+    assert out.ingest_log["rows_duplicate"].to_list() == [0, 0]

@@ -274,10 +274,15 @@ TMP_PREFIX = ".tmp-"
 
 
 def _cache_key(lf: LandingFile, opts: ParseOptions) -> str:
-    # everything that changes what a parse yields: the parser, the content, the name (it may
-    # carry the sample time) and the options (CSV time zone, size limit)
+    # everything that changes what a parse yields: the parser, the content, the path in the
+    # landing zone (its name may carry the sample time; a GPU known by its bus id alone is told
+    # apart by the file it is in), the modification time (a scrape without any time is filed at
+    # it, and so are its timeless records), the options (CSV time zone, size limit) and a
+    # headerless CSV's header. Identical bytes in two folders, or landed again later, are two
+    # parses: served one another's, a second idle host's scrape was filed at the first one's
+    # time and counted as its duplicates (issue 34's adversarial review)
     return hashlib.sha256(
-        f"{PARSER_VERSION}\0{lf.sha256}\0{Path(lf.source_file).name}\0{opts.csv_timezone}"
+        f"{PARSER_VERSION}\0{lf.sha256}\0{lf.source_file}\0{lf.mtime!r}\0{opts.csv_timezone}"
         f"\0{opts.max_file_bytes}\0{lf.header or ''}".encode()
     ).hexdigest()[:32]
 
