@@ -501,7 +501,8 @@ def _untimed_scrape(uuids: tuple[str, ...]) -> str:
     """One scrape of idle GPUs, saved with no time anywhere (curl > file): what two idle hosts
     write byte for byte alike."""
     return "".join(
-        f'DCGM_FI_DEV_GPU_UTIL{{gpu="{i}",UUID="{u}",Hostname="h"}} 0\n' for i, u in enumerate(uuids)
+        f'DCGM_FI_DEV_GPU_UTIL{{gpu="{i}",UUID="{u}",Hostname="h"}} 0\n'
+        for i, u in enumerate(uuids)
     )
 
 
@@ -517,7 +518,9 @@ def test_identical_untimed_scrapes_in_two_folders_are_filed_at_their_own_times(t
     text = _untimed_scrape(("GPU-a", "GPU-b"))
     _landed(raw, "clusterA/metrics.prom", text, datetime(2024, 1, 1, 12, tzinfo=UTC))
     _landed(raw, "clusterB/metrics.prom", text, datetime(2024, 1, 2, 12, tzinfo=UTC))
-    parsed = {pf.file.source_file: pf for pf in (load_or_parse(f, cache) for f in list_landing(raw))}
+    parsed = {
+        pf.file.source_file: pf for pf in (load_or_parse(f, cache) for f in list_landing(raw))
+    }
     assert parsed["clusterA/metrics.prom"].days == [date(2024, 1, 1)]
     assert parsed["clusterB/metrics.prom"].days == [date(2024, 1, 2)]
     for d, cluster in ((date(2024, 1, 1), "clusterA"), (date(2024, 1, 2), "clusterB")):
