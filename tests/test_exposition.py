@@ -139,6 +139,34 @@ def test_garbage_and_bad_values_quarantined_with_reasons():
     assert p.quarantine.filter(pl.col("line") == 2)["raw"].item() == "this is not exposition"
 
 
+@pytest.mark.parametrize("timed", [True, False], ids=["timed", "untimed"])
+def test_a_sample_cut_before_its_closing_brace_is_quarantined_not_skipped(timed):
+    """A logger that wrapped a line before its `}`: the head is malformed, and so are the lines
+    that start with `}` (one with the value, one alone), not blank lines. Blank and comment
+    lines stay skipped."""
+    ts = " 1709294400000" if timed else ""
+    head, tail = f"DCGM_FI_DEV_GPU_UTIL{L} 50{ts}".split("}", 1)
+    text = "\n".join(
+        [
+            "# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).",
+            f"DCGM_FI_DEV_POWER_USAGE{L} 300{ts}",
+            head,
+            "}" + tail,
+            "}",
+            "",
+            f"DCGM_FI_DEV_GPU_UTIL{L} 60{ts}",
+            "",
+        ]
+    )
+    p = parse_exposition(text, None if timed else FILE_TIME)
+    assert p.lines_total == 7  # the last "" ends line 7
+    assert p.samples.sort("column")["value"].to_list() == [60.0, 300.0]  # gpu_util, power
+    assert p.quarantine.sort("line")["line"].to_list() == [3, 4, 5]
+    assert p.quarantine["reason"].str.starts_with("malformed exposition line").all()
+    assert p.quarantine.sort("line")["raw"].to_list()[1:] == ["}" + tail, "}"]
+    assert p.lines_skipped == 2  # the comment and the empty line
+
+
 def test_old_metric_names_and_lowercase_labels():
     text = (
         'dcgm_gpu_utilization{gpu="0",uuid="GPU-1",hostname="h",exported_namespace="team",namespace="monitoring"}'

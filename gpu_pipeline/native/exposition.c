@@ -26,7 +26,7 @@
 
 /* the interface's version: gpu_pipeline/native/__init__.py loads only a library that says this
  * (one built from an older exposition.c is not used, the parse takes its Polars path) */
-#define EXPO_VERSION 2
+#define EXPO_VERSION 3
 int expo_version(void) { return EXPO_VERSION; }
 
 #define NONE UINT32_MAX
@@ -304,8 +304,8 @@ static void *scan_part(void *arg) {
                 code = table_code(&t->table, line, s_len, hash_bytes(line, s_len, &bits));
             if (code == NONE) { t->failed = 1; return NULL; }
             last = code;
-        } else {
-            f |= NO_SERIES;
+        } else if (!brace) {
+            f |= NO_SERIES;  /* an empty line; one that starts with `}` is malformed, no blank */
         }
         double value = 0.0;
         int64_t ts = 0;

@@ -390,7 +390,9 @@ def _scan_csv(source: bytes | Path, text: bool) -> tuple[pl.DataFrame, pl.Series
             .select(
                 pl.col("line").cast(pl.Int64),
                 "s",
-                pl.col("s").is_null().alias("_no_series"),
+                # an empty line, or a lone `}` (read the same: `_blank_lines` tells them
+                # apart); a line with a rest after its `}` is the end of a sample cut in two
+                (pl.col("s").is_null() & pl.col("rest").is_null()).alias("_no_series"),
                 pl.col("rest").str.splitn(" ", 3).alias("_vt"),
             )
             .unnest("_vt")
@@ -714,6 +716,22 @@ def parse(text: str | bytes | Path, ctx: Context, keyed: bool = False) -> Parsed
     return out
 
 
+def _blank_lines(
+    d: pl.DataFrame, distinct: pl.Series, data
+) -> tuple[pl.DataFrame, pl.Series]:
+    """The CSV pass's lines without a series or a rest (`_no_series`) kept as blank only when
+    their text is: a lone `}` reads the same, and is malformed (read the slow way,
+    quarantined). Their text is read again only when the file has such lines."""
+    maybe = d.filter(pl.col("_no_series")).get_column("line")
+    if not maybe.len():
+        return d, distinct
+    written = _lines_numbered(data(), maybe).filter(pl.col("raw") != "").get_column("line")
+    if not written.len():
+        return d, distinct
+    not_blank = pl.col("line").is_in(written.implode())
+    return d.with_columns((pl.col("_no_series") & ~not_blank).alias("_no_series")), distinct
+
+
 def _parse_fast(
     source: bytes | Path, ctx: Context, data, text: bool, keyed: bool = False
 ) -> ParsedLines | None | bool:
@@ -723,7 +741,7 @@ def _parse_fast(
     if tokens is None:
         if (scanned := _scan_csv(source, text)) is None:
             return False
-        d, distinct = scanned
+        d, distinct = _blank_lines(*scanned, data)
     else:
         distinct = tokens[1]
     series, attr_cols = _series_table(pl.DataFrame({"s": distinct}), ctx.source_file)
@@ -826,8 +844,8 @@ def _mark_skipped(
     odd = pl.Series(np.flatnonzero(odd.to_numpy()), dtype=pl.UInt32)
     code = pl.col("_code")
     skip = pl.col("_no_series")
-    if comments.len():
-        skip = skip | code.is_in(comments.implode())
+    if comments.len():  # a line without a series (no code) is not a comment
+        skip = skip | code.is_in(comments.implode()).fill_null(False)
     lead = pl.col("_lead")
     if odd.len():
         lead = lead & ~code.is_in(odd.implode())
@@ -856,7 +874,8 @@ def _route(d: pl.DataFrame) -> pl.Series:
     """Each line's way: 0 skipped, 1 the fast path (numbers read, series known), 2 the slow
     path (one regex per line)."""
     fast_ok = (
-        pl.col("_lead")
+        pl.col("_code").is_not_null()  # a line that starts with `}` has a value but no series
+        & pl.col("_lead")
         & pl.col("value").is_not_null()
         & (~pl.col("_has_ts") | pl.col("ts_ms").is_not_null())
     ).fill_null(False)
