@@ -716,9 +716,7 @@ def parse(text: str | bytes | Path, ctx: Context, keyed: bool = False) -> Parsed
     return out
 
 
-def _blank_lines(
-    d: pl.DataFrame, distinct: pl.Series, data
-) -> tuple[pl.DataFrame, pl.Series]:
+def _blank_lines(d: pl.DataFrame, distinct: pl.Series, data) -> tuple[pl.DataFrame, pl.Series]:
     """The CSV pass's lines without a series or a rest (`_no_series`) kept as blank only when
     their text is: a lone `}` reads the same, and is malformed (read the slow way,
     quarantined). Their text is read again only when the file has such lines."""
