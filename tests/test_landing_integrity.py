@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from datetime import date
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import polars as pl
@@ -385,6 +385,31 @@ def test_a_file_parsed_in_pieces_is_the_file_parsed_whole(tmp_path):
     csv.parent.mkdir()
     csv.write_text("\n".join(rows) + "\n")
     assert _pieces_equal_whole(csv, 4096) > 5
+
+
+def test_a_file_in_pieces_decides_its_times_once(tmp_path):
+    """A timed dump with plain scrapes (no timestamps) appended: in pieces, the last piece is
+    mostly untimed, yet its lines are quarantined as in the file parsed whole (`curl` lines in
+    a timed file are not filed at the modification time), not filed on that day."""
+    lines = []
+    for m in range(400):
+        lines += expo_lines("GPU-aa", "NVIDIA A10G", "n1", "team", D, [m], 50 + m % 40, 150)
+    labels = '{gpu="0",UUID="GPU-aa",modelName="NVIDIA A10G",Hostname="n1"}'
+    lines += [f"DCGM_FI_DEV_GPU_UTIL{labels} 5"] * 30  # three plain scrapes, no times
+    path = tmp_path / "e" / "dump.prom"
+    path.parent.mkdir()
+    path.write_text("\n".join(lines) + "\n")
+    mtime = datetime(2024, 1, 3, 12, tzinfo=UTC).timestamp()
+    os.utime(path, (mtime, mtime))
+    assert _pieces_equal_whole(path, 4096) > 5
+    from gpu_pipeline.lib.ingest.landing import PieceParse, merge_pieces
+
+    (lf,) = list_landing(path.parent)
+    _, merged = merge_pieces(list(PieceParse(lf, piece_bytes=4096)))
+    assert merged.samples.height == 800 and merged.time_basis == "sample"
+    assert merged.quarantine.height == 30
+    assert merged.quarantine["reason"].str.contains("no timestamp on this line").all()
+    assert merged.records_by_day == {D: 800, None: 30}  # none filed on the 3rd
 
 
 def test_a_large_files_parse_peaks_within_the_budget(tmp_path):

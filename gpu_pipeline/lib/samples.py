@@ -126,6 +126,9 @@ class ParsedLines:
     bytes_read: int | None = None
     # when set, `samples` are keyed (`KEYED_SCHEMA`) and this is their series (`SERIES_SCHEMA`)
     series: pl.DataFrame | None = None
+    # the exposition parser's decision for the file: its timestamps' unit and whether its
+    # samples carry their own times (`Context.times` hands it to the file's later pieces)
+    times: tuple | None = None
 
     def unkeyed(self) -> ParsedLines:
         """These lines with their samples in the long form (`LONG_SCHEMA`)."""

@@ -915,11 +915,13 @@ class PieceParse:
         prefix = _header_prefix(fmt, first)
         n_prefix = prefix.count(b"\n")
         offset = 0
+        times = None  # the first piece's decision on the file's times, for the later ones
         try:
             rest = [second] if second is not None else []
             for i, piece in enumerate(itertools.chain([first], rest, pieces)):
                 data = piece if i == 0 else prefix + piece
-                got, out = _parse_text(self.lf, data, self.opts, fmt, self.keyed)
+                got, out = _parse_text(self.lf, data, self.opts, fmt, self.keyed, times=times)
+                times = times or out.times
                 if out.rejected_whole:  # this piece's parser gave up: the file as a whole
                     self._reject(got, out)
                     return
@@ -1044,10 +1046,12 @@ def _parse_text(
     fmt: str | None = None,
     keyed: bool = False,
     plain: bool = False,
+    times: tuple | None = None,
 ) -> tuple[str, ParsedLines]:
     """Parse text (UTF-8 bytes) of `lf` in format `fmt`, detected from it when None (`keyed`:
     exposition samples may come keyed by series, `ParsedLines.series`; `plain`: `data` is known
-    to be plain text, no NUL and ASCII only)."""
+    to be plain text, no NUL and ASCII only; `times`: a later piece's, as the file's first piece
+    decided them, `Context.times`)."""
     clean, bad = (data, []) if plain else _bad_lines(data)
     fmt = fmt or detect_format(clean, lf.source_file)
     if bad and (fmt not in LINE_FORMATS or len(bad) * 2 > clean.count(b"\n") + 1):
@@ -1081,6 +1085,7 @@ def _parse_text(
         file_time_basis="file_name" if named else "file_mtime",
         csv_timezone=opts.csv_timezone,
         csv_header=lf.header,
+        times=times,
     )
     try:
         expo = fmt == "dcgm_exposition"
@@ -1107,6 +1112,7 @@ def _parse_text(
         out.fields,
         out.rejected_whole,
         series=out.series,
+        times=out.times,
     )
 
 

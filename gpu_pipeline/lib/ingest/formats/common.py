@@ -82,6 +82,10 @@ class Context:
     csv_header: str | None = None
     earliest_ms: int = EARLIEST_MS
     latest_ms: int | None = None  # None: now + FUTURE_TOLERANCE_MS
+    # a file parsed a piece at a time (over 64 MiB): its timestamps' unit and whether its
+    # samples carry their own times, as its first piece decided them (`ParsedLines.times`),
+    # so they are decided once for the file, not once a piece
+    times: tuple | None = None
 
     def time_window(self) -> tuple[int, int]:
         """[earliest, latest] plausible sample time, epoch ms."""

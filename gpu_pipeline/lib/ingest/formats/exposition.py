@@ -199,6 +199,10 @@ class TimeUnits:
         )
 
 
+# the usual file's times: integer milliseconds on every sample (`_clean_tokens` reads only these)
+_TIMED_MS = (TimeUnits(), True)
+
+
 def _ts_ms(ts_s: pl.Expr, units: TimeUnits, file_ms: int | None, use_file: pl.Expr) -> pl.Expr:
     """The sample's own time; none: the file's (when `use_file`), else null."""
     return (
@@ -227,14 +231,10 @@ UNTIMED_IN_TIMED = (
 )
 
 
-def _regex_candidates(
-    lines: pl.DataFrame, ctx: Context, units: TimeUnits | None = None, timed: bool | None = None
-) -> tuple[pl.DataFrame, int]:
-    """The slow path: one regex per line (for the lines the fast path could not vouch for);
-    also the number of lines of other series than GPU telemetry (skipped, not candidates).
-
-    `units`/`timed`: the file's timestamp units and whether its samples carry their own time
-    (decided on the whole file by the caller; found here when the whole file goes this way)."""
+def _line_parts(lines: pl.DataFrame) -> tuple[pl.DataFrame, pl.Expr, pl.Expr]:
+    """Each line's metric, labels, value and timestamp as written (one regex a line), and
+    which lines are not samples at all (`malformed`) and which are other series than GPU
+    telemetry (`other`)."""
     g = lines.with_columns(pl.col("raw").str.extract_groups(LINE_RX).alias("g")).unnest("g")
     g = g.rename({"1": "metric", "2": "labels", "3": "rest"})
     vt = pl.col("rest").str.extract_groups(VALUE_TS_RX)
@@ -245,13 +245,31 @@ def _regex_candidates(
     )
     # a sample of another series than GPU telemetry: skipped, not a candidate
     other = ~malformed & ~_gpu_metric(pl.col("metric"))
+    return g, malformed, other
+
+
+def _times_of(ok: pl.DataFrame) -> tuple[TimeUnits, bool]:
+    """The timestamps' unit and whether the samples carry their own times, of the sample lines
+    `ok` (their `value_s` and `ts_s` as written)."""
+    ts = ok.get_column("ts_s")
+    return TimeUnits.of(ts), TimeUnits.timed(ok.get_column("value_s"), ts)
+
+
+def _regex_candidates(
+    lines: pl.DataFrame, ctx: Context, units: TimeUnits | None = None, timed: bool | None = None
+) -> tuple[pl.DataFrame, int, tuple[TimeUnits, bool]]:
+    """The slow path: one regex per line (for the lines the fast path could not vouch for);
+    also the number of lines of other series than GPU telemetry (skipped, not candidates), and
+    the `units`/`timed` used.
+
+    `units`/`timed`: the file's timestamp units and whether its samples carry their own time
+    (decided on the whole file by the caller; found here when the whole file goes this way)."""
+    g, malformed, other = _line_parts(lines)
     n_other = int(g.select(other.sum()).item())
     if n_other:
         g = g.filter(~other)
     if units is None or timed is None:
-        ok = g.filter(~g.select(malformed).to_series())
-        units = TimeUnits.of(ok.get_column("ts_s"))
-        timed = TimeUnits.timed(ok.get_column("value_s"), ok.get_column("ts_s"))
+        units, timed = _times_of(g.filter(~g.select(malformed).to_series()))
     file_ms = None if ctx.file_time is None else int(ctx.file_time.timestamp() * 1000)
     g = g.with_columns(
         pl.col("value_s").cast(pl.Float64, strict=False).alias("value"),
@@ -273,7 +291,7 @@ def _regex_candidates(
     attrs = normalize_series(
         _label_attrs(g.get_column("labels").drop_nulls().unique()), ctx.source_file
     )
-    return candidates(g.join(attrs, on="labels", how="left")), n_other
+    return candidates(g.join(attrs, on="labels", how="left")), n_other, (units, timed)
 
 
 # more values or timestamps than this (plus a tenth of the lines) that the native tokenizer
@@ -641,6 +659,8 @@ def _clean_tokens(
     # median of the times gives milliseconds (`TimeUnits.of_scan`), the times are as written
     if not n or not len(distinct) or TimeUnits.from_medians(lo, None) != TimeUnits():
         return None
+    if ctx.times not in (None, _TIMED_MS):  # an earlier piece of the file decided otherwise
+        return None
     if TimeUnits.from_medians(hi, None) != TimeUnits():
         return None
     other, odd, fields = _series_kinds(distinct, series)
@@ -684,6 +704,7 @@ def _clean_tokens(
         records_by_day(g, lo, hi),
         fields=fields,
         series=table,
+        times=_TIMED_MS,
     )
 
 
@@ -705,12 +726,18 @@ def parse(text: str | bytes | Path, ctx: Context, keyed: bool = False) -> Parsed
         return parsed
     lines = _read_lines(data())
     body = lines.filter(~pl.col("raw").str.contains(r"^[ \t]*(#|$)"))
-    g, other = _regex_candidates(body, ctx)
+    g, other, times = _regex_candidates(body, ctx, *(ctx.times or (None, None)))
     untimed = g.filter(pl.col("pre_reason").is_null() & pl.col("ts_s").is_null()).height
     basis = ctx.file_time_basis if ctx.file_time is not None and untimed else "sample"
     samples, quarantine, records = finalize(g, normalized=True, window=ctx.time_window())
     out = ParsedLines(
-        samples, quarantine, lines.height, lines.height - body.height + other, basis, records
+        samples,
+        quarantine,
+        lines.height,
+        lines.height - body.height + other,
+        basis,
+        records,
+        times=times,
     )
     out.fields = sorted(set(g.get_column("column").drop_nulls().unique().to_list()))
     return out
@@ -728,6 +755,15 @@ def _blank_lines(d: pl.DataFrame, distinct: pl.Series, data) -> tuple[pl.DataFra
         return d, distinct
     not_blank = pl.col("line").is_in(written.implode())
     return d.with_columns((pl.col("_no_series") & ~not_blank).alias("_no_series")), distinct
+
+
+def _file_times(d: pl.DataFrame, ctx: Context) -> tuple[TimeUnits, bool, bool]:
+    """Timestamp units, and whether the samples carry their own time, are decided once per file
+    (`TimeUnits.of_scan`), by its first piece for a file parsed in pieces (`ctx.times`)."""
+    units, timed, odd_ts = TimeUnits.of_scan(d, pl.col("_skip"))
+    if ctx.times is not None:
+        units, timed = ctx.times
+    return units, timed, odd_ts
 
 
 def _parse_fast(
@@ -749,8 +785,7 @@ def _parse_fast(
         d, _ = _token_frame(*tokens)
         del tokens
     d, fields = _mark_skipped(d, distinct, series)
-    # timestamp units, and whether the samples carry their own time, are decided once per file
-    units, timed, odd_ts = TimeUnits.of_scan(d, pl.col("_skip"))
+    units, timed, odd_ts = _file_times(d, ctx)
     if odd_ts and not text:
         return None
     d = _resolve_times(d, ctx, units, timed, odd_ts)
@@ -781,6 +816,7 @@ def _parse_fast(
                 records_by_day(fast, *window),
                 fields=fields,
                 series=clean[1],
+                times=(units, timed),
             )
     frames = [_fast_candidates(fast, series, [*extra, "column", "_lo", "_hi", *attr_cols], timed)]
     if bool((path == 2).any()):
@@ -806,7 +842,9 @@ def _parse_fast(
         )
     )
     basis = ctx.file_time_basis if untimed else "sample"
-    return ParsedLines(samples, quarantine, d.height, skipped, basis, records, fields=fields)
+    return ParsedLines(
+        samples, quarantine, d.height, skipped, basis, records, fields=fields, times=(units, timed)
+    )
 
 
 def _series_kinds(
@@ -912,7 +950,7 @@ def _slow_candidates(
     lines: pl.DataFrame, ctx: Context, units: TimeUnits, timed: bool
 ) -> tuple[pl.DataFrame, int]:
     """`_regex_candidates` with the file's `units` and `timed`, and their fields' valid ranges."""
-    g, n_other = _regex_candidates(lines, ctx, units, timed)
+    g, n_other, _ = _regex_candidates(lines, ctx, units, timed)
     return g.with_columns(value_bounds()), n_other
 
 
