@@ -350,3 +350,56 @@ def test_minute_runs_have_their_schema_whatever_types_the_keys_come_with():
     runs = minute_runs(m.lazy()).collect()
     assert runs.schema == pl.Schema(RUNS_SCHEMA)
     assert runs.select("cluster", "_minutes", "_active").row(0) == ("c1", 1, 1)
+
+
+def _full_mig_gpu(price: float | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """An A100 whose instances hold all 7 slices (4g + 3g), one sample a minute for an hour, and
+    the price book (its A100 row at `price` when given): (priced_waste, gpu_minutes)."""
+    from gpu_pipeline.lib.reference import load_catalog, load_prices
+    from gpu_pipeline.lib.schemas import GPU_SAMPLES_SCHEMA
+    from gpu_pipeline.lib.staging.gpu_minutes import gpu_minutes
+
+    t0 = datetime(2024, 1, 1, 9, tzinfo=UTC)
+    rows = []
+    for i in range(60):
+        base = {"date": date(2024, 1, 1), "timestamp": t0 + timedelta(minutes=i)}
+        base |= {"gpu_uuid": "GPU-full", "cluster": "c0", "gpu_model": "A100-SXM4-40GB"}
+        base |= {"hostname": "h", "source_file": "f"}
+        rows.append(base | {"gpu_instance_id": None, "power_w": 250.0})
+        for gi, profile, ns, act in ((1, "4g.20gb", "a", 0.8), (2, "3g.20gb", "b", 0.3)):
+            inst = {"gpu_instance_id": gi, "gpu_instance_profile": profile, "namespace": ns}
+            rows.append(base | inst | {"prof_gr_engine_active": act})
+    samples = conform(pl.DataFrame(rows, infer_schema_length=None), GPU_SAMPLES_SCHEMA)
+    prices = load_prices()
+    if price is not None:
+        prices = prices.with_columns(
+            pl.when(pl.col("gpu_model").str.contains("A100"))
+            .then(pl.lit(price))
+            .otherwise(pl.col(c))
+            .alias(c)
+            for c in prices.columns
+            if c.endswith("usd_per_hour") or c.startswith("price")
+        )
+    minutes = gpu_minutes(samples.lazy(), load_catalog(), prices).collect()
+    return priced_waste(minute_runs(minutes.lazy())).collect(), minutes
+
+
+@pytest.mark.parametrize("price", [None, 0.0], ids=["priced", "price_0"])
+def test_a_day_with_nothing_to_divide_by_has_null_ratios_and_passes_its_contract(price):
+    """The free slices of a fully allocated MIG GPU have 0 GPU-hours, and a price of $0 (owned
+    hardware) costs $0: their waste fraction and hourly waste are null, not NaN, which failed
+    the day's contract (adversarial review)."""
+    from gpu_pipeline.lib.schemas import validate
+
+    waste, _ = _full_mig_gpu(price)
+    validate("priced_waste", waste)  # raised ContractError: waste_frac NaN
+    free = waste.filter(pl.col("namespace").is_null()).row(0, named=True)
+    assert free["gpu_hours"] == 0 and free["waste_frac"] is None
+    assert free["hourly_waste_usd"] is None
+    teams = waste.filter(pl.col("namespace").is_not_null())
+    assert teams["gpu_hours"].round(9).to_list() == [round(4 / 7, 9), round(3 / 7, 9)]
+    assert not any(waste.select(pl.col(pl.Float64).is_nan().any()).row(0))
+    if price == 0.0:
+        assert teams["cost_usd"].to_list() == [0.0, 0.0]
+        assert teams["waste_frac"].to_list() == [None, None]
+        assert teams["hourly_waste_usd"].to_list() == [0.0, 0.0]

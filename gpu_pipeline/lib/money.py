@@ -152,8 +152,10 @@ def priced_rates(groups: pl.LazyFrame) -> pl.LazyFrame:
             ).alias("total_waste_usd")
         )
         .with_columns(
-            (pl.col("total_waste_usd") / pl.col("cost_usd")).alias("waste_frac"),
-            (pl.col("total_waste_usd") / pl.col("gpu_hours")).alias("hourly_waste_usd"),
+            # null, not NaN, where there is nothing to divide by: a price of $0 (owned
+            # hardware), the free slices of a MIG GPU whose slices are all allocated (0 GPU-hours)
+            ratio("total_waste_usd", "cost_usd").alias("waste_frac"),
+            ratio("total_waste_usd", "gpu_hours").alias("hourly_waste_usd"),
         )
         .with_columns(
             cents(pl.col("hourly_waste_usd") * HOURS_PER_MONTH).alias("monthly_waste_usd"),

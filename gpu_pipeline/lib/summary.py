@@ -38,6 +38,7 @@ from gpu_pipeline.lib.io.lake import Lake
 from gpu_pipeline.lib.marts.priced_waste import priced_total
 from gpu_pipeline.lib.marts.workload_efficiency import top_workloads
 from gpu_pipeline.lib.rules import EFFICIENCY_CLASSES, HOURS_PER_MONTH, PHASES
+from gpu_pipeline.lib.samples import ratio
 
 
 def _days(start: date, end: date) -> list[date]:
@@ -113,9 +114,7 @@ def fleet_summary(lake: Lake, start: date, end: date) -> dict:
         .group_by("namespace", "gpu_model")
         .agg(pl.col("gpu_hours").sum(), *_priced_sums())
         .with_columns(
-            (pl.col("total_waste_usd") / pl.col("gpu_hours") * HOURS_PER_MONTH).alias(
-                "monthly_waste_per_gpu"
-            )
+            ratio("total_waste_usd", "gpu_hours", HOURS_PER_MONTH).alias("monthly_waste_per_gpu")
         )
         .sort("total_waste_usd", descending=True, nulls_last=True)
         .head(5)

@@ -188,9 +188,7 @@ def top_workloads(rows: pl.LazyFrame, n: int = 10) -> pl.DataFrame:
             pl.col("main_diagnosis", "top_action").sort_by(worst, "date").last(),
         )
         .with_columns(
-            (pl.col("total_waste_usd") / pl.col("gpu_hours") * HOURS_PER_MONTH).alias(
-                "monthly_waste_per_gpu"
-            )
+            ratio("total_waste_usd", "gpu_hours", HOURS_PER_MONTH).alias("monthly_waste_per_gpu")
         )
         .sort(
             "total_waste_usd",
