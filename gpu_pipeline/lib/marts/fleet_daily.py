@@ -36,10 +36,13 @@ def fleet_daily(runs: pl.LazyFrame) -> pl.LazyFrame:
     """
     counts = ["_minutes", "_active", "_c_bottlenecked", *[f"_n_{p}" for p in PHASES]]
     sums = [f"_sum_{c}" for c in FLEET_MEANS] + [f"_n_{c}" for c in FLEET_MEANS]
+    # the physical rows' sums, grouped with the instances' and dropped after: a filter ahead of
+    # the group-by let its float sums change in the last bit from one collect to the next
+    # (Polars 2.1: 44 of 100 collects of the same runs), so re-runs wrote other bytes
     per_gpu = (
-        runs.filter(PHYSICAL)
-        .group_by("date", "gpu_uuid")
+        runs.group_by("date", "gpu_uuid", PHYSICAL.alias("_physical"))
         .agg(pl.col(*counts, *sums).sum())
+        .filter(pl.col("_physical"))
         .sort("date", "gpu_uuid")
     )
     minutes = pl.col("observed_gpu_minutes")
