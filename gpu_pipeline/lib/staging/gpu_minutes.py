@@ -437,7 +437,9 @@ def _metric_stages(
     mig_instance = pl.col("gpu_instance_id").is_not_null()
     row_note = pl.concat_str(
         pl.when(mig_instance).then(
-            pl.lit("MIG instance: power and PIF are the physical GPU's; cost by slice share")
+            pl.lit(
+                "MIG instance: power and PIF only on the physical GPU's row; cost by slice share"
+            )
         ),
         pl.when(pl.col("max_power_w").is_null()).then(
             pl.lit("no max power (catalog or power limit)")
