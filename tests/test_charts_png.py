@@ -30,3 +30,15 @@ def test_a_chart_is_drawn_once_to_the_same_png(monkeypatch):
     png = charts._png(_figure())
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and png == buf.getvalue()
     assert len(draws) == 1
+
+
+def test_a_label_with_dollar_signs_is_text_not_a_formula():
+    """A namespace (or model, host) written `team-$\\x$` failed the day's report: matplotlib
+    parsed it as mathtext (adversarial review). It is drawn as the text it is."""
+    import polars as pl
+
+    from gpu_pipeline.lib.money import MONEY
+
+    row = {c: 1.0 for c in MONEY} | {"namespace": "team-$\\x$"}
+    chart = charts.waste(pl.DataFrame([row, row | {"namespace": "a $b$ c"}]))
+    assert chart.png[:8] == b"\x89PNG\r\n\x1a\n"

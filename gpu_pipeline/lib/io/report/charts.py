@@ -34,6 +34,9 @@ def pyplot():
     import matplotlib
 
     matplotlib.use("Agg")  # no display needed
+    # labels are the data's text (namespaces, models, hosts): `$...$` in one is not a formula,
+    # and its mathtext parse error failed the day's report (adversarial review)
+    matplotlib.rcParams["text.parse_math"] = False
     # a chart of a day where nothing was measured has no series to put in its legend: fine
     warnings.filterwarnings("ignore", message="No artists with labels found", category=UserWarning)
     import matplotlib.pyplot as plt
