@@ -543,6 +543,13 @@ def cmd_sample(a: argparse.Namespace) -> int:
     return 0
 
 
+def _not_a_file(out: Path) -> str | None:
+    """Why `out` cannot be the file a command writes (a folder is there), or None."""
+    if out.is_dir():
+        return f"--out {out} is a folder: give the name of a file (in it, or elsewhere)"
+    return None
+
+
 def cmd_report(a: argparse.Namespace) -> int:
     s = _settings(a)
     from gpu_pipeline.lib.io.report import build_report
@@ -562,9 +569,13 @@ def cmd_report(a: argparse.Namespace) -> int:
         except FileNotFoundError as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
+    from gpu_pipeline.lib.io.lake import replace_file
+
     out = Path(a.out or settings.reports_dir(s.lake) / settings.report_name(a.date))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(rep.html)
+    if (why := _not_a_file(out)) is not None:
+        _say(f"error: {why}")
+        return 2
+    replace_file(out, lambda tmp: tmp.write_text(rep.html))
     _say(f"wrote {out} ({len(rep.charts)} charts)")
     return 0
 
@@ -590,6 +601,9 @@ def cmd_showback(a: argparse.Namespace) -> int:
     label = a.month.strftime("%Y-%m")
     name = f"showback_{label}.{a.format}"
     out = Path(a.out) if a.out else settings.reports_dir(s.lake) / name
+    if (why := _not_a_file(out)) is not None:
+        _say(f"error: {why}")
+        return 2
     try:
         df, about = write_showback(Lake(s.lake), a.month, a.format, out)
     except NoMonth as e:

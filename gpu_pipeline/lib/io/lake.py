@@ -88,6 +88,24 @@ def _remove_stray(folder: Path, pattern: str) -> None:
             pass  # another writer took care of it
 
 
+def replace_file(final: Path, write: Callable[[Path], None]) -> None:
+    """Write the local file `final` atomically: `write(tmp)` makes it beside `final` under a
+    fresh name, and it is renamed over `final`. A link at `final` is replaced, never followed
+    (a report or showback file linked to a file outside the lake overwrote that file:
+    adversarial review); if `write` fails, the previous version stays. Temporary files a killed
+    write left are removed once old (`STRAY_AFTER_S`)."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stray(final.parent, f".{final.name}.*.tmp")
+    tmp = final.with_name(f".{final.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        write(tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def partition_day(name: str) -> date | None:
     """The day a partition folder's name holds: exactly `date=YYYY-MM-DD`, a real day (not
     `date=2024-01-02.bak`, `date=20240102` or `date=2024-02-30`); None for any other name."""
@@ -156,25 +174,18 @@ class Lake:
         """Publish the file `write(path)` produces at `final` atomically: written beside it and
         renamed into place (local), or written to a local staging file and uploaded in one go
         (object store). If `write` fails, the previous version stays."""
-        if self.remote:
-            staging = self.cache_dir / "_upload"
-            staging.mkdir(parents=True, exist_ok=True)
-            _remove_stray(staging, "*.parquet")
-            tmp = staging / f"{uuid.uuid4().hex}.parquet"
-        else:
-            final.parent.mkdir(parents=True, exist_ok=True)
-            _remove_stray(final.parent, f".{DATA_FILE}.*.tmp")
-            tmp = final.with_name(f".{DATA_FILE}.{uuid.uuid4().hex}.tmp")
+        if not self.remote:
+            replace_file(final, write)
+            return
+        staging = self.cache_dir / "_upload"
+        staging.mkdir(parents=True, exist_ok=True)
+        _remove_stray(staging, "*.parquet")
+        tmp = staging / f"{uuid.uuid4().hex}.parquet"
         try:
             write(tmp)
-            if self.remote:
-                self.fs.create_dir(final.rsplit("/", 1)[0], recursive=True)
-                with open(tmp, "rb") as src, self.fs.open_output_stream(final) as dst:
-                    shutil.copyfileobj(src, dst, 8 << 20)
-            else:
-                with open(tmp, "rb") as f:
-                    os.fsync(f.fileno())
-                os.replace(tmp, final)
+            self.fs.create_dir(final.rsplit("/", 1)[0], recursive=True)
+            with open(tmp, "rb") as src, self.fs.open_output_stream(final) as dst:
+                shutil.copyfileobj(src, dst, 8 << 20)
         finally:
             tmp.unlink(missing_ok=True)
 

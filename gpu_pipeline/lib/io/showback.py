@@ -17,7 +17,7 @@ import polars as pl
 from gpu_pipeline.lib import money
 from gpu_pipeline.lib.columns import describe
 from gpu_pipeline.lib.display import NO_NAMESPACE
-from gpu_pipeline.lib.io.lake import Lake
+from gpu_pipeline.lib.io.lake import Lake, replace_file
 from gpu_pipeline.lib.marts.namespace_monthly import MONTH_FORMAT, month_days
 from gpu_pipeline.lib.money import cents
 
@@ -80,8 +80,26 @@ def coverage(lake: Lake, month: date, today: date | None = None) -> dict:
     }
 
 
+# a cell a spreadsheet would read as a formula (OWASP's "CSV injection"): the telemetry's labels
+# are other people's text, and a showback file is opened in a spreadsheet
+FORMULA_START = r"^[=+\-@\t\r]"
+
+
+def _as_text(df: pl.DataFrame) -> pl.DataFrame:
+    """The text columns with a cell that starts like a formula given a leading `'`, which a
+    spreadsheet shows as text (Kubernetes names never start so: only forged labels change)."""
+    text = [c for c, t in df.schema.items() if t == pl.String]
+    return df.with_columns(
+        pl.when(pl.col(c).str.contains(FORMULA_START))
+        .then(pl.lit("'") + pl.col(c))
+        .otherwise(pl.col(c))
+        .alias(c)
+        for c in text
+    )
+
+
 def write_csv(df: pl.DataFrame, out: Path) -> None:
-    df.write_csv(out)
+    _as_text(df).write_csv(out)
 
 
 def write_xlsx(df: pl.DataFrame, about: dict, out: Path) -> None:
@@ -89,7 +107,9 @@ def write_xlsx(df: pl.DataFrame, about: dict, out: Path) -> None:
     import xlsxwriter
 
     formats = {c: "#,##0.00" for c in (*MONEY, "gpu_hours", "energy_kwh")}
-    with xlsxwriter.Workbook(out) as wb:
+    # every string a string: XlsxWriter otherwise writes one that starts with `=` as a formula,
+    # which runs when the workbook is opened (adversarial review: a namespace label did)
+    with xlsxwriter.Workbook(out, {"strings_to_formulas": False, "strings_to_urls": False}) as wb:
         df.write_excel(
             wb,
             worksheet="showback",
@@ -120,9 +140,8 @@ def write_showback(lake: Lake, month: date, fmt: str, out: Path) -> tuple[pl.Dat
         raise ValueError(f"not a showback format: {fmt!r} (one of {', '.join(FORMATS)})")
     df = showback_table(lake, month)
     about = coverage(lake, month)
-    out.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "csv":
-        write_csv(df, out)
+        replace_file(out, lambda tmp: write_csv(df, tmp))
     else:
-        write_xlsx(df, about, out)
+        replace_file(out, lambda tmp: write_xlsx(df, about, tmp))
     return df, about
