@@ -539,3 +539,28 @@ def test_an_error_while_printing_results_is_one_error_not_a_traceback(tmp_path, 
         rc, out, err = sql(tmp_path, lake, "SELECT 'a'::INT", "--format", fmt)
         assert rc == 2 and out.startswith("error: Conversion Error"), out + err
         no_traceback(out, err)
+
+
+def test_results_are_written_column_by_column_or_refused_in_one_line():
+    """Two columns of one name are each its own in CSV and JSON (by name, both were the
+    first's); a geometry is its text; a value Polars cannot write (an infinite date) is one
+    error, not a panic (adversarial review)."""
+    import io
+    import json
+
+    from gpu_pipeline.lib.io.warehouse import SqlError, write_result
+
+    con = duckdb.connect()
+    q = "SELECT [1, 2] AS a, ['x'] AS a, INTERVAL 1 DAY AS i, INTERVAL 2 DAY AS i, 7 AS a"
+    out = io.StringIO()
+    write_result(con.sql(q), "json", out)
+    assert json.loads(out.getvalue()) == [
+        {"a": [1, 2], "a_1": ["x"], "i": "1 day", "i_1": "2 days", "a_2": 7}
+    ]
+    out = io.StringIO()
+    write_result(con.sql(q), "csv", out)
+    assert out.getvalue().splitlines() == ["a,a_1,i,i_1,a_2", '"[1,2]","[""x""]",1 day,2 days,7']
+    for q in ("SELECT 'infinity'::DATE AS d", "SELECT 'infinity'::TIMESTAMP AS t"):
+        for fmt in ("csv", "json"):
+            with pytest.raises(SqlError):  # one line, whichever the reader's error
+                write_result(con.sql(q), fmt, io.StringIO())

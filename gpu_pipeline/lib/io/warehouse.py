@@ -579,22 +579,26 @@ def run_queries(con: duckdb.DuckDBPyConnection, sql: str):
 
 NESTED_TYPES = {"list", "struct", "map", "array", "union", "variant"}
 # types Polars cannot take from Arrow or write as JSON: printed as DuckDB's text of them
-AS_TEXT_TYPES = {"interval", "blob", "bit", "bignum", "time with time zone"}
+AS_TEXT_TYPES = {"interval", "blob", "bit", "bignum", "time with time zone", "geometry"}
 BATCH_ROWS = 50_000
 
 
 def _printable(rel: duckdb.DuckDBPyRelation, nested_as_json: bool) -> duckdb.DuckDBPyRelation:
     """The relation with the columns Polars cannot write as text (and with `nested_as_json`,
     nested columns as JSON text, for CSV)."""
-    cols, changed = [], False
-    for c, t in zip(rel.columns, rel.types, strict=True):
+    names = _unique(rel.columns)
+    # columns by position: two of one name (`SELECT a.x, b.x`) are two columns, each its own
+    # (by name, both were the first: adversarial review)
+    changed = names != rel.columns
+    cols = []
+    for i, (c, t) in enumerate(zip(names, rel.types, strict=True), 1):
         q = '"' + c.replace('"', '""') + '"'
         if nested_as_json and t.id in NESTED_TYPES:
-            cols.append(duckdb.SQLExpression(f"to_json({q})::VARCHAR AS {q}"))
+            cols.append(duckdb.SQLExpression(f"to_json(#{i})::VARCHAR AS {q}"))
         elif t.id in AS_TEXT_TYPES:
-            cols.append(duckdb.SQLExpression(f"{q}::VARCHAR AS {q}"))
+            cols.append(duckdb.SQLExpression(f"#{i}::VARCHAR AS {q}"))
         else:
-            cols.append(duckdb.ColumnExpression(c))
+            cols.append(duckdb.SQLExpression(f"#{i} AS {q}"))
             continue
         changed = True
     return rel.select(*cols) if changed else rel
@@ -652,5 +656,13 @@ def write_result(rel: duckdb.DuckDBPyRelation, fmt: str, out) -> None:
         raise SqlError(error_text(e, context=False)) from None
     except BrokenPipeError:  # `sql … | head`: the reader has gone (the CLI exits quietly)
         raise
+    except pl.exceptions.PanicException as e:
+        # a value Polars cannot take or write as text (an infinite date): one line, not a
+        # panic's traceback (adversarial review)
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise SqlError(
+            f"this result cannot be written as {fmt} ({why}): cast the column to VARCHAR, or "
+            "use --format table"
+        ) from None
     except (OSError, pl.exceptions.PolarsError) as e:  # DuckDB's error through Arrow's reader
         raise SqlError(error_text(e, context=False)) from None
