@@ -544,9 +544,13 @@ def cmd_sample(a: argparse.Namespace) -> int:
 
 
 def _not_a_file(out: Path) -> str | None:
-    """Why `out` cannot be the file a command writes (a folder is there), or None."""
-    if out.is_dir():
-        return f"--out {out} is a folder: give the name of a file (in it, or elsewhere)"
+    """Why `out` cannot be the file a command writes (a folder is there, or a path the system
+    refuses to look at), or None."""
+    try:
+        if out.is_dir():
+            return f"--out {out} is a folder: give the name of a file (in it, or elsewhere)"
+    except OSError as e:  # a name over 255 bytes
+        return f"cannot write {out}: {e.strerror or e}"
     return None
 
 
@@ -575,7 +579,11 @@ def cmd_report(a: argparse.Namespace) -> int:
     if (why := _not_a_file(out)) is not None:
         _say(f"error: {why}")
         return 2
-    replace_file(out, lambda tmp: tmp.write_text(rep.html))
+    try:
+        replace_file(out, lambda tmp: tmp.write_text(rep.html))
+    except OSError as e:
+        _say(f"error: cannot write {out}: {e.strerror or e}")
+        return 2
     _say(f"wrote {out} ({len(rep.charts)} charts)")
     return 0
 
@@ -608,6 +616,9 @@ def cmd_showback(a: argparse.Namespace) -> int:
         df, about = write_showback(Lake(s.lake), a.month, a.format, out)
     except NoMonth as e:
         _say(f"error: {e}")
+        return 2
+    except OSError as e:
+        _say(f"error: cannot write {out}: {e.strerror or e}")
         return 2
     covered = f"{about['days_in_lake']} of {about['days_in_month']} days"
     to_date = ", month to date" if about["month_to_date"] else ""

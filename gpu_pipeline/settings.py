@@ -436,6 +436,8 @@ def parse(var: str, text: str, kind: type = str, name: str | None = None) -> obj
         return check.parse(text)
     except ValueError as e:
         raise SettingsError(problem(var, text, check, str(e), name)) from None
+    except OSError as e:  # a path the system cannot look at (a name over 255 bytes, no access)
+        raise SettingsError(problem(var, text, check, e.strerror or str(e), name)) from None
 
 
 @dataclass(frozen=True)

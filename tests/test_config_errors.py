@@ -430,3 +430,15 @@ def test_a_run_with_a_negative_price_fails_its_step_with_the_line(tmp_path):
         "(allowed: a finite number >= 0, USD per GPU-hour, or empty (no spot price))",
     ]
     assert Lake(tmp_path / "lake").days("gpu_minutes") == []
+
+
+@pytest.mark.parametrize(
+    "var", ["GPU_PIPELINE_LAKE", "GPU_PIPELINE_RAW", "GPU_PIPELINE_PRICES", "GPU_PIPELINE_CACHE"]
+)
+def test_a_path_the_system_refuses_to_look_at_is_one_line(tmp_path, var):
+    """A folder name over 255 bytes raised OSError out of the check (adversarial review)."""
+    value = str(tmp_path / ("a" * 300) / "x")
+    with pytest.raises(SettingsError) as e:
+        Settings.from_env({var: value})
+    assert len(e.value.lines) == 1 and "File name too long" in e.value.lines[0]
+    assert e.value.lines[0].startswith(f"{var}={value}:")
