@@ -554,3 +554,49 @@ def test_identical_bus_id_logs_in_two_folders_stay_two_gpus_through_the_cache(tm
     assert out.gpu_samples["gpu_uuid"].n_unique() == 2
     assert out.gpu_samples.group_by("cluster").len().sort("cluster").rows() == [("a", 3), ("b", 3)]
     assert out.ingest_log["rows_duplicate"].to_list() == [0, 0]
+
+
+# --- times that name their zone ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "stamp",
+    [
+        "2024-01-01T11:00:00.000+01:00",
+        "2024-01-01T05:00:00-05:00",
+        "2024-01-01T11:00:00.000+0100",
+        "2024-01-01 10:00:00.000 UTC",
+        "2024-01-01T10:00:00.000Z",
+    ],
+)
+@pytest.mark.parametrize("tz", ["UTC", "Europe/Berlin"])
+def test_a_csv_time_that_names_its_zone_is_that_instant_whatever_the_csv_zone(tmp_path, stamp, tz):
+    """ISO-8601 times with an offset were refused as not understood, and a `Z` time was read in
+    the CSV zone (adversarial review)."""
+    from gpu_pipeline.lib.ingest.landing import ParseOptions
+
+    text = f"timestamp, uuid, utilization.gpu [%]\n{stamp}, GPU-cc, 42 %\n"
+    p = tmp_path / "zoned.csv"
+    p.write_text(text)
+    lf = LandingFile(p, "zoned.csv", "0" * 64, p.stat().st_size, T)
+    _, out = parse_landing_file(lf, ParseOptions(csv_timezone=tz))
+    assert out.quarantine.height == 0
+    assert out.samples["timestamp"].to_list() == [datetime.fromtimestamp(T, UTC)]
+
+
+@pytest.mark.parametrize(
+    ("name", "utc"),
+    [
+        ("n_2024-01-01T11:00:00+01:00.prom", "2024-01-01T10:00"),
+        ("n_2024-01-01T05:00:00-05:00.prom", "2024-01-01T10:00"),
+        ("n_20240101T110000+0100.prom", "2024-01-01T10:00"),
+        ("n_2024-01-01T11-00-00+01-00.prom", "2024-01-01T10:00"),
+        ("n_2024-01-01T10:00:00Z.prom", "2024-01-01T10:00"),
+        ("n_2024-01-01_10-00-00.prom", "2024-01-01T10:00"),
+        ("n_2024-01-01_10-00-00-0001.prom", "2024-01-01T10:00"),  # a counter, not an offset
+    ],
+)
+def test_a_time_in_a_file_name_keeps_its_offset(name, utc):
+    from gpu_pipeline.lib.ingest.landing import time_from_name
+
+    assert time_from_name(name) == datetime.fromisoformat(utc).replace(tzinfo=UTC)

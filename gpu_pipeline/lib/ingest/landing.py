@@ -16,7 +16,7 @@ import zlib
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta, timezone
 from pathlib import Path
 
 import polars as pl
@@ -423,7 +423,10 @@ def _hash_new(entries: list[tuple], known: dict[str, str]) -> dict[Path, str | O
         )
 
 
-_ISO_TIME = re.compile(r"(\d{4})-?(\d{2})-?(\d{2})[T_ ](\d{2})[-:]?(\d{2})[-:]?(\d{2})(?:[.,]\d+)?")
+_ISO_TIME = re.compile(
+    r"(\d{4})-?(\d{2})-?(\d{2})[T_ ](\d{2})[-:]?(\d{2})[-:]?(\d{2})(?:[.,]\d+)?"
+    r"(?:Z|([+-])(\d{2})[:-]?(\d{2})(?!\d))?"
+)
 
 
 _EPOCH = re.compile(r"(?<!\d)(1\d{9}(?:\d{3})?)(?!\d)")
@@ -432,12 +435,25 @@ _EPOCH = re.compile(r"(?<!\d)(1\d{9}(?:\d{3})?)(?!\d)")
 _ISO_DAY = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
 
 
+def _name_zone(sign: str | None, hh: str | None, mm: str | None) -> timezone:
+    """The zone after a time in a file name: its offset (`+01:00`, `-0500`, `+01-00`) when it
+    is one a zone has (up to 14 h, in quarter hours), else UTC (`Z`, nothing, or digits that
+    are not an offset: a counter)."""
+    if sign is None or int(hh) > 14 or int(mm) not in (0, 15, 30, 45):
+        return UTC
+    offset = timedelta(hours=int(hh), minutes=int(mm))
+    return timezone(-offset if sign == "-" else offset)
+
+
 def time_from_name(name: str) -> datetime | None:
-    """A sample time written in a file name: ISO-8601 date-time (UTC) or epoch s/ms."""
+    """A sample time written in a file name: ISO-8601 date-time (UTC unless it names its
+    offset: an offset was dropped, filing a scrape hours off, adversarial review) or epoch
+    s/ms."""
     base = Path(name).name
     if m := _ISO_TIME.search(base):
         try:
-            return datetime(*map(int, m.groups()), tzinfo=UTC)
+            local = datetime(*map(int, m.groups()[:6]), tzinfo=_name_zone(*m.groups()[6:]))
+            return local.astimezone(UTC)
         except ValueError:
             pass
     if m := _EPOCH.search(base):

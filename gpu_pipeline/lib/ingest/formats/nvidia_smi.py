@@ -134,7 +134,8 @@ FIELD_KEYS = {n for names in HEADER_ALIASES.values() for n in names}
 
 # a time as the first cell of a headerless row: nvidia-smi's, ISO-8601, or epoch s / ms
 _TIME_CELL = re.compile(
-    r"^\s*(\d{4}[/-]\d{2}[/-]\d{2}[ T]\d{2}:\d{2}(:\d{2}(\.\d+)?)?Z?|1\d{9}(\.\d+)?|1\d{12}(\.\d+)?)\s*$"
+    r"^\s*(\d{4}[/-]\d{2}[/-]\d{2}[ T]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z| UTC|[+-]\d{2}:?\d{2})?"
+    r"|1\d{9}(\.\d+)?|1\d{12}(\.\d+)?)\s*$"
 )
 HEADER_FILE = "header.csv"
 NO_HEADER = (

@@ -150,11 +150,30 @@ def epoch_ms(col: pl.Expr) -> pl.Expr:
     return pl.when(num.is_finite()).then(scaled.round(0)).cast(pl.Int64, strict=False)
 
 
+# ISO-8601 times that name their zone, once it is written `+hh:mm` (`zoned_ms`)
+ZONED_FORMATS = [f"%Y{s}%m{s}%d{t}%H:%M:%S{f}%:z" for s in "-/" for t in "T " for f in ("%.f", "")]
+
+
+def zoned_ms(col: pl.Expr) -> pl.Expr:
+    """A time that names its zone -> epoch ms, that instant whatever the CSV zone: `Z`, ` UTC`,
+    `+01:00` or `-0500` after it (null for any other text). Such times were refused as not
+    understood, or a `Z` read in the CSV zone (adversarial review)."""
+    text = (
+        col.str.strip_chars()
+        .str.replace(r"(Z| UTC)$", "+00:00")
+        .str.replace(r"([+-]\d{2})(\d{2})$", "$1:$2")
+    )
+    parsed = pl.coalesce(
+        [text.str.to_datetime(f, strict=False, time_unit="ms") for f in ZONED_FORMATS]
+    )
+    return parsed.dt.epoch("ms")
+
+
 def parse_local_time(col: pl.Expr, formats: list[str], tz: str) -> pl.Expr:
-    """Timestamp text -> epoch ms (null when no format fits): an epoch number, else a zone-less
-    time in `tz` in one of `formats`."""
+    """Timestamp text -> epoch ms (null when no format fits): an epoch number, else a time that
+    names its zone (`zoned_ms`), else a zone-less time in `tz` in one of `formats`."""
     parsed = pl.coalesce([col.str.to_datetime(f, strict=False, time_unit="ms") for f in formats])
     local = parsed.dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null").dt.epoch(
         "ms"
     )
-    return pl.coalesce(epoch_ms(col), local)
+    return pl.coalesce(epoch_ms(col), zoned_ms(col), local)
