@@ -280,6 +280,24 @@ def test_turning_the_sensor_on_over_a_backfilled_lake_reruns_nothing(tmp_path):
     assert backfill_plan(tick(tmp_path, first.cursor, instance))["gpu_samples"] == [str(D)]
 
 
+def test_a_replaced_file_runs_again_the_days_its_old_content_was_on(tmp_path):
+    """A file over midnight replaced by one on the first day only: the second day ran again
+    too, or it kept the old samples, billed (adversarial review)."""
+    instance = dg.DagsterInstance.ephemeral()
+    raw, nxt = tmp_path / "raw", D + timedelta(days=1)
+    plant_day(raw, D, name="n1.prom", minutes=range(1380, 1500))  # 23:00 to 01:00
+    for d in (D, nxt):
+        assert dg.materialize(
+            ASSETS, partition_key=d.isoformat(), resources=resources(tmp_path), instance=instance
+        ).success
+    first = tick(tmp_path, None, instance)
+    assert not first.run_requests and "already in the lake" in first.skip_reason.skip_message
+    plant_day(raw, D, name="n1.prom", minutes=range(1380, 1440))  # the first day's hour only
+    parse_run(tmp_path, instance)
+    plan = backfill_plan(tick(tmp_path, first.cursor, instance))
+    assert plan["gpu_samples"] == plan["priced_waste"] == [str(D), str(nxt)]
+
+
 class _AnySha(str):
     def __eq__(self, other):
         return isinstance(other, str) and len(other) == 64
