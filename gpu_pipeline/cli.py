@@ -103,12 +103,36 @@ def cmd_materialize(a: argparse.Namespace) -> int:
         return 1
     _print_ledger(run)
     _say_rejected_elsewhere(run.rejected_elsewhere)
+    _say_window_after(s, run)
     _say(f"done in {time.perf_counter() - t0:.1f}s; lake {s.lake}, views {run.views}")
     _say_reports(s, run.days)
     if a.summary:
         _print_summary(run.lake, req.start, req.end)
         _say_hints(s, req.end, run.views, lake_flag=bool(a.lake))
     return 0
+
+
+def _say_window_after(s: settings.Settings, run) -> None:
+    """The later days in the lake whose persistence window reads the run's days: a run of a
+    late day does not run them again (the landing-zone sensor does), so their
+    persistent_bottlenecks keep the day as it was (adversarial review); the command that
+    brings them up to date."""
+    from datetime import timedelta
+
+    from gpu_pipeline.defs.partitions import Partitioning
+
+    end, window = run.days[-1], Partitioning.of(s).window_days
+    later = [
+        d
+        for d in run.lake.days("persistent_bottlenecks")
+        if end < d < end + timedelta(days=window) and d not in run.days
+    ]
+    if later:
+        _say(
+            f"  note: persistent_bottlenecks of {later[0]}..{later[-1]} read these days in their "
+            f"{window}-day window and were not run again: {_cli_command()} materialize "
+            f"--start {later[0]} --end {later[-1]}"
+        )
 
 
 def _say_outcome(run) -> bool:

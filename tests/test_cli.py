@@ -241,6 +241,21 @@ def test_report_and_showback_write_through_links_never_and_refuse_a_folder(run):
     assert set(victims.values()) == {"precious"}
 
 
+def test_a_late_day_names_the_later_days_whose_window_reads_it(run):
+    """A run of one day does not run the six after it again: their persistent_bottlenecks read
+    it in their window, and the run says so, with the command (adversarial review)."""
+    tmp, env, _ = run
+    args = ("--raw", str(tmp / "raw"), "--lake", str(tmp / "lake"))
+    p = cli("materialize", "--start", "2024-01-01", *args, env=env)
+    assert (
+        "  note: persistent_bottlenecks of 2024-01-02..2024-01-02 read these days in their "
+        "7-day window and were not run again: "
+    ) in p.stdout
+    assert "materialize --start 2024-01-02 --end 2024-01-02\n" in p.stdout
+    p = cli("materialize", "--start", "2024-01-02", *args, env=env)
+    assert "note: persistent_bottlenecks" not in p.stdout
+
+
 def test_every_command_has_help_with_an_example():
     import argparse
 
