@@ -600,3 +600,29 @@ def test_a_time_in_a_file_name_keeps_its_offset(name, utc):
     from gpu_pipeline.lib.ingest.landing import time_from_name
 
     assert time_from_name(name) == datetime.fromisoformat(utc).replace(tzinfo=UTC)
+
+
+@pytest.mark.parametrize("order", ["by_time", "by_gpu"])
+def test_a_local_time_log_over_the_end_of_summer_time_keeps_both_hours(tmp_path, order):
+    """Europe/Berlin 2024-10-27: 02:00-02:59 twice. A log written in order has its second
+    02:xx hour after the first, and it is that hour, not a duplicate of the first (60 rows a
+    GPU were quarantined as conflicting duplicates; adversarial review)."""
+    from zoneinfo import ZoneInfo
+
+    from gpu_pipeline.lib.ingest.landing import ParseOptions
+
+    berlin, t0 = ZoneInfo("Europe/Berlin"), datetime(2024, 10, 26, 23, 0, tzinfo=UTC)
+    instants = [t0 + timedelta(minutes=m) for m in range(240)]  # 23:00Z to 03:00Z
+    rows = [(t, g) for t in instants for g in ("GPU-aa", "GPU-bb")]
+    if order == "by_gpu":
+        rows.sort(key=lambda r: r[1])
+    text = "timestamp, uuid, utilization.gpu [%]\n" + "".join(
+        f"{t.astimezone(berlin):%Y/%m/%d %H:%M:%S}.000, {g}, 50 %\n" for t, g in rows
+    )
+    p = tmp_path / "berlin.csv"
+    p.write_text(text)
+    lf = LandingFile(p, "berlin.csv", "0" * 64, p.stat().st_size, T)
+    _, out = parse_landing_file(lf, ParseOptions(csv_timezone="Europe/Berlin"))
+    assert out.quarantine.height == 0
+    got = out.samples.filter(pl.col("column") == "gpu_util_pct").sort("line")
+    assert got["timestamp"].to_list() == [t for t, _ in rows]

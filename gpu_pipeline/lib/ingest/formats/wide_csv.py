@@ -169,11 +169,33 @@ def zoned_ms(col: pl.Expr) -> pl.Expr:
     return parsed.dt.epoch("ms")
 
 
-def parse_local_time(col: pl.Expr, formats: list[str], tz: str) -> pl.Expr:
-    """Timestamp text -> epoch ms (null when no format fits): an epoch number, else a time that
-    names its zone (`zoned_ms`), else a zone-less time in `tz` in one of `formats`."""
-    parsed = pl.coalesce([col.str.to_datetime(f, strict=False, time_unit="ms") for f in formats])
-    local = parsed.dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null").dt.epoch(
+HOUR_MS = 3_600_000
+
+
+def _in_zone(parsed: pl.Expr, tz: str) -> pl.Expr:
+    """Zone-less times (a file's, in its row order) in `tz` -> epoch ms. A time the change from
+    summer time repeats (02:00-02:59 twice in Europe) is its first instant until the file's
+    clock goes back by up to an hour onto it, its second after (a log written in order: its
+    second hour was read as the first, and quarantined as a conflicting duplicate; adversarial
+    review). A jump back of more than an hour (a file sorted by GPU, the next GPU's rows)
+    starts afresh."""
+    early = parsed.dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null").dt.epoch(
         "ms"
     )
-    return pl.coalesce(epoch_ms(col), zoned_ms(col), local)
+    if tz == "UTC":
+        return early
+    late = parsed.dt.replace_time_zone(tz, ambiguous="latest", non_existent="null").dt.epoch("ms")
+    naive = parsed.dt.epoch("ms")
+    back = naive.forward_fill().shift(1) - naive  # how far the clock went back since the row before
+    fold = (early != late) & back.is_between(HOUR_MS // 2, HOUR_MS + 60_000)
+    since = (back > HOUR_MS + 60_000).fill_null(False).cast(pl.UInt32).cum_sum()
+    second = fold.fill_null(False).cast(pl.UInt32).cum_sum().over(since) > 0
+    return pl.when(second & (early != late)).then(late).otherwise(early)
+
+
+def parse_local_time(col: pl.Expr, formats: list[str], tz: str) -> pl.Expr:
+    """Timestamp text -> epoch ms (null when no format fits): an epoch number, else a time that
+    names its zone (`zoned_ms`), else a zone-less time in `tz` in one of `formats`
+    (`_in_zone`)."""
+    parsed = pl.coalesce([col.str.to_datetime(f, strict=False, time_unit="ms") for f in formats])
+    return pl.coalesce(epoch_ms(col), zoned_ms(col), _in_zone(parsed, tz))
