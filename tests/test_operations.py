@@ -294,6 +294,10 @@ def test_a_replaced_file_runs_again_the_days_its_old_content_was_on(tmp_path):
     assert not first.run_requests and "already in the lake" in first.skip_reason.skip_message
     plant_day(raw, D, name="n1.prom", minutes=range(1380, 1440))  # the first day's hour only
     parse_run(tmp_path, instance)
+    # a damaged ingest_log of another day does not stop the tick
+    bad = Lake(tmp_path / "lake").partition_file("ingest_log", D - timedelta(days=5))
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(b"PAR1 not parquet PAR1")
     plan = backfill_plan(tick(tmp_path, first.cursor, instance))
     assert plan["gpu_samples"] == plan["priced_waste"] == [str(D), str(nxt)]
 

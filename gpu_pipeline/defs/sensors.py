@@ -163,16 +163,16 @@ def _replaced_days(lake: LakeResource, changed: list[LandingFile]) -> set[date]:
     days are run again, so they hold what a clean backfill of the landing zone gives."""
     now = {f.source_file: f.sha256 for f in changed}
     store = lake.open()
-    days = store.days("ingest_log")
-    if not now or not days:
-        return set()
-    log = (
-        store.scan_days("ingest_log", days)
-        .filter(pl.col("source_file").is_in(list(now)))
-        .select("date", "source_file", "sha256")
-        .collect()
-    )
-    return {d for d, src, sha in log.iter_rows() if sha != now[src]}
+    out: set[date] = set()
+    for d in store.days("ingest_log") if now else []:
+        try:
+            log = store.read("ingest_log", d).filter(pl.col("source_file").is_in(list(now)))
+        except (OSError, pl.exceptions.PolarsError):
+            continue  # a damaged partition does not stop the sensor: its day's run says so
+        out |= {
+            d for src, sha in zip(log["source_file"], log["sha256"], strict=True) if sha != now[src]
+        }
+    return out
 
 
 def _not_in_lake(
