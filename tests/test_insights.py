@@ -508,6 +508,15 @@ def test_report_trend_and_capacity_by_hand(tmp_path):
     # waste: 3.0 + 4.5 = 7.5
     assert t.row(0) == (d1, 240, 80.0, 50.0, 7.5)
     assert t.row(1) == (d3, 120, 70.0, 35.0, 2.25)
+    # another day's damaged partition is a gap in the trend, not a failed report; the report
+    # day's own must be readable
+    d2 = date(2024, 1, 6)
+    lake.write("fleet_daily", d2, fleet(d2, 60, 10.0, 5.0))
+    part = lake.partition_file("fleet_daily", d2)
+    part.write_bytes(part.read_bytes()[: part.stat().st_size // 2])
+    assert fleet_trend(lake, d3)["date"].to_list() == [d1, d3]
+    with pytest.raises(pl.exceptions.PolarsError):
+        fleet_trend(lake, d2)
 
     # two H100s, two minutes each, at PIF 0.5 and 0.25: realized 323 and 161.5 TFLOPS
     m = minutes_frame(

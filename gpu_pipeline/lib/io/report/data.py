@@ -11,6 +11,7 @@ rules in force, and never again here.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from datetime import date, timedelta
 
@@ -373,22 +374,37 @@ def trend_days(
     day's row when the report has it already (the figures at its top)."""
     rows = []
     for d in [day - timedelta(days=i) for i in range(days - 1, -1, -1)]:
-        f = fleet if d == day and fleet is not None else read(lake, "fleet_daily", d)
-        if f.height == 0:
+        try:
+            row = _trend_row(lake, d, fleet if d == day else None)
+        except (OSError, pl.exceptions.PolarsError, KeyError) as e:
+            if d == day:
+                raise
+            # another day's damaged partition leaves a gap in the trend, not a failed report
+            # (a truncated fleet_daily of the day before failed it: adversarial review)
+            why = str(e).splitlines()[0] if str(e) else type(e).__name__
+            print(f"warning: report of {day}: the trend leaves out {d} ({why})", file=sys.stderr)
             continue
-        r = f.row(0, named=True)
-        waste = read(lake, "priced_waste", d).select(priced_total("total_waste_usd")).item()
-        rows.append(
-            {
-                "date": d,
-                "gpu_minutes": r["observed_gpu_minutes"],
-                "util": r["avg_gpu_util_pct"],
-                "rfu": r["avg_rfu_pct"],
-                "waste_usd": waste,
-                "coverage_pct": r["coverage_pct"],
-            }
-        )
+        if row is not None:
+            rows.append(row)
     return pl.DataFrame(rows, schema=TREND_SCHEMA)
+
+
+def _trend_row(lake: Lake, d: date, fleet: pl.DataFrame | None) -> dict | None:
+    """Day `d`'s figures in the trend (`trend_days`), None when the lake has no fleet_daily row
+    for it. `fleet`: its row when the report has it already."""
+    f = fleet if fleet is not None else read(lake, "fleet_daily", d)
+    if f.height == 0:
+        return None
+    r = f.row(0, named=True)
+    waste = read(lake, "priced_waste", d).select(priced_total("total_waste_usd")).item()
+    return {
+        "date": d,
+        "gpu_minutes": r["observed_gpu_minutes"],
+        "util": r["avg_gpu_util_pct"],
+        "rfu": r["avg_rfu_pct"],
+        "waste_usd": waste,
+        "coverage_pct": r["coverage_pct"],
+    }
 
 
 def fleet_trend(lake: Lake, day: date, days: int = TREND_DAYS) -> pl.DataFrame:
