@@ -231,10 +231,15 @@ UNTIMED_IN_TIMED = (
 )
 
 
-def _line_parts(lines: pl.DataFrame) -> tuple[pl.DataFrame, pl.Expr, pl.Expr]:
-    """Each line's metric, labels, value and timestamp as written (one regex a line), and
-    which lines are not samples at all (`malformed`) and which are other series than GPU
-    telemetry (`other`)."""
+def _regex_candidates(
+    lines: pl.DataFrame, ctx: Context, units: TimeUnits | None = None, timed: bool | None = None
+) -> tuple[pl.DataFrame, int, tuple[TimeUnits, bool]]:
+    """The slow path: one regex per line (for the lines the fast path could not vouch for);
+    also the number of lines of other series than GPU telemetry (skipped, not candidates), and
+    the `units`/`timed` used.
+
+    `units`/`timed`: the file's timestamp units and whether its samples carry their own time
+    (decided on the whole file by the caller; found here when the whole file goes this way)."""
     g = lines.with_columns(pl.col("raw").str.extract_groups(LINE_RX).alias("g")).unnest("g")
     g = g.rename({"1": "metric", "2": "labels", "3": "rest"})
     vt = pl.col("rest").str.extract_groups(VALUE_TS_RX)
@@ -245,31 +250,13 @@ def _line_parts(lines: pl.DataFrame) -> tuple[pl.DataFrame, pl.Expr, pl.Expr]:
     )
     # a sample of another series than GPU telemetry: skipped, not a candidate
     other = ~malformed & ~_gpu_metric(pl.col("metric"))
-    return g, malformed, other
-
-
-def _times_of(ok: pl.DataFrame) -> tuple[TimeUnits, bool]:
-    """The timestamps' unit and whether the samples carry their own times, of the sample lines
-    `ok` (their `value_s` and `ts_s` as written)."""
-    ts = ok.get_column("ts_s")
-    return TimeUnits.of(ts), TimeUnits.timed(ok.get_column("value_s"), ts)
-
-
-def _regex_candidates(
-    lines: pl.DataFrame, ctx: Context, units: TimeUnits | None = None, timed: bool | None = None
-) -> tuple[pl.DataFrame, int, tuple[TimeUnits, bool]]:
-    """The slow path: one regex per line (for the lines the fast path could not vouch for);
-    also the number of lines of other series than GPU telemetry (skipped, not candidates), and
-    the `units`/`timed` used.
-
-    `units`/`timed`: the file's timestamp units and whether its samples carry their own time
-    (decided on the whole file by the caller; found here when the whole file goes this way)."""
-    g, malformed, other = _line_parts(lines)
     n_other = int(g.select(other.sum()).item())
     if n_other:
         g = g.filter(~other)
     if units is None or timed is None:
-        units, timed = _times_of(g.filter(~g.select(malformed).to_series()))
+        ok = g.filter(~g.select(malformed).to_series())
+        units = TimeUnits.of(ok.get_column("ts_s"))
+        timed = TimeUnits.timed(ok.get_column("value_s"), ok.get_column("ts_s"))
     file_ms = None if ctx.file_time is None else int(ctx.file_time.timestamp() * 1000)
     g = g.with_columns(
         pl.col("value_s").cast(pl.Float64, strict=False).alias("value"),

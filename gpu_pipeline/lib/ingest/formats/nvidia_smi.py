@@ -25,6 +25,7 @@ import polars as pl
 from gpu_pipeline.lib.ingest.formats.common import Context, parsed
 from gpu_pipeline.lib.ingest.formats.wide_csv import (
     cell,
+    names_zone,
     parse_local_time,
     split_rows,
     to_long,
@@ -267,7 +268,7 @@ def parse(text: str, ctx: Context) -> ParsedLines:
     used.update(ids.values())
     if "timestamp" in ids:
         t = ids["timestamp"]
-        ts_ms = parse_local_time(cell(t), TIME_FORMATS, ctx.csv_timezone)
+        ts_ms = parse_local_time(cell(t), TIME_FORMATS, ctx.csv_timezone, names_zone(body, cell(t)))
         row_reason = pl.when(ts_ms.is_null()).then(
             pl.format("timestamp not understood: '{}'", cell(t))
         )

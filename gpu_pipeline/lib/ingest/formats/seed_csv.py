@@ -14,6 +14,7 @@ from gpu_pipeline.lib.fields import BY_COLUMN, METRIC_TO_COLUMN
 from gpu_pipeline.lib.ingest.formats.common import Context, parsed
 from gpu_pipeline.lib.ingest.formats.wide_csv import (
     cell,
+    names_zone,
     numeric,
     parse_local_time,
     split_rows,
@@ -44,7 +45,8 @@ def parse(text: str, ctx: Context) -> ParsedLines:
     header, body, total, skipped = split_rows(text, 0)
     names = [h.strip().upper() for h in header]
     idx = {n: i for i, n in enumerate(names)}
-    ts = parse_local_time(cell(idx["SCRAPETIME"]), TIME_FORMATS, ctx.csv_timezone)
+    t = cell(idx["SCRAPETIME"])
+    ts = parse_local_time(t, TIME_FORMATS, ctx.csv_timezone, names_zone(body, t))
     reason = pl.when(ts.is_null()).then(
         pl.format("timestamp not understood: '{}'", cell(idx["SCRAPETIME"]))
     )
