@@ -353,6 +353,7 @@ def open_sql_session(s: settings.Settings) -> SqlSession:
     )
 
     parts = scan_partitions(s.lake)
+    _rss_bytes()  # its file is opened now: the sandbox keeps /proc out of reach
     private = sandbox.private_dir() if s.sql_spill_mb > 0 else None
     keep, spill = private if private else (None, None)
     try:
@@ -395,39 +396,78 @@ def _spilled_bytes(folder: Path) -> int:
     return total
 
 
+_STATM: list[int] = []  # /proc/self/statm, opened before the SQL sandbox closes /proc
+
+
+def _rss_bytes() -> int:
+    """This process's resident memory (0 where /proc/self/statm cannot be read)."""
+    try:
+        if not _STATM:
+            _STATM.append(os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC))
+        return int(os.pread(_STATM[0], 256, 0).split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 class _Watchdog(threading.Thread):
-    """Stops the session's query at GPU_PIPELINE_SQL_TIMEOUT_S, or when its spill files pass
+    """Stops the session's query at GPU_PIPELINE_SQL_TIMEOUT_S, when its spill files pass
     GPU_PIPELINE_SQL_SPILL_MB (DuckDB's own `max_temp_directory_size` is set but not enforced
-    by every version: 826 MB were spilled under a 1 MiB cap), checked every 0.05 s: DuckDB is
-    interrupted (again every 0.2 s, for a statement that starts after); a process still not
-    done 10 s later (stuck outside DuckDB) is ended."""
+    by every version: 826 MB were spilled under a 1 MiB cap), or when the process's memory grows
+    past `memory_cap` over what it held before the query (DuckDB's `memory_limit` bounds its
+    buffer manager only: `repeat('x', 3e9)` took 6 GB under a 64 MiB limit), checked every
+    0.05 s. DuckDB is then interrupted (again every 0.2 s, for a statement that starts after);
+    a process still not done 10 s later (stuck outside DuckDB) is ended, and one over memory
+    as soon as it grows by another limit's worth, or after a second (one function call, such
+    as a `repeat`, is not interrupted until it returns)."""
 
     def __init__(self, session: SqlSession):
         super().__init__(daemon=True)
         self.session, self.stop, self.reason = session, threading.Event(), ""
+        self.base = _rss_bytes()
+
+    @staticmethod
+    def memory_cap(memory_mb: int) -> int:
+        """Bytes a query may add to the process: twice DuckDB's limit (its allocations outside
+        the buffer manager, the result's batches on their way out) and 256 MiB."""
+        return (2 * memory_mb + 256) << 20
+
+    def _why(self, t0: float) -> str:
+        s = self.session.settings
+        if s.sql_timeout_s > 0 and time.monotonic() - t0 > s.sql_timeout_s:
+            return f"the query was stopped after {s.sql_timeout_s} s (GPU_PIPELINE_SQL_TIMEOUT_S)"
+        if self.session.spill is not None and _spilled_bytes(self.session.spill) > (
+            s.sql_spill_mb << 20
+        ):
+            return (
+                f"the query was stopped: its spill files passed {s.sql_spill_mb} MiB "
+                "(GPU_PIPELINE_SQL_SPILL_MB)"
+            )
+        if self.base and _rss_bytes() - self.base > self.memory_cap(s.sql_memory_mb):
+            return (
+                "the query was stopped: the process's memory grew by more than "
+                f"{self.memory_cap(s.sql_memory_mb) >> 20} MiB (twice "
+                f"GPU_PIPELINE_SQL_MEMORY_MB={s.sql_memory_mb}, and 256)"
+            )
+        return ""
 
     def run(self) -> None:
-        s, t0 = self.session.settings, time.monotonic()
-        cap = s.sql_spill_mb * 2**20
+        t0 = time.monotonic()
         while not self.stop.wait(0.05):
-            if s.sql_timeout_s > 0 and time.monotonic() - t0 > s.sql_timeout_s:
-                self.reason = (
-                    f"the query was stopped after {s.sql_timeout_s} s (GPU_PIPELINE_SQL_TIMEOUT_S)"
-                )
-            elif self.session.spill is not None and _spilled_bytes(self.session.spill) > cap:
-                self.reason = (
-                    f"the query was stopped: its spill files passed {s.sql_spill_mb} MiB "
-                    "(GPU_PIPELINE_SQL_SPILL_MB)"
-                )
-            else:
-                continue
-            hard = time.monotonic() + 10
-            while not self.stop.wait(0.2):
-                self.session.con.interrupt()
-                if time.monotonic() > hard:
-                    _say(f"error: {self.reason}")
-                    os._exit(2)
+            self.reason = self._why(t0)
+            if self.reason:
+                break
+        else:
             return
+        memory = "memory" in self.reason
+        mb = self.session.settings.sql_memory_mb
+        hard = time.monotonic() + (1 if memory else 10)
+        self.session.con.interrupt()
+        while not self.stop.wait(0.05 if memory else 0.2):
+            self.session.con.interrupt()
+            over = memory and _rss_bytes() - self.base > self.memory_cap(mb) + (mb << 20)
+            if over or time.monotonic() > hard:
+                _say(f"error: {self.reason}")
+                os._exit(2)
 
 
 def run_sql_session(session: SqlSession, query: str, fmt: str) -> int:
@@ -439,8 +479,7 @@ def run_sql_session(session: SqlSession, query: str, fmt: str) -> int:
     from gpu_pipeline.lib.io.warehouse import SqlError, run_queries, write_result
 
     watch = _Watchdog(session)
-    if session.timeout_s > 0 or session.spill is not None:
-        watch.start()
+    watch.start()
     try:
         first = True
         # each statement's result is printed before the next statement runs

@@ -316,6 +316,27 @@ def test_a_query_past_the_memory_limit_fails_with_one_line_and_bounded_memory(tm
     no_traceback(out, err)
 
 
+@pytest.mark.parametrize(
+    "q",
+    [
+        "SELECT length(repeat('x', 3000000000))",  # one call: not interruptible until it returns
+        "SELECT length(repeat(repeat('x', 100000), 30000))",
+    ],
+)
+def test_memory_duckdb_allocates_outside_its_limit_is_bounded_too(tmp_path, lake, q):
+    """DuckDB's memory_limit bounds its buffer manager only: these took 6 GB under a 64 MiB
+    limit (adversarial review). The process's own growth is watched as well."""
+    env = {**cli_env(tmp_path), "GPU_PIPELINE_SQL_MEMORY_MB": "64"}
+    rc, out, err, peak_kb = run_with_peak(["sql", "--lake", str(lake), q], env)
+    assert rc == 2, out + err
+    assert out.strip().splitlines() == [
+        "error: the query was stopped: the process's memory grew by more than 384 MiB "
+        "(twice GPU_PIPELINE_SQL_MEMORY_MB=64, and 256)"
+    ], out + err
+    assert 0 < peak_kb < 1_200_000, peak_kb
+    no_traceback(out, err)
+
+
 def test_spill_files_stay_in_a_private_folder_and_are_bounded(tmp_path, lake):
     """A GROUP BY larger than memory spills (826 MB here): to this process's own folder in
     TMPDIR, stopped past GPU_PIPELINE_SQL_SPILL_MB (DuckDB's max_temp_directory_size alone did
