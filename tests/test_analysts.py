@@ -242,6 +242,35 @@ def test_a_partition_linked_to_another_days_folder_is_skipped(tmp_path):
     ]
 
 
+@pytest.mark.parametrize(
+    "forgery",
+    [
+        "CREATE OR REPLACE VIEW gpu_daily AS SELECT 'GPU-forged' AS gpu_uuid",
+        "CREATE MACRO waste(x) AS x * 0",
+        "CREATE TABLE notes AS SELECT 1 AS a",
+        "CREATE SCHEMA other",
+        "CREATE TYPE mood AS ENUM ('ok')",
+        "CREATE SEQUENCE s",
+        "COMMENT ON VIEW gpu_daily IS 'audited'",
+    ],
+)
+def test_a_views_file_changed_behind_the_state_comment_is_not_current(tmp_path, forgery):
+    """The state comment alone said "current": a file with a view changed or an object added,
+    the comment kept, survived materialize (adversarial review). Now its whole catalog must be
+    what this version writes."""
+    from gpu_pipeline.lib.io.warehouse import views_current
+
+    root = tmp_path / "lake"
+    Lake(root).write("gpu_daily", date(2024, 1, 1), pl.DataFrame({"gpu_uuid": ["GPU-a"]}))
+    db = build_views_file(root, tmp_path / "v.duckdb")
+    assert views_current(db, root)
+    with duckdb.connect(str(db)) as con:
+        con.execute(forgery)
+    assert not views_current(db, root)
+    db = build_views_file(root, db)
+    assert views_current(db, root)
+
+
 def test_a_views_file_written_before_is_rebuilt(tmp_path):
     """A views file an earlier version wrote (its views reading `date` from the files) no longer
     matches its lake: materialize rewrites it, so the new partitions' days are not NULL there."""

@@ -361,21 +361,52 @@ def lake_state(parts: Partitions) -> str:
     )
 
 
+# everything a database file can hold that an analyst opening it would read or run: its views
+# (with their SQL and comments), tables, macros, sequences, indexes, types and schemas
+_CATALOG_SQL = """
+SELECT 'view', schema_name, view_name, sql, comment FROM duckdb_views() WHERE NOT internal
+UNION ALL SELECT 'table', schema_name, table_name, sql, comment FROM duckdb_tables()
+UNION ALL SELECT 'macro', schema_name, function_name, macro_definition, comment
+  FROM duckdb_functions() WHERE NOT internal
+UNION ALL SELECT 'sequence', schema_name, sequence_name, sql, comment FROM duckdb_sequences()
+UNION ALL SELECT 'index', schema_name, index_name, sql, comment FROM duckdb_indexes()
+UNION ALL SELECT 'type', schema_name, type_name, logical_type, comment
+  FROM duckdb_types() WHERE NOT internal
+UNION ALL SELECT 'schema', schema_name, schema_name, sql, comment
+  FROM duckdb_schemas() WHERE NOT internal
+"""
+
+
+def _catalog(con: duckdb.DuckDBPyConnection) -> list[tuple]:
+    return sorted(
+        con.execute(_CATALOG_SQL).fetchall(), key=lambda r: tuple(str(v) for v in r)
+    )
+
+
+def _write_views(con: duckdb.DuckDBPyConnection, lake_root: str | Path) -> Partitions:
+    """The views file's content, in `con`: the views and the state comment."""
+    parts = create_views(con, scan_partitions(lake_root), glob=True)
+    state = (STATE_PREFIX + lake_state(parts)).replace("'", "''")
+    con.execute(f"COMMENT ON VIEW {STATE_ON} IS '{state}'")
+    return parts
+
+
 def views_current(db_path: str | Path, lake_root: str | Path) -> bool:
-    """Does the views file exist, point at this lake, and read what the lake holds now (the
-    tables with data; for a table it lists, the same files)?"""
+    """Does the views file hold exactly what this version would write for the lake now: the
+    same views (reading the same tables and files), with the same state comment, and nothing
+    else (a file whose comment was kept while a view was changed or a macro added is not: an
+    analyst opening it would read what it says, not the lake; adversarial review)."""
     if not Path(db_path).is_file():
         return False
     try:
         with duckdb.connect(str(db_path), read_only=True) as con:
-            rows = con.execute(
-                "SELECT comment FROM duckdb_views() WHERE schema_name = 'main' AND view_name = ?",
-                [STATE_ON],
-            ).fetchall()
-        now = lake_state(scan_partitions(lake_root))
+            held = _catalog(con)
+        with duckdb.connect(":memory:") as con:
+            _write_views(con, lake_root)
+            want = _catalog(con)
     except (duckdb.Error, SqlError, OSError):
         return False
-    return bool(rows) and rows[0][0] == STATE_PREFIX + now
+    return held == want
 
 
 def build_views_file(
@@ -391,9 +422,7 @@ def build_views_file(
     tmp = db_path.with_name(f".{db_path.name}.{uuid.uuid4().hex}.tmp")
     try:
         with duckdb.connect(str(tmp)) as con:
-            parts = create_views(con, scan_partitions(lake_root), glob=True)
-            state = (STATE_PREFIX + lake_state(parts)).replace("'", "''")
-            con.execute(f"COMMENT ON VIEW {STATE_ON} IS '{state}'")
+            parts = _write_views(con, lake_root)
         os.replace(tmp, db_path)
     finally:
         tmp.unlink(missing_ok=True)
