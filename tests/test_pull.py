@@ -128,6 +128,49 @@ def test_a_repull_writes_the_same_bytes_and_nothing_new_is_ingested(vm):
     assert first.samples == again.samples > 0
 
 
+GONE = date(2024, 3, 20)  # the day after GPU-b left the fleet (23:58 the day before)
+
+
+def gone_and_gap_lines() -> bytes:
+    """30-s scrapes on 2024-03-19 and 20 of three GPUs: GPU-a throughout, GPU-b until 23:58 of
+    the 19th, GPU-c with a 20-minute gap from 10:00 on the 20th."""
+    lines, t0 = [], day_ms(GONE) - 86_400_000
+    for k in range(2 * 2880):
+        t = t0 + 30_000 * k
+        gpus = ["a"]
+        if t <= day_ms(GONE) - 120_000:
+            gpus.append("b")
+        if not day_ms(GONE) + 36_000_000 <= t < day_ms(GONE) + 37_200_000:
+            gpus.append("c")
+        lines += [
+            f'DCGM_FI_DEV_GPU_UTIL{{UUID="GPU-{g}",Hostname="n1",modelName="NVIDIA A100-SXM4-40GB"}}'
+            f" 50 {t}"
+            for g in gpus
+        ]
+    return ("\n".join(lines) + "\n").encode()
+
+
+@pytest.mark.parametrize("mode", ["raw", "range"])
+def test_a_gpu_that_left_and_a_gap_are_not_filled_in_by_the_servers_lookback(vm, tmp_path, mode):
+    """`range` mode asked for the bare selector: the server's 5-minute lookback carried GPU-b's
+    last value of the day before into the day (a GPU invented, its minutes priced) and filled
+    5 minutes of GPU-c's gap (adversarial review). Each grid point now takes the last sample of
+    the step before it only."""
+    url, tmp = vm
+    if not (tmp / "gone.loaded").exists():
+        f = tmp / "gone.prom"
+        f.write_bytes(gone_and_gap_lines())
+        load(url, [f])
+        (tmp / "gone.loaded").touch()
+    rep = pull_day(PromServer(url, cluster=CLUSTER, mode=mode), GONE, tmp_path)
+    got = pulled_points(rep.files)
+    per_gpu = {}
+    for labels, _, _ in got:
+        per_gpu[json.loads(labels)["UUID"]] = per_gpu.get(json.loads(labels)["UUID"], 0) + 1
+    assert per_gpu == {"GPU-a": 2880, "GPU-c": 2880 - 40}, per_gpu
+    assert {json.loads(k)["__name__"] for k, _, _ in got} == {"DCGM_FI_DEV_GPU_UTIL"}
+
+
 def test_a_day_the_server_has_no_data_for_is_a_visible_outcome(vm):
     url, tmp = vm
     r = run(ASSETS, tmp / "none" / "raw", tmp / "none" / "lake", date(2026, 4, 20), url)
@@ -580,7 +623,8 @@ def test_a_window_over_the_servers_limit_is_split_in_time_then_by_host(stub, tmp
     files = sorted(p.name for p in rep.files)
     assert len(files) == 16 and files[0] == "DCGM_FI_DEV_GPU_UTIL_0000.json.gz"
 
-    # a server that refuses even 5 minutes of all hosts: one query per host
+    # a server that refuses even 5 minutes of all hosts: one query per host, then one for the
+    # series without the host label (none here)
     def per_host_only(p, q):
         return is_query(p, q) and "Hostname=" not in q["query"]
 
@@ -596,10 +640,45 @@ def test_a_window_over_the_servers_limit_is_split_in_time_then_by_host(stub, tmp
             422,
             {"status": "error", "error": "exceeded maximum resolution of 11,000 points"},
         ),
+        (lambda p, q: is_query(p, q) and 'Hostname=""' in q["query"], 200, matrix([])),
         (is_query, 200, samples),
     ]
     rep = pull_day(server(stub, window_s=600), date(2024, 1, 10), tmp_path / "h")
     assert rep.samples == 1440 and all(p.name.endswith("_h1.json.gz") for p in rep.files)
+
+
+OTHER = {"metric": {"__name__": "DCGM_FI_DEV_GPU_UTIL", "UUID": "GPU-2", "hostname": "h2"}}
+
+
+def test_a_window_split_by_host_keeps_the_series_without_the_host_label(stub, tmp_path):
+    """Split per `Hostname`, the series that carry only `hostname` (or no host label) were never
+    asked for: 84 of a GPU's 120 samples gone, exit 0 (adversarial review). They are asked for
+    as `Hostname=""`, split by the next host label when that is refused too."""
+
+    def refused(p, q):
+        return is_query(p, q) and not re.search(r'hostname="h[12]"', q["query"], re.I)
+
+    def other(path, params):
+        body = samples(path, params)
+        body["data"]["result"][0]["metric"] = OTHER["metric"]
+        return body
+
+    Stub.script = [
+        (is_names, 200, names),
+        (lambda p, q: p.endswith("/Hostname/values"), 200, {"status": "success", "data": ["h1"]}),
+        (lambda p, q: p.endswith("/hostname/values"), 200, {"status": "success", "data": ["h2"]}),
+        (lambda p, q: p.startswith("/api/v1/label/"), 200, {"status": "success", "data": []}),
+        (lambda p, q: is_query(p, q) and 'hostname=""' in q["query"], 200, matrix([])),
+        (refused, 422, {"status": "error", "error": "query would load too many samples"}),
+        (lambda p, q: is_query(p, q) and 'hostname="h2"' in q["query"], 200, other),
+        (is_query, 200, samples),
+    ]
+    rep = pull_day(server(stub, window_s=600), date(2024, 1, 10), tmp_path)
+    assert rep.samples == 2 * 1440
+    got = pulled_points(rep.files)
+    assert len({(k, t) for k, t, _ in got}) == 2 * 1440
+    assert {json.loads(k)["UUID"] for k, _, _ in got} == {"GPU-1", "GPU-2"}
+    assert {p.name.split("_", 6)[-1] for p in rep.files} == {"h1.json.gz", "hostname_h2.json.gz"}
 
 
 # --- bounds: the answer's size, the request's time, the JSON's depth ------------------------
@@ -733,7 +812,8 @@ def test_json_nested_too_deep_is_one_line_from_the_cli(stub, tmp_path):
     lines = text.strip().splitlines()
     assert len(lines) == 2 and lines[0].startswith("pulling "), text
     assert re.fullmatch(
-        r"error: http://127\.0\.0\.1:\d+/api/v1/query: the answer is not a Prometheus API "
+        r"error: DCGM_FI_DEV_GPU_UTIL \[2024-01-1\dT\d\d:00:00Z, 2024-01-1\dT\d\d:00:00Z\): "
+        r"http://127\.0\.0\.1:\d+/api/v1/query: the answer is not a Prometheus API "
         r"response: nested too deep",
         lines[1],
     ), text
@@ -771,6 +851,158 @@ def test_warnings_and_partial_answers_are_kept(stub, tmp_path):
     rep = pull_day(server(stub), date(2024, 1, 10), tmp_path)
     assert "store 3 did not answer" in rep.warnings
     assert any("partial response" in w for w in rep.warnings)
+
+
+def hostile(change):
+    def answer(p, q):
+        body = samples(p, q)
+        change(body)
+        return body
+
+    return answer
+
+
+def _warnings_int(b):
+    b["warnings"] = 5
+
+
+def _warnings_text(b):
+    b["warnings"] = "careful"
+
+
+def _metric_list(b):
+    b["data"]["result"][0]["metric"] = ["x"]
+
+
+def _far_time(b):
+    b["data"]["result"][0]["values"].append([1e308, "1"])
+
+
+@pytest.mark.parametrize(
+    ("change", "warnings", "points"),
+    [
+        (_warnings_int, ["5"], 1440),
+        (_warnings_text, ["careful"], 1440),  # not seven warnings of a letter each
+        (_metric_list, [], 0),  # kept as sent, for the ingest to quarantine
+        (_far_time, [], 1444),
+    ],
+)
+def test_odd_answers_are_taken_as_they_are_without_a_traceback(
+    stub, tmp_path, change, warnings, points
+):
+    """Each of these ended `gpu-pipeline pull` in a TypeError, AttributeError or
+    OverflowError traceback (adversarial review)."""
+    Stub.script = [(is_names, 200, names), (is_query, 200, hostile(change))]
+    rep = pull_day(server(stub), date(2024, 1, 10), tmp_path)
+    assert rep.warnings == warnings * 4  # one a window
+    assert rep.samples == points
+    if change is _metric_list:
+        docs = [json.loads(gzip.decompress(p.read_bytes())) for p in rep.files]
+        assert [d["data"]["result"][0]["metric"] for d in docs] == [["x"]] * 4
+    if change is _far_time:  # a point no window holds is kept: the ingest says why
+        docs = [json.loads(gzip.decompress(p.read_bytes())) for p in rep.files]
+        assert all([1e308, "1"] in d["data"]["result"][0]["values"] for d in docs)
+
+
+def test_an_answer_whose_data_is_not_an_object_is_not_taken_for_no_data(stub, tmp_path):
+    Stub.script = [(is_names, 200, names), (is_query, 200, {"status": "success", "data": []})]
+    with pytest.raises(PullError, match="not a Prometheus API response"):
+        pull_day(server(stub), date(2024, 1, 10), tmp_path)
+
+
+VM_LIMIT = (
+    'error when exporting data for query="DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{cluster=\\"east\\"}" '
+    "on the time range (start=1710028800000, end=1710050399999): cannot fetch data for "
+    '"filters=[{__name__=\\"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE\\",cluster=\\"east\\"}], '
+    'timeRange=[2024-03-10T00:00:00Z..2024-03-10T05:59:59.999Z]": cannot select more than '
+    "-search.maxSamplesPerQuery=1500 samples; possible solutions: to increase the "
+    "-search.maxSamplesPerQuery; to reduce time range for the query; to use more specific "
+    "label filters in order to select lower number of series"
+)
+
+
+def test_a_limit_named_late_in_a_long_message_halves_the_window(stub, tmp_path):
+    """VictoriaMetrics names its limit after the query, twice: past 300 characters the words
+    were cut before they were looked for, and the pull failed (adversarial review)."""
+    assert len(VM_LIMIT) > 300 and VM_LIMIT.index("maxSamplesPerQuery") > 300
+
+    def wide(p, q):
+        return is_query(p, q) and width(q) > 10800
+
+    Stub.script = [
+        (is_names, 200, names),
+        (wide, 422, {"status": "error", "errorType": "422", "error": VM_LIMIT}),
+        (is_query, 200, samples),
+    ]
+    rep = pull_day(server(stub), date(2024, 1, 10), tmp_path)
+    assert rep.samples == 1440 and len(rep.files) == 8
+
+
+def test_a_failed_pull_leaves_the_day_as_it_was_and_names_the_query(stub, tmp_path):
+    """A pull that failed at noon left the morning's files in the landing zone, and the next
+    run took them for the whole day (adversarial review). Now the day's files are moved in only
+    once every query has answered; the error names the metric and window."""
+    Stub.script = [(is_names, 200, names), (is_query, 200, samples)]
+    srv = server(stub, concurrency=1)
+    first = pull_day(srv, date(2024, 1, 10), tmp_path)
+    before = {p: p.read_bytes() for p in first.files}
+
+    def afternoon(p, q):
+        return is_query(p, q) and epoch(q["time"]) > epoch("2024-01-10T12:00:00Z")
+
+    def changed(p, q):
+        body = samples(p, q)
+        body["data"]["result"][0]["values"] = [
+            [t, "99"] for t, _ in body["data"]["result"][0]["values"]
+        ]
+        return body
+
+    Stub.script = [
+        (is_names, 200, names),
+        (afternoon, 500, {"status": "error", "error": "boom"}),
+        (is_query, 200, changed),
+    ]
+    with pytest.raises(PullError) as e:
+        pull_day(srv, date(2024, 1, 10), tmp_path)
+    assert str(e.value).startswith(
+        "DCGM_FI_DEV_GPU_UTIL [2024-01-10T12:00:00Z, 2024-01-10T18:00:00Z): "
+    )
+    files = sorted(p for p in tmp_path.rglob("*") if p.is_file())
+    assert files == sorted(before) and all(p.read_bytes() == b for p, b in before.items())
+    assert not [p for p in tmp_path.rglob(".*")]  # no staging folder left behind
+    # a first pull that fails leaves nothing
+    with pytest.raises(PullError):
+        pull_day(srv, date(2024, 1, 11), tmp_path / "fresh")
+    assert not [p for p in (tmp_path / "fresh").rglob("*") if p.is_file()]
+
+
+def test_hosts_whose_file_names_would_meet_get_a_file_each(stub, tmp_path):
+    """`node a` and `node_a` make the same file name: the second overwrote the first."""
+
+    def per_host_only(p, q):
+        return is_query(p, q) and 'Hostname="node' not in q["query"]
+
+    def host(p, q):
+        body = samples(p, q)
+        h = re.search(r'Hostname="([^"]*)"', q["query"])[1]
+        body["data"]["result"][0]["metric"] = {**SERIES["metric"], "UUID": h, "Hostname": h}
+        return body
+
+    Stub.script = [
+        (is_names, 200, names),
+        (
+            lambda p, q: p.endswith("/Hostname/values"),
+            200,
+            {"status": "success", "data": ["node a", "node_a"]},
+        ),
+        (lambda p, q: is_query(p, q) and 'Hostname=""' in q["query"], 200, matrix([])),
+        (per_host_only, 422, {"status": "error", "error": "too many samples"}),
+        (is_query, 200, host),
+    ]
+    rep = pull_day(server(stub, window_s=300), date(2024, 1, 10), tmp_path)
+    assert rep.samples == 2 * 1440 and len(rep.files) == 2 * 288
+    assert {json.loads(k)["UUID"] for k, _, _ in pulled_points(rep.files)} == {"node a", "node_a"}
+    assert "DCGM_FI_DEV_GPU_UTIL_0000_node_a-2.json.gz" in {p.name for p in rep.files}
 
 
 def test_credentials_reach_the_server_and_never_the_files(stub, tmp_path):
@@ -827,6 +1059,7 @@ def test_label_values_are_asked_with_get_and_queries_with_post(stub, tmp_path):
             {"status": "success", "data": ["h1"]},
         ),
         (per_host_only, 422, {"status": "error", "error": "too many samples"}),
+        (lambda p, q: is_query(p, q) and 'Hostname=""' in q["query"], 200, matrix([])),
         (is_query, 200, samples),
     ]
     rep = pull_day(server(stub, window_s=600), DAY, tmp_path)

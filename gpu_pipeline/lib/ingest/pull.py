@@ -52,10 +52,13 @@ import gzip
 import io
 import json
 import math
+import os
 import re
+import shutil
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -80,6 +83,7 @@ TOO_LARGE = re.compile(
 RETRY_STATUS = {429, 500, 502, 503, 504}
 MIB = 2**20
 CHUNK = 2**16  # bytes read at a time; the cap is checked after each
+MATCHED = 2**16  # bytes of a non-JSON error body searched for a limit's words
 
 
 class PullError(RuntimeError):
@@ -247,9 +251,14 @@ class _Adapter(requests.adapters.HTTPAdapter):
         }
 
 
-def _line(text: object, limit: int = 300) -> str:
-    """A message on one line (a server's HTML error page has many)."""
-    return " ".join(str(text).split())[:limit]
+def _line(text: object, limit: int = 600) -> str:
+    """A message on one line (a server's HTML error page has many), its head and tail when it
+    is long: a server's cause often comes last (VictoriaMetrics repeats the query first)."""
+    one = " ".join(str(text).split())
+    if len(one) <= limit:
+        return one
+    tail = limit * 2 // 5
+    return f"{one[: limit - tail - 3]} … {one[-tail:]}"
 
 
 class Client:
@@ -321,8 +330,10 @@ class Client:
                 raise PullError(_line(f"{where}: {type(e).__name__}: {e}")) from None
             body, why = _json(data)
             error = body.get("error") if body else None
-            message = _line(error if error else data[:300].decode("utf-8", "replace"))
-            if TOO_LARGE.search(message) and status in (400, 422, 503, 200):
+            # matched on the whole text: VictoriaMetrics names its limit after the query, twice
+            full = str(error) if error else data[:MATCHED].decode("utf-8", "replace")
+            message = _line(full)
+            if TOO_LARGE.search(full) and status in (400, 422, 503, 200):
                 raise TooLarge(message)
             if status in RETRY_STATUS:
                 last = f"HTTP {status}: {message}"
@@ -407,7 +418,7 @@ def _in_window(series: list[dict], start: float, end: float) -> list[dict]:
     lo, hi = round(start * 1000), round(end * 1000)
     out = []
     for s in series:
-        if not isinstance(s, dict):
+        if not _is_series(s):
             out.append(s)
             continue
         points = s.get("values") if "values" in s else [s.get("value")]
@@ -421,13 +432,27 @@ def _in_window(series: list[dict], start: float, end: float) -> list[dict]:
                 and p
                 and isinstance(p[0], int | float)
                 and not isinstance(p[0], bool)
-                and math.isfinite(p[0])
+                and math.isfinite(p[0] * 1000.0)  # 1e308 s is no time either
             )
             or lo <= round(p[0] * 1000) < hi
         ]
         if kept:
             out.append({"metric": s.get("metric") or {}, "values": kept})
     return out
+
+
+def _is_series(s: object) -> bool:
+    """A series object: a JSON object whose `metric`, if any, is an object of labels. Anything
+    else is kept as the server sent it, for the ingest to quarantine with its reason."""
+    return isinstance(s, dict) and isinstance(s.get("metric") or {}, dict)
+
+
+def _warnings(body: dict) -> list[str]:
+    """The answer's `warnings`: a list of messages, or one message."""
+    w = body.get("warnings")
+    if not w:
+        return []
+    return [str(x) for x in w] if isinstance(w, list) else [str(w)]
 
 
 def wanted(names: list[str]) -> list[str]:
@@ -453,22 +478,31 @@ def _fetch(
         params = {"time": _iso(end - 0.001)}
         body = client.post("/api/v1/query", {"query": query, **params})
     else:
-        query = sel
+        # each grid point's last sample of the step before it, (t - step, t]: the bare selector
+        # would carry a series' last value over the server's 5-minute lookback, past a gap and
+        # into the day after a GPU left (adversarial review)
+        query = f"last_over_time({sel}[{server.step_s * 1000 - 1}ms])"
         # the grid points in [start, end): start, start + step, ..., the last one before end
         last = start + (end - start - 1) // server.step_s * server.step_s
         if (last - start) // server.step_s + 1 > server.max_points:
             raise TooLarge(f"more than {server.max_points} points per series")
         params = {"start": _iso(start), "end": _iso(last), "step": f"{server.step_s}s"}
         body = client.post("/api/v1/query_range", {"query": query, **params})
-    data = body.get("data") or {}
-    result = (data.get("result") or []) if isinstance(data, dict) else None
+    data = body.get("data")
+    result = data.get("result", False) if isinstance(data, dict) else False
+    if result is None:
+        result = []
     if not isinstance(result, list):
         raise PullError(
             f"{server.public_url}: {query}: the answer is not a Prometheus API response: "
             "data.result is not a list"
         )
     result = _in_window(result, start, end)
-    warnings = [str(w) for w in body.get("warnings") or []]
+    if server.mode == "range":  # a function's answer has no metric name
+        for r in result:
+            if _is_series(r):
+                r["metric"] = {"__name__": name, **(r.get("metric") or {})}
+    warnings = _warnings(body)
     if body.get("isPartial") or data.get("isPartial"):  # Thanos partial_response
         warnings.append(f"{query}: partial response (some stores did not answer)")
     return result, warnings, query, params
@@ -484,15 +518,17 @@ def _listing(client: Client, body: dict, label: str) -> list[str]:
     return [str(v) for v in values]
 
 
-def _host_values(client: Client, name: str, matchers: str, start: int, end: int):
-    for label in HOST_LABELS:
+def _host_values(client: Client, name: str, matchers: str, start: int, end: int, labels):
+    """The first of `labels` that the series of `name` (within `matchers`) carry over
+    [start, end), with its values; (None, []) when none is carried."""
+    for i, label in enumerate(labels):
         body = client.get(
             f"/api/v1/label/{label}/values",
             {"match[]": _selector(name, matchers), "start": _iso(start), "end": _iso(end - 0.001)},
         )
         values = _listing(client, body, label)
         if values:
-            return label, sorted(values)
+            return i, sorted(values)
     return None, []
 
 
@@ -523,18 +559,41 @@ def _pieces(client: Client, server: PromServer, name: str, start: int, end: int,
         yield from _pieces(client, server, name, start, mid, warnings)
         yield from _pieces(client, server, name, mid, end, warnings)
         return
-    label, hosts = _host_values(client, name, server.matchers, start, end)
-    if not hosts:
-        raise PullError(f"{name}: {too_large} even for {int(end - start)} s")
+    yield from _by_host(client, server, name, (start, end), server.matchers, too_large, warnings)
+
+
+def _and(*matchers: str) -> str:
+    return ", ".join(m for m in matchers if m)
+
+
+def _by_host(client, server, name, window, matchers, too_large, warnings, labels=HOST_LABELS):
+    """The series of `name` over `window` that the server refuses at once, one host at a time:
+    the first of `labels` the series carry, a query per value, then the series without that
+    label (`label=""`), split the same way by the labels after it when they are too many still.
+    Every series is asked for: a series without the first label is not left out."""
+    start, end = window
+    i, hosts = _host_values(client, name, matchers, start, end, labels)
+    if i is None:
+        raise PullError(f"{_selector(name, matchers)}: {too_large} even for {end - start} s")
+    label = labels[i]
+    prefix = "" if labels is HOST_LABELS else f"{label}="
     for h in hosts:
-        m = ", ".join(x for x in (server.matchers, f'{label}="{_escape(h)}"') if x)
+        m = _and(matchers, f'{label}="{_escape(h)}"')
         try:
             result, w, query, params = _fetch(client, server, name, m, start, end)
         except TooLarge as e:
-            raise PullError(f"{name}{{{label}={h!r}}}: {e} even for {int(end - start)} s") from None
+            raise PullError(f"{name}{{{label}={h!r}}}: {e} even for {end - start} s") from None
         warnings += w
-        yield Piece(name, start, end, h, result, query, params)
+        yield Piece(name, start, end, prefix + h, result, query, params)
         result = None  # not held while the next host is fetched
+    rest = _and(matchers, f'{label}=""')
+    try:
+        result, w, query, params = _fetch(client, server, name, rest, start, end)
+    except TooLarge as e:
+        yield from _by_host(client, server, name, window, rest, str(e), warnings, labels[i + 1 :])
+        return
+    warnings += w
+    yield Piece(name, start, end, f"no-{label}", result, query, params)
 
 
 def _escape(v: str) -> str:
@@ -551,12 +610,12 @@ def _document(server: PromServer, piece: Piece) -> bytes:
         (
             {"metric": dict(sorted((s.get("metric") or {}).items())), "values": s["values"]}
             for s in piece.series
-            if isinstance(s, dict)
+            if _is_series(s)
         ),
         key=lambda s: json.dumps(s["metric"], sort_keys=True),
     )
     # what is not a series object is kept as the server sent it: the ingest quarantines it
-    series += sorted((s for s in piece.series if not isinstance(s, dict)), key=json.dumps)
+    series += sorted((s for s in piece.series if not _is_series(s)), key=json.dumps)
     doc = {
         "status": "success",
         "data": {"resultType": "matrix", "result": series},
@@ -596,11 +655,8 @@ def _metrics_wanted(client: Client, server: PromServer, start: int, end: int) ->
     return wanted(_listing(client, body, "__name__"))
 
 
-def _write_piece(
-    server: PromServer, piece: Piece, folder: Path
-) -> tuple[Path, bool, int, int, int]:
-    """Write one piece's document into `folder` unless the file already holds those bytes
-    (through a temporary file, renamed): (path, changed, bytes, series, samples)."""
+def _write_piece(server: PromServer, piece: Piece, path: Path) -> tuple[int, int, int]:
+    """Write one piece's document to `path`: (bytes, series, samples)."""
     try:
         data = _document(server, piece)
     except RecursionError:
@@ -608,15 +664,41 @@ def _write_piece(
             f"{server.public_url}: {piece.query}: the answer is not a Prometheus API "
             "response: nested too deep"
         ) from None
-    path = folder / _name(piece)
-    changed = not path.is_file() or path.read_bytes() != data
-    if changed:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_bytes(data)
-        tmp.replace(path)
-    points = sum(len(x["values"]) for x in piece.series if isinstance(x, dict))
-    return path, changed, len(data), len(piece.series), points
+    path.write_bytes(data)
+    points = sum(len(x["values"]) for x in piece.series if _is_series(x))
+    return len(data), len(piece.series), points
+
+
+def _publish(staging: Path, folder: Path) -> tuple[list[Path], int]:
+    """Move a whole pulled day from `staging` into `folder`, a file at a time, leaving a file
+    that already holds the same bytes untouched (its time too: a re-pull of unchanged data is
+    not parsed again). Files of an earlier pull this one did not write (another window size,
+    a day the server has since let go) are kept. (paths, files changed)."""
+    files = sorted(staging.iterdir())
+    if files:
+        folder.mkdir(parents=True, exist_ok=True)
+    paths, changed = [], 0
+    for f in files:
+        dst = folder / f.name
+        paths.append(dst)
+        same = dst.is_file() and dst.stat().st_size == f.stat().st_size
+        if same and dst.read_bytes() == f.read_bytes():
+            continue
+        f.replace(dst)
+        changed += 1
+    return paths, changed
+
+
+def _unique(name: str, used: set[str]) -> str:
+    """`name`, or with -2, -3 … before its extension when another piece of the day has it
+    (two hosts whose names differ only in characters a file name cannot hold)."""
+    stem, ext = name.removesuffix(".json.gz"), ".json.gz"
+    out, k = name, 1
+    while out in used:
+        k += 1
+        out = f"{stem}-{k}{ext}"
+    used.add(out)
+    return out
 
 
 def pull_day(
@@ -625,7 +707,11 @@ def pull_day(
     raw_root: str | Path,
     progress: Callable[[str], None] | None = None,
 ) -> PullReport:
-    """Fetch day `day` (UTC) into the landing zone; the report says what came and what was said."""
+    """Fetch day `day` (UTC) into the landing zone; the report says what came and what was said.
+
+    The day's files are written to a hidden folder beside the day's and moved in once every
+    query has answered: a pull that fails leaves the day as it was, never a part of it that a
+    later run would take for the whole (adversarial review)."""
     t0 = time.perf_counter()
     client = Client(server)
     start = int(datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp())
@@ -637,6 +723,8 @@ def pull_day(
     jobs = [(name, s, e) for name in report.metrics for s, e in windows]
     lock = threading.Lock()
     failures: list[Exception] = []
+    used: set[str] = set()
+    staging = folder.with_name(f".{day.isoformat()}.{os.getpid()}.{uuid.uuid4().hex[:8]}.partial")
 
     def work(job):
         try:
@@ -644,28 +732,32 @@ def pull_day(
         except _Stopped:
             raise
         except Exception as e:
+            name, s, e_ = job
+            err = e
+            if isinstance(e, PullError) and not str(e).startswith(name):  # which query failed
+                err = PullError(f"{name} [{_iso(s)}, {_iso(e_)}): {e}")
             with lock:
-                failures.append(e)
+                failures.append(err)
             client.stop.set()  # the other queries make no further attempt
             raise
 
     def fetch(job):
         name, s, e = job
         warnings: list[str] = []
-        written = []  # (path, changed, bytes, series, samples): a piece is written, then dropped
+        written = []  # (bytes, series, samples): a piece is written, then dropped
         queries = 0
         for piece in _pieces(client, server, name, s, e, warnings):
             queries += 1
             if not piece.series:
                 continue
-            written.append(_write_piece(server, piece, folder))
+            with lock:
+                path = staging / _unique(_name(piece), used)
+            written.append(_write_piece(server, piece, path))
             del piece
         with lock:
             report.queries += queries
             report.warnings += warnings
-            for path, changed, size, series, points in written:
-                report.files.append(path)
-                report.written += changed
+            for size, series, points in written:
                 report.bytes += size
                 report.series += series
                 report.samples += points
@@ -673,16 +765,19 @@ def pull_day(
 
     done = 0
     try:
+        staging.mkdir(parents=True)
         with ThreadPoolExecutor(max_workers=max(1, server.concurrency)) as pool:
             for _ in pool.map(work, jobs):
                 done += 1
                 if progress and (done % max(1, len(jobs) // 10) == 0 or done == len(jobs)):
                     progress(f"{day}: {done}/{len(jobs)} queries, {report.samples:,} samples")
+        report.files, report.written = _publish(staging, folder)
     except Exception:
         if failures:  # the first query that failed, not one it stopped
             raise failures[0] from None
         raise
-    report.files.sort()
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     report.seconds = time.perf_counter() - t0
     return report
 

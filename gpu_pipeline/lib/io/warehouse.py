@@ -378,9 +378,7 @@ UNION ALL SELECT 'schema', schema_name, schema_name, sql, comment
 
 
 def _catalog(con: duckdb.DuckDBPyConnection) -> list[tuple]:
-    return sorted(
-        con.execute(_CATALOG_SQL).fetchall(), key=lambda r: tuple(str(v) for v in r)
-    )
+    return sorted(con.execute(_CATALOG_SQL).fetchall(), key=lambda r: tuple(str(v) for v in r))
 
 
 def _write_views(con: duckdb.DuckDBPyConnection, lake_root: str | Path) -> Partitions:
