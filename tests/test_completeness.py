@@ -226,6 +226,43 @@ def test_an_exposition_series_without_uuid_takes_its_bus_id_then_index(tmp_path)
     ]
 
 
+def test_gpu_0_of_two_scrape_targets_without_a_host_label_is_two_gpus(tmp_path):
+    """A Prometheus answer whose series carry no UUID and no host label, only the `instance`
+    Prometheus adds: GPU 0 of two targets was one GPU, the second's samples duplicates of the
+    first's, or conflicts (adversarial review)."""
+    res = [
+        {
+            "metric": {"__name__": name, "gpu": "0", "instance": inst, "job": "dcgm-exporter"},
+            "values": [[T + 15 * i, str(v)] for i in range(8)],
+        }
+        for inst, v in (("gpu-node-1:9400", 10), ("gpu-node-2:9400", 90))
+        for name in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_POWER_USAGE")
+    ]
+    doc = {"status": "success", "data": {"resultType": "matrix", "result": res}}
+    fmt, out = parse(tmp_path, "two_targets.json", json.dumps(doc))
+    assert fmt == "prometheus_json" and out.quarantine.height == 0
+    s = out.samples
+    assert s.height == 32 and gpus(out) == 2
+    util = s.filter(pl.col("column") == "gpu_util_pct")
+    by_host = dict(util.group_by("hostname").agg(pl.col("value").mean()).iter_rows())
+    assert by_host == {"gpu-node-1:9400": 10.0, "gpu-node-2:9400": 90.0}
+
+
+def test_a_uuid_column_of_n_a_falls_back_to_the_bus_id(tmp_path):
+    """nvidia-smi writes `[N/A]` where it has no UUID: every row was quarantined as "GPU UUID
+    'GPU-[n/a]' is not a UUID" though pci.bus_id told the GPUs apart (adversarial review)."""
+    rows = [
+        f"2024/01/01 10:00:{s:02d}.000, 00000000:{0x17 + g:02X}:00.0, [N/A], {40 + g} %, 300.00 W"
+        for s in range(0, 60, 10)
+        for g in (0, 1)
+    ]
+    head = "timestamp, pci.bus_id, uuid, utilization.gpu [%], power.draw [W]"
+    fmt, out = parse(tmp_path, "h1/uuid_na.csv", "\n".join([head, *rows]) + "\n")
+    assert fmt == "nvidia_smi_csv" and out.quarantine.height == 0
+    assert out.samples.height == 24 and gpus(out) == 2
+    assert out.samples["gpu_uuid"].str.starts_with("GPU-pci-").all()
+
+
 # --- times and headers real loggers write ----------------------------------------------------------
 
 
@@ -342,6 +379,125 @@ def test_the_real_xml_snapshots_are_samples(tmp_path):
         assert out.quarantine.height == 0, out.quarantine
         assert out.samples["gpu_uuid"].n_unique() == n
         assert out.samples.filter(pl.col("column") == "power_w")["value"].is_not_null().all()
+
+
+def test_a_header_written_again_with_other_columns_reads_the_rows_below_it_by_it(tmp_path):
+    """A logger restarted with another --query-gpu order appends a second header: the rows
+    below it were read with the first header's columns, 60 W taken for 60 % utilization and
+    20 % for 20 W, nothing quarantined (adversarial review)."""
+    u = "GPU-aaaaaaaa-1111-1111-1111-111111111111"
+    first = [f"2024/01/01 10:00:{s:02d}.000, {u}, 20 %, 60.00 W" for s in range(0, 60, 10)]
+    second = [f"2024/01/01 10:01:{s:02d}.000, {u}, 60.00 W, 20 %" for s in range(0, 60, 10)]
+    again = [f"2024/01/01 10:02:{s:02d}.000, {u}, 60.00 W, 20 %" for s in range(0, 60, 10)]
+    text = "\n".join(
+        [
+            "timestamp, uuid, utilization.gpu [%], power.draw [W]",
+            *first,
+            "timestamp, uuid, power.draw [W], utilization.gpu [%]",
+            *second,
+            "timestamp, uuid, power.draw [W], utilization.gpu [%]",  # the same again
+            *again,
+        ]
+    )
+    fmt, out = parse(tmp_path, "h1/gpu0.csv", text + "\n")
+    assert fmt == "nvidia_smi_csv" and out.quarantine.height == 0
+    s = out.samples
+    assert s.height == 36
+    assert set(s.filter(pl.col("column") == "gpu_util_pct")["value"]) == {20.0}
+    assert set(s.filter(pl.col("column") == "power_w")["value"]) == {60.0}
+    assert out.lines_total == 21 and out.lines_skipped == 3  # the three headers
+    assert sorted(s["line"].unique()) == [*range(2, 8), *range(9, 15), *range(16, 22)]
+
+
+def test_a_per_process_listing_is_not_read_as_the_gpus_memory(tmp_path):
+    """`nvidia-smi --query-compute-apps` output: each process's used_memory became the GPU's
+    fb_used_mib, the second process a conflicting duplicate (adversarial review)."""
+    text = (
+        "timestamp, gpu_uuid, pid, process_name, used_memory [MiB]\n"
+        "2024/01/01 10:00:00.000, GPU-aaaaaaaa-1111-1111-1111-111111111111, 1234, python, 20000 MiB\n"
+        "2024/01/01 10:00:00.000, GPU-aaaaaaaa-1111-1111-1111-111111111111, 5678, python, 30000 MiB\n"
+    )
+    _, out = parse(tmp_path, "h1/apps.csv", text)
+    assert out.samples.height == 0 and out.rejected_whole
+    assert "per-process listing" in out.quarantine["reason"][0]
+
+
+def test_a_gzipped_utf16_export_is_read_as_the_plain_one_is(tmp_path):
+    """A PowerShell `>` capture (UTF-16 with a BOM) gzipped was refused as "binary content"
+    from its first 64 KiB, half of them NUL (adversarial review); uncompressed it was read."""
+    u = "GPU-bbbbbbbb-1111-1111-1111-111111111111"
+    rows = [
+        f"2024/01/01 10:{s // 60:02d}:{s % 60:02d}.000, {u}, 50 %, 300.00 W"
+        for s in range(0, 3600, 5)
+    ]
+    text = "\r\n".join(["timestamp, uuid, utilization.gpu [%], power.draw [W]", *rows]) + "\r\n"
+    data = b"\xff\xfe" + text.encode("utf-16-le")
+    assert len(data) > 65536
+    outs = [parse(tmp_path, n, d) for n, d in (("a.csv", data), ("b.csv.gz", gzip.compress(data)))]
+    for fmt, out in outs:
+        assert fmt == "nvidia_smi_csv" and out.quarantine.height == 0
+        assert out.samples.height == 2 * 720
+
+
+def test_an_xml_loop_log_is_read_snapshot_by_snapshot(tmp_path):
+    """`nvidia-smi -q -x -l 10 > loop.xml` appends a whole document per snapshot: refused whole
+    as "junk after document element", one record for 24 (adversarial review). A last snapshot
+    cut short is one quarantined record."""
+    import re
+
+    tmpl = (SAMPLES / "nvidia-smi_q-x_2x-rtx-a5000_v13dtd.xml").read_text()
+    snaps = [
+        re.sub(
+            r"<timestamp>.*?</timestamp>",
+            f"<timestamp>Mon Jan  1 10:{s // 60:02d}:{s % 60:02d} 2024</timestamp>",
+            tmpl,
+            count=1,
+        )
+        for s in range(0, 120, 10)
+    ]
+    fmt, out = parse(tmp_path, "loop.xml", "\n".join(snaps) + "\n")
+    assert fmt == "nvidia_smi_xml" and out.quarantine.height == 0
+    assert out.lines_total == 24 and sum(out.records_by_day.values()) == 24
+    util = out.samples.filter(pl.col("column") == "gpu_util_pct")
+    assert util.height == 24 and util["timestamp"].n_unique() == 12 and gpus(out) == 2
+    cut = "\n".join(snaps) + "\n" + snaps[0][: len(snaps[0]) // 2]
+    _, out = parse(tmp_path, "cut.xml", cut)
+    assert out.lines_total == 25 and out.quarantine.height == 1
+    assert "cut short" in out.quarantine["reason"][0]
+
+
+def _answer(t: float) -> dict:
+    return {
+        "status": "success",
+        "data": {
+            "resultType": "vector",
+            "result": [
+                {
+                    "metric": {
+                        "__name__": "DCGM_FI_DEV_GPU_UTIL",
+                        "UUID": f"GPU-{g}",
+                        "Hostname": "n1",
+                    },
+                    "value": [t, str(40 + g)],
+                }
+                for g in (0, 1)
+            ],
+        },
+    }
+
+
+def test_several_api_answers_in_one_file_are_read_answer_by_answer(tmp_path):
+    """JSON Lines of `query` answers, or an array of them: refused whole ("truncated", one
+    record for 16; adversarial review). A line cut short after them is the file's one reason."""
+    answers = [_answer(T + 15 * k) for k in range(8)]
+    lines = "".join(json.dumps(a) + "\n" for a in answers)
+    for name, text in (("a.jsonl", lines), ("b.json", json.dumps(answers))):
+        fmt, out = parse(tmp_path, name, text)
+        assert fmt == "prometheus_json" and out.quarantine.height == 0, name
+        assert out.samples.height == 16 and gpus(out) == 2, name
+        assert sorted(set(out.samples["value"])) == [40.0, 41.0]
+    _, out = parse(tmp_path, "cut.jsonl", lines + json.dumps(answers[0])[:50])
+    assert out.rejected_whole and "after 8 whole answers" in out.quarantine["reason"][0]
 
 
 # --- every rejection on a day someone will look at ---------------------------------------------

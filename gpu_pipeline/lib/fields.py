@@ -351,7 +351,9 @@ LABEL_ALIASES: dict[str, tuple[str, ...]] = {
     "gpu_index": ("gpu", "minor_number"),
     "pci_bus_id": ("pci_bus_id", "pcibusid", "bus_id", "busid"),
     "gpu_model": ("modelname", "model_name"),
-    "hostname": ("hostname", "host", "node", "kubernetes_node"),
+    # `instance` (the scrape target Prometheus adds) last: without a host label it still tells
+    # GPU 0 of one target from GPU 0 of another (adversarial review: they were merged)
+    "hostname": ("hostname", "host", "node", "kubernetes_node", "instance"),
     "cluster": ("cluster", "cluster_name", "kubernetes_cluster"),
     "namespace": ("exported_namespace", "namespace"),
     "pod": ("exported_pod", "pod"),

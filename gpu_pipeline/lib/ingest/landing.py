@@ -566,6 +566,16 @@ def _looks_binary(head: bytes) -> bool:
     return head.count(0) * 100 > len(head) or controls * 20 > len(head)
 
 
+def _binary_head(head: bytes) -> bool:
+    """`_looks_binary` of a file's first bytes, UTF-16 (with its BOM) read as the text it is:
+    half its bytes are NUL, and a gzipped UTF-16 export was refused as binary (adversarial
+    review)."""
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        even = head[: len(head) // 2 * 2]
+        return _looks_binary(even.decode("utf-16", "replace").encode("utf-8"))
+    return _looks_binary(head)
+
+
 def _bad_lines(data: bytes) -> tuple[bytes, list[tuple[int, str, str]]]:
     """Blank out lines with NUL bytes or invalid UTF-8 (numbering kept): (clean data, and for
     each such line (number, reason, its text with the bad bytes escaped))."""
@@ -753,7 +763,7 @@ def _gunzip_chunks(f, limit: int) -> Iterator[bytes]:
                     raise _Stop(f"decompresses to more than {limit:,} bytes: not read")
                 if len(head) < 65536:
                     head += out[: 65536 - len(head)]
-                    if len(head) >= 65536 and _looks_binary(head):  # a bomb of zeros stops here
+                    if len(head) >= 65536 and _binary_head(head):  # a bomb of zeros stops here
                         raise _Stop(
                             "binary content (NUL and control bytes): not a telemetry export"
                         )

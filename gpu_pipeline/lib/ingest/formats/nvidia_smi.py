@@ -18,6 +18,7 @@ them the rows one loop iteration printed together (`loop_positions`).
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import numpy as np
 import polars as pl
@@ -256,8 +257,66 @@ def loop_positions(ts_ms: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     return pos, unknown, size
 
 
+PER_PROCESS = (
+    "a per-process listing (nvidia-smi --query-compute-apps: pid, process_name, used_memory): "
+    "its memory is a process's, not the GPU's, and it has no utilization or power. Log the GPUs "
+    "with --query-gpu. File quarantined whole"
+)
+
+
 def parse(text: str, ctx: Context) -> ParsedLines:
+    """The log's rows, read with the header above them: a header written again further down (a
+    logger restarted, perhaps with other fields in another order) starts a part of its own,
+    its line counted as skipped. Before, the rows below a second header were read with the
+    first one's columns: a 60 W power read as 60 % utilization (adversarial review)."""
     header, body, total, skipped = _header_and_rows(text, ctx)
+    if {"pid", "process_name"} & {header_key(h)[0] for h in header}:
+        raise ValueError(PER_PROCESS)  # its used_memory was taken for the GPU's memory used
+    later = _later_headers(body)
+    if later:
+        return _in_parts(text, ctx, later)
+    return _parse_part(header, body, total, skipped, ctx)
+
+
+def _later_headers(body: pl.DataFrame) -> list[int]:
+    """The file lines (1-based) of the body that are header lines: a line with a comma and no
+    digit (rows carry a time or a number), then told by `_is_header`."""
+    raw = pl.col("raw")
+    maybe = body.filter(raw.str.contains(",", literal=True) & ~raw.str.contains(r"\d"))
+    return [n for n, ln in zip(maybe["line"], maybe["raw"], strict=True) if _is_header(ln)]
+
+
+def _in_parts(text: str, ctx: Context, later: list[int]) -> ParsedLines:
+    """Each part from a header line to the next read on its own, as one file's lines."""
+    lines = text.split("\n")
+    starts = [0, *(n - 1 for n in later)]
+    ends = [*starts[1:], len(lines)]
+    outs = []
+    for a, b in zip(starts, ends, strict=True):
+        part = "\n".join(lines[a:b]) + ("\n" if b < len(lines) else "")
+        out = _parse_part(*_header_and_rows(part, ctx), ctx)
+        shift = pl.col("line") + a
+        outs.append((out, out.samples.with_columns(shift), out.quarantine.with_columns(shift)))
+    records: dict = {}
+    for out, _, _ in outs:
+        for d, n in out.records_by_day.items():
+            records[d] = records.get(d, 0) + n
+    first = outs[0][0]
+    return replace(
+        first,
+        samples=pl.concat([s for _, s, _ in outs]),
+        quarantine=pl.concat([q for _, _, q in outs]),
+        lines_total=sum(o.lines_total for o, _, _ in outs),
+        lines_skipped=sum(o.lines_skipped for o, _, _ in outs),
+        records_by_day=records,
+        columns_ignored=sorted({c for o, _, _ in outs for c in o.columns_ignored}),
+        fields=sorted({f for o, _, _ in outs for f in o.fields}),
+    )
+
+
+def _parse_part(
+    header: list[str], body: pl.DataFrame, total: int, skipped: int, ctx: Context
+) -> ParsedLines:
     keys = [header_key(h) for h in header]
     idx: dict[str, int] = {}
     for i, (k, _) in reversed(list(enumerate(keys))):

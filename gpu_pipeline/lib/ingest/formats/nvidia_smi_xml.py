@@ -10,6 +10,7 @@ or read `N/A`. Power: `power_draw`, else `average_power_draw`, else `instant_pow
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from datetime import datetime
 from zoneinfo import ZoneInfo
@@ -61,13 +62,43 @@ def _text(e: ET.Element | None) -> str | None:
     return t or None
 
 
-def parse(text: str, ctx: Context) -> ParsedLines:
+SNAPSHOT = re.compile(r"<nvidia_smi_log\b.*?</nvidia_smi_log>", re.S)
+
+
+def _root(text: str) -> ET.Element:
     try:
         root = ET.fromstring(text)
     except ET.ParseError as e:
         raise ValueError(f"nvidia-smi XML that does not parse: {e}") from None
     if root.tag != "nvidia_smi_log":
         raise ValueError(f"XML whose root is <{root.tag}>, not nvidia-smi's <nvidia_smi_log>")
+    return root
+
+
+def parse(text: str, ctx: Context) -> ParsedLines:
+    """One snapshot, or the snapshots `nvidia-smi -q -x -l N > file` appends one after another
+    (each with its own XML declaration: not one document, and refused whole as "junk after
+    document element" before; adversarial review). A last snapshot cut short is one record,
+    quarantined."""
+    multi = text.count("<nvidia_smi_log") > 1
+    docs = SNAPSHOT.findall(text) if multi else []
+    roots = [_root(d) for d in docs] if multi else [_root(text)]
+    rows, n = [], 0
+    for root in roots:
+        got, gpus = _snapshot_rows(root, ctx, n)
+        rows += got
+        n += gpus
+    tail = text[text.rfind("</nvidia_smi_log>") :] if multi else ""
+    if "<nvidia_smi_log" in tail:
+        n += 1
+        cut = "a snapshot cut short (the logger stopped while writing it): not read"
+        rows.append({**dict.fromkeys(rows[0] if rows else ()), "line": n, "pre_reason": cut})
+        rows[-1]["raw"] = tail[tail.find("<nvidia_smi_log") :][:200]
+    return _parsed(rows, n, ctx)
+
+
+def _snapshot_rows(root: ET.Element, ctx: Context, n0: int) -> tuple[list[dict], int]:
+    """One snapshot's rows (one per GPU and field), its GPUs numbered from n0 + 1."""
     stamp = _text(root.find("timestamp"))
     ts_ms = None
     if stamp:
@@ -78,7 +109,8 @@ def parse(text: str, ctx: Context) -> ParsedLines:
             ts_ms = None
     driver = _text(root.find("driver_version"))
     rows = []
-    for n, gpu in enumerate(root.findall("gpu"), start=1):
+    gpus = root.findall("gpu")
+    for n, gpu in enumerate(gpus, start=n0 + 1):
         ids = {
             "gpu_uuid": _text(gpu.find("uuid")),
             "pci_bus_id": gpu.get("id") or _text(gpu.find("pci/pci_bus_id")),
@@ -107,6 +139,10 @@ def parse(text: str, ctx: Context) -> ParsedLines:
                     **ids,
                 }
             )
+    return rows, len(gpus)
+
+
+def _parsed(rows: list[dict], records: int, ctx: Context) -> ParsedLines:
     if not rows:
         raise ValueError("nvidia-smi XML without a <gpu> reading")
     g = pl.DataFrame(
@@ -121,11 +157,11 @@ def parse(text: str, ctx: Context) -> ParsedLines:
     )
     out = parsed(
         g,
-        lines_total=len(root.findall("gpu")),
+        lines_total=records,
         lines_skipped=0,
         window=ctx.time_window(),
         source_file=ctx.source_file,
         multi=True,
     )
-    out.fields = sorted(set(g.get_column("column").to_list()))
+    out.fields = sorted(set(g.get_column("column").drop_nulls().to_list()))
     return out

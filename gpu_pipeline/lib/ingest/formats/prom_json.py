@@ -25,11 +25,12 @@ class WholeFile(ValueError):
     """The file as a whole cannot be used; the message is the quarantine reason."""
 
 
-_OBJECT = re.compile(rb"\s*\{")
+_OBJECT = re.compile(rb"\s*(\{|\[\s*\{)")  # an object, or an array of objects
 
 
 def detect(data: bytes, name: str) -> bool:
-    """Any JSON object: the parse says what a document that is not an API response lacks."""
+    """Any JSON object (or array of objects): the parse says what a document that is not an
+    API response lacks."""
     return _OBJECT.match(data) is not None
 
 
@@ -63,23 +64,75 @@ def parse(text: str, ctx: Context) -> ParsedLines:
 
 def _response(text: str) -> tuple[dict, str, list]:
     """The document, its result type ("matrix" or "vector") and its list of series; WholeFile,
-    with the reason, when `text` is not a query or query_range answer."""
+    with the reason, when `text` is not a query or query_range answer. Several answers, one
+    after another (JSON Lines) or in an array, are one matrix of all their series (refused
+    whole before, with "truncated": adversarial review)."""
+    docs = _documents(text)
+    if len(docs) == 1:
+        return docs[0], *_answer(docs[0])
+    results: list = []
+    for doc in docs:
+        rtype, res = _answer(doc)
+        if rtype == "vector":  # a point as a one-point matrix series
+            res = [
+                {"metric": r.get("metric"), "values": [r.get("value")]}
+                if isinstance(r, dict)
+                else r
+                for r in res
+            ]
+        results += res
+    return docs[0], "matrix", results
+
+
+def _documents(text: str) -> list[dict]:
+    """The file's JSON objects: one, several one after another, or an array of them."""
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
-        raise WholeFile(
-            f"not valid JSON at line {e.lineno} column {e.colno} ({e.msg}): truncated or not an "
-            "API response"
-        ) from None
+        if e.msg != "Extra data":
+            raise WholeFile(
+                f"not valid JSON at line {e.lineno} column {e.colno} ({e.msg}): truncated or not "
+                "an API response"
+            ) from None
+        return _concatenated(text)
     except RecursionError:  # the parser recurses per level: a 200k-deep document is not an answer
         raise WholeFile(
             "not a Prometheus API response: nested too deep (an API answer is a few levels deep)"
         ) from None
+    if isinstance(doc, list) and doc and all(isinstance(d, dict) for d in doc):
+        return doc
     if not isinstance(doc, dict):
         raise WholeFile(
             "not a Prometheus API response: the top level is not an object "
-            '{"status": ..., "data": {...}}'
+            '{"status": ..., "data": {...}} (nor an array of them)'
         )
+    return [doc]
+
+
+def _concatenated(text: str) -> list[dict]:
+    """JSON objects written one after another (JSON Lines); WholeFile where one is not."""
+    dec, docs, i = json.JSONDecoder(), [], 0
+    while True:
+        while i < len(text) and text[i] in " \t\r\n":
+            i += 1
+        if i == len(text):
+            return docs
+        try:
+            doc, i = dec.raw_decode(text, i)
+        except json.JSONDecodeError as e:
+            raise WholeFile(
+                f"not valid JSON at line {e.lineno} column {e.colno} ({e.msg}), after "
+                f"{len(docs)} whole answers: truncated or not an API response"
+            ) from None
+        except RecursionError:
+            raise WholeFile("not a Prometheus API response: nested too deep") from None
+        if not isinstance(doc, dict):
+            raise WholeFile(f"answer {len(docs) + 1} of the file is not a JSON object")
+        docs.append(doc)
+
+
+def _answer(doc: dict) -> tuple[str, list]:
+    """One answer's result type and series; WholeFile when it is not a query answer."""
     if doc.get("status") == "error":
         raise WholeFile(
             f"Prometheus API error: {doc.get('errorType', '?')}: {doc.get('error', '?')}"
@@ -101,7 +154,7 @@ def _response(text: str) -> tuple[dict, str, list]:
         results = []
     if not isinstance(results, list):
         raise WholeFile('field "data.result" is not a list of series')
-    return doc, rtype, results
+    return rtype, results
 
 
 def _records(results: list, rtype: str) -> tuple[dict[str, list], dict[str, list], dict[str, list]]:

@@ -86,7 +86,12 @@ def to_long(
     base = body.with_columns(
         ts_ms.alias("ts_ms"),
         reason.otherwise(None).alias("pre_reason"),
-        *[e.alias(a) for a, e in attrs.items()],
+        # an attribute written `[N/A]` is absent: a uuid column of `[N/A]` made every row's GPU
+        # `GPU-[n/a]`, quarantined, though its pci.bus_id told it (adversarial review)
+        *[
+            pl.when(e.is_in(list(NA_VALUES))).then(None).otherwise(e).alias(a)
+            for a, e in attrs.items()
+        ],
     )
     # a row rejected as a whole is one record (one quarantine row), not one per field
     whole = base.filter(pl.col("pre_reason").is_not_null())
