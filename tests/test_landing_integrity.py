@@ -202,6 +202,32 @@ def test_a_day_whose_files_are_gone_keeps_its_partitions_unless_told(tmp_path):
     assert lake.read("gpu_samples", D)["gpu_uuid"].n_unique() == 1
 
 
+def test_a_new_file_of_a_kept_day_fails_the_run_instead_of_waiting_unseen(tmp_path):
+    """Retention removed one of a day's files, then a late host's file landed for that day:
+    the day was kept as it was, the new file's records were in no table, and the run said ok
+    (adversarial review). Now the run fails and names the file and the two ways out."""
+    raw = tmp_path / "raw"
+    genuine(raw)
+    write_file(
+        raw / "other.prom", expo_lines("GPU-bb", "NVIDIA A10G", "n2", "team", D, range(5), 90, 200)
+    )
+    assert _run(tmp_path, raw).success
+    (raw / "other.prom").unlink()
+    write_file(
+        raw / "late" / "n3.prom",
+        expo_lines("GPU-cc", "NVIDIA A10G", "n3", "team", D, range(5), 50, 100),
+    )
+    res = _run(tmp_path, raw)
+    assert not res.success
+    lines = [m for m in res.logs if "not ingested" in m]
+    assert lines and "late/n3.prom" in lines[0] and "--replace-missing" in lines[0]
+    lake = Lake(str(tmp_path / "lake"))
+    assert sorted(lake.read("gpu_samples", D)["gpu_uuid"].unique()) == ["GPU-aa", "GPU-bb"]
+    # rewritten from the landing zone as it is: the late file is in, the gone one out
+    assert _run(tmp_path, raw, replace_missing=True).success
+    assert sorted(lake.read("gpu_samples", D)["gpu_uuid"].unique()) == ["GPU-aa", "GPU-cc"]
+
+
 # --- 5. stray temporary files; 12. paths are literal -----------------------------------------
 
 

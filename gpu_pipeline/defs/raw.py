@@ -137,6 +137,7 @@ def ingest_days(
         context.log.warning(f"{name}: rejected whole, filed in the quarantine of {where}")
     writers = {t: DayWriter(store, t) for t in RAW_TABLES}
     conservation, pass_rate, utilization = [], [], []
+    waiting: list[str] = []  # kept days with records of new files left out
     for day in days:
         gone = (
             gone_from_landing(store.read("ingest_log", day), files)
@@ -159,6 +160,7 @@ def ingest_days(
                     table,
                 )
             log, quarantine = store.read("ingest_log", day), store.read("quarantine", day)
+            waiting += _left_out(context, day, parsed, log, gone)
             day_metadata(
                 context,
                 day,
@@ -193,6 +195,32 @@ def ingest_days(
     yield checks.merge(conservation, labels=days)
     yield checks.merge(pass_rate, labels=days)
     yield checks.merge(utilization, labels=days)
+    if waiting:  # their records are in no table: the run fails, not a quiet success
+        raise dg.Failure(description="; ".join(waiting))
+
+
+def _left_out(context, day, parsed: list, log, gone: list[str]) -> list[str]:
+    """A day kept as it was (landing files gone) while files it has not read hold records of
+    it: those records would be in no table (adversarial review: a late host's file, landed
+    after retention removed an older one, was never ingested and the run said ok). One line
+    saying so, for the run's failure."""
+    had = set(log.get_column("source_file").to_list())
+    new = sorted(
+        pf.file.source_file
+        for pf in parsed
+        if pf.file.source_file not in had and day in set(pf.record_days())
+    )
+    if not new:
+        return []
+    shown = ", ".join(new[:5]) + (f" and {len(new) - 5} more" if len(new) > 5 else "")
+    line = (
+        f"{day}: kept as it was ({len(gone)} landing file(s) it was made from are gone), so "
+        f"{len(new)} new file(s) with records of it were not ingested ({shown}): put the gone "
+        "files back, or rewrite the day from the landing zone as it is now with "
+        "--replace-missing"
+    )
+    context.log.error(line)
+    return [line]
 
 
 ingest = build_ingest()
