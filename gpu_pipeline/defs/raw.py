@@ -145,28 +145,8 @@ def ingest_days(
             else []
         )
         if gone:  # the input is not all there: the day stays the version it was made from
-            shown = ", ".join(gone[:5]) + (f" and {len(gone) - 5} more" if len(gone) > 5 else "")
-            context.log.warning(
-                f"{day}: kept as it was: {len(gone)} landing file(s) it was made from are gone "
-                f"from the landing zone ({shown}); to rewrite it without them, run with "
-                "replace_missing (run config of the ingest step; CLI: materialize "
-                "--replace-missing)"
-            )
-            for table in RAW_TABLES:
-                day_metadata(
-                    context,
-                    day,
-                    {"kept": True, "files_gone": dg.MetadataValue.json(gone)},
-                    table,
-                )
-            log, quarantine = store.read("ingest_log", day), store.read("quarantine", day)
-            waiting += _left_out(context, day, parsed, log, gone)
-            day_metadata(
-                context,
-                day,
-                ledger_metadata(log, store.lineage("ingest_log", day)),
-                "ingest_log",
-            )
+            log, quarantine, left_out = _kept_day(context, store, day, gone, parsed)
+            waiting += left_out
             conservation.append(checks.row_conservation(log))
             pass_rate.append(checks.validation_pass_rate(log, quarantine))
             utilization.append(checks.utilization_present(log))
@@ -197,6 +177,24 @@ def ingest_days(
     yield checks.merge(utilization, labels=days)
     if waiting:  # their records are in no table: the run fails, not a quiet success
         raise dg.Failure(description="; ".join(waiting))
+
+
+def _kept_day(context, store, day, gone: list[str], parsed: list):
+    """A day whose landing files are partly gone keeps its partitions: the warning, the
+    metadata, and (log, quarantine, lines on new files left out) of the day as it was."""
+    shown = ", ".join(gone[:5]) + (f" and {len(gone) - 5} more" if len(gone) > 5 else "")
+    context.log.warning(
+        f"{day}: kept as it was: {len(gone)} landing file(s) it was made from are gone "
+        f"from the landing zone ({shown}); to rewrite it without them, run with "
+        "replace_missing (run config of the ingest step; CLI: materialize "
+        "--replace-missing)"
+    )
+    for table in RAW_TABLES:
+        day_metadata(context, day, {"kept": True, "files_gone": dg.MetadataValue.json(gone)}, table)
+    log, quarantine = store.read("ingest_log", day), store.read("quarantine", day)
+    meta = ledger_metadata(log, store.lineage("ingest_log", day))
+    day_metadata(context, day, meta, "ingest_log")
+    return log, quarantine, _left_out(context, day, parsed, log, gone)
 
 
 def _left_out(context, day, parsed: list, log, gone: list[str]) -> list[str]:

@@ -299,17 +299,27 @@ def judge_freshness(
         limit=1,
     ).records
     name = asset_key.to_user_string()
+    # a partition written without a row: the run went fine on a day nothing landed for (an
+    # exporter outage), which is what this check is there to tell (adversarial review)
+    rows = None
+    if found and found[0].asset_materialization is not None:
+        count = found[0].asset_materialization.metadata.get("dagster/row_count")
+        rows = None if count is None else count.value
+    if found and rows == 0:
+        why = f"{name} of {expected} is there but empty: no data landed for the day"
+    elif found:
+        why = f"{name} of {expected} is there (expected by {deadline:%Y-%m-%d %H:%M} UTC)"
+    else:
+        why = (
+            f"{name} of {expected} was not there by {deadline:%Y-%m-%d %H:%M} UTC: the "
+            "schedule did not run, its run failed, or no data landed for the day"
+        )
     return dg.AssetCheckResult(
         asset_key=asset_key,
-        passed=bool(found),
+        passed=bool(found) and rows != 0,
         severity=dg.AssetCheckSeverity.WARN,
         metadata=meta,
-        description=(
-            f"{name} of {expected} is there (expected by {deadline:%Y-%m-%d %H:%M} UTC)"
-            if found
-            else f"{name} of {expected} was not there by {deadline:%Y-%m-%d %H:%M} UTC: the "
-            "schedule did not run, its run failed, or no data landed for the day"
-        ),
+        description=why,
     )
 
 
