@@ -594,7 +594,10 @@ def cmd_pull(a: argparse.Namespace) -> int:
 
 
 def cmd_sample(a: argparse.Namespace) -> int:
-    from gpu_pipeline.lib.io.nvml import NvmlUnavailable, PynvmlBackend, sample
+    """Sample into the landing zone. Stopped by SIGINT/SIGTERM or by NVML failing, the file is
+    completed with what was sampled, one line says so (stderr), and the exit code is 130/143
+    (128 + the signal) or 1; a GPU that cannot be read is one `warning:` line on stderr."""
+    from gpu_pipeline.lib.io.nvml import NvmlUnavailable, PynvmlBackend, SamplingStopped, sample
 
     out = Path(a.out or Path(settings.current().raw) / "nvml")
     try:
@@ -602,6 +605,9 @@ def cmd_sample(a: argparse.Namespace) -> int:
     except (NvmlUnavailable, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except SamplingStopped as e:
+        print(e.line(), file=sys.stderr, flush=True)
+        return e.exit_code
     _say(f"wrote {path}")
     return 0
 

@@ -638,7 +638,9 @@ def test_report_says_when_a_days_data_is_partial(tmp_path):
     b = banner(build_report(partial, D).html)
     assert "this day's telemetry covers 95.1 % of its GPU-minutes" in b
     assert "2,740 observed of 2,880 expected (2 GPUs seen × 1,440 minutes)" in b
-    assert "1 of 2 GPUs has gaps; the least covered is GPU-b (90.2 %, 1,300 minutes)" in b
+    assert (
+        "1 of 2 GPUs has gaps; the least covered is <bdi>GPU-b</bdi> (90.2 %, 1,300 minutes)" in b
+    )
     assert "class='partial'" in b and "below the" not in b
     # the same day under a stricter rule: a warning
     b = banner(build_report(partial, D, t=Thresholds(coverage_warn_below=99.0)).html)

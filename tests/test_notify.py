@@ -6,7 +6,9 @@ an error, a log line, the CLI's output or the run's event log."""
 import json
 import logging
 import re
+import shutil
 import threading
+import time
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -17,12 +19,14 @@ from dagster._serdes import serialize_value  # private: the snapshot as stored
 from helpers import MODELS, cli, cli_env, expo_lines, ms, write_file
 
 from gpu_pipeline import settings
+from gpu_pipeline.defs import notify as notify_defs
 from gpu_pipeline.defs.notify import NotifyResource, daily_digest, why_not
 from gpu_pipeline.defs.resources import LakeResource, ReferenceResource
 from gpu_pipeline.lib.io.lake import Lake
 from gpu_pipeline.lib.io.notify import (
     Delivery,
     Digest,
+    NoAnswer,
     NotifyError,
     build_digest,
     post,
@@ -50,10 +54,11 @@ FAST = Delivery(attempts=4, backoff_s=(1.0, 2.0, 4.0), timeout_s=(2.0, 5.0))
 
 class Hook:
     """A webhook on 127.0.0.1: records each POST (path, content type, JSON) and answers from
-    `answers` (status, headers, body) in turn, then `default`. An error body echoes the request's
-    path, as some servers do: the error the pipeline reports must not."""
+    `answers` (status, headers, body) in turn, then `default` (after `delay` seconds). An error
+    body echoes the request's path, as some servers do: the error the pipeline reports must not."""
 
     def __init__(self) -> None:
+        self.delay = 0.0
         self.received: list[tuple[str, str, dict]] = []
         self.answers: list[tuple[int, dict, str]] = []
         self.default = (200, {}, "ok")
@@ -65,14 +70,20 @@ class Hook:
                 hook.received.append(
                     (self.path, self.headers.get("Content-Type", ""), json.loads(body))
                 )
-                status, headers, text = hook.answers.pop(0) if hook.answers else hook.default
+                if hook.answers:
+                    status, headers, text = hook.answers.pop(0)
+                else:
+                    (status, headers, text), _ = hook.default, time.sleep(hook.delay)
                 data = (text if status < 400 else f"{text} at {self.path}").encode()
                 self.send_response(status)
                 for k, v in headers.items():
                     self.send_header(k, v)
                 self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up waiting
+                    pass
 
             def log_message(self, *args) -> None:
                 pass
@@ -170,6 +181,48 @@ def test_a_refused_connection_and_a_client_error(hook):
         post(closed, {"text": "hi"}, FAST, sleep=lambda _: None)
     assert "after 4 attempt(s): ConnectionError" in str(e.value), str(e.value)
     _no_secret(str(e.value))
+
+
+def test_an_error_body_that_echoes_parts_of_the_url_shows_none_of_them(hook):
+    """A 404 whose body echoes a path segment, the query's value, the user, and a token cut
+    short (`XXXXSEC`), after enough text that the old 300-character cut fell inside a secret:
+    the failure shows the status and a short excerpt, none of them."""
+    port = hook.server.server_address[1]
+    url = f"http://alice:pw@127.0.0.1:{port}/services/TSECRET/BSECRET/XXXXSECRET?token=QSECRET"
+    hook.default = (404, {}, "no_service XXXXSECRET token QSECRET user alice, seen XXXXSEC")
+    with pytest.raises(NotifyError) as e:
+        post(url, {"text": "hi"}, FAST, sleep=lambda _: None)
+    msg = str(e.value)
+    assert msg.startswith(f"the webhook http://127.0.0.1:{port}/<hidden> did not take the digest")
+    assert "HTTP 404: no_service <hidden> token <hidden> user <hidden>" in msg, msg
+    for secret in ("TSECRET", "BSECRET", "XXXXSEC", "QSECRET", "alice"):
+        assert secret not in msg, msg
+    hook.default = (500, {}, "x" * 293 + " XXXXSECRET and more")  # across the old cut
+    with pytest.raises(NotifyError) as e:
+        post(url, {"text": "hi"}, Delivery(attempts=1), sleep=lambda _: None)
+    assert "XXXXSEC" not in str(e.value) and len(str(e.value)) < 300, str(e.value)
+
+
+def test_a_slow_hook_gets_the_digest_once(hook):
+    """A hook that takes the digest and answers after the read timeout: it may have been
+    delivered, so it is not sent again; one line says so. Connect errors and 5xx are still
+    retried (test_post_retries_with_backoff_then_succeeds, test_a_refused_connection...)."""
+    hook.delay = 1.5
+    waits: list[float] = []
+    with pytest.raises(NoAnswer) as e:
+        post(hook.url, {"text": "hi"}, Delivery(timeout_s=(2.0, 0.5)), sleep=waits.append)
+    assert len(hook.received) == 1 and waits == []
+    origin = hook.url.removesuffix(SECRET)
+    assert str(e.value) == (
+        f"the webhook {origin}/<hidden> did not answer within 0.5 s after the digest was sent "
+        "(attempt 1): it may have been delivered; not sent again (a webhook post is not "
+        "idempotent)"
+    )
+    # a 503 first, then the slow answer: two posts, the second not repeated
+    hook.answers = [(503, {}, "busy")]
+    with pytest.raises(NoAnswer) as e:
+        post(hook.url, {"text": "hi"}, Delivery(timeout_s=(2.0, 0.5)), sleep=waits.append)
+    assert len(hook.received) == 3 and waits == [1.0] and "(attempt 2)" in str(e.value)
 
 
 def test_the_webhook_variable_never_shows_its_path():
@@ -355,14 +408,14 @@ def test_the_secret_is_in_no_output_and_no_event(fleet):
         assert meta["digest"].value["drain"] == ["GPU-bad"]
 
 
-def _digest_alone(tmp, hook, day, tags=None, notify=None, url=None):
-    """`daily_digest` of `day` alone, on the fleet's lake and instance."""
+def _digest_alone(tmp, hook, day, tags=None, notify=None, url=None, lake=None):
+    """`daily_digest` of `day` alone, on the fleet's lake (or `lake`) and instance."""
     with dg.DagsterInstance.from_config(str(tmp / "dh")) as instance:
         res = dg.materialize(
             [daily_digest],
             partition_key=day.isoformat(),
             resources={
-                "lake": LakeResource(root=str(tmp / "lake")),
+                "lake": LakeResource(root=str(lake or tmp / "lake")),
                 "reference": ReferenceResource(),
                 "notify": NotifyResource(url=hook.url if url is None else url),
             },
@@ -440,3 +493,50 @@ def test_a_hook_that_is_down_fails_the_digest_alone(fleet, tmp_path):
         done = instance.get_materialized_partitions(dg.AssetKey("priced_waste"))
         assert done == {str(LAST)}
         assert not instance.get_materialized_partitions(dg.AssetKey("daily_digest"))
+
+
+def test_fleets_sharing_an_instance_each_post_their_digest(fleet, tmp_path):
+    """Two fleets, each its lake and its hook, one DAGSTER_HOME: the second's digest of the day
+    is posted to its hook (it was "posted the digest of … already"), once; the first's lake to
+    a new hook posts too; the metadata names the hook by a hash, never its URL."""
+    tmp, _, first, _ = fleet
+    other = tmp_path / "lake"
+    shutil.copytree(tmp / "lake", other, ignore=shutil.ignore_patterns("_locks"))
+    second = Hook()
+    try:
+        meta = _digest_alone(tmp, second, LAST, lake=other)
+        assert meta["posted"] is True and len(second.received) == 1, meta.get("why")
+        assert meta["lake"] == str(other.resolve()) and meta["confirmed"] is True
+        _no_secret(json.dumps(meta))
+        meta = _digest_alone(tmp, second, LAST, lake=f"{other}/")  # the same lake, spelt otherwise
+        assert meta["posted"] is False and "from this lake to this hook already" in meta["why"]
+        n = len(first.received)
+        meta = _digest_alone(tmp, first, LAST, lake=other)  # the second lake to the first hook
+        assert meta["posted"] is True and len(first.received) == n + 1
+        meta = _digest_alone(tmp, second, LAST)  # the first lake to the second hook
+        assert meta["posted"] is True and len(second.received) == 2
+    finally:
+        second.stop()
+
+
+def test_a_slow_hook_is_posted_once_and_said_unconfirmed(fleet, tmp_path, monkeypatch):
+    """The asset with a hook that answers after its read timeout: the run succeeds, the hook
+    got the digest once, the materialization says posted but not confirmed, with the one line;
+    the next run of the day does not post it again."""
+    tmp, _, _, _ = fleet
+    other = tmp_path / "lake"
+    shutil.copytree(tmp / "lake", other, ignore=shutil.ignore_patterns("_locks"))
+    monkeypatch.setattr(notify_defs, "DELIVERY", Delivery(timeout_s=(2.0, 0.5)))
+    slow = Hook()
+    slow.delay = 1.5
+    try:
+        meta = _digest_alone(tmp, slow, LAST, lake=other)
+        assert len(slow.received) == 1
+        assert meta["posted"] is True and meta["confirmed"] is False
+        assert "did not answer within 0.5 s after the digest was sent" in meta["why"]
+        assert "may have been delivered" in meta["why"]
+        _no_secret(json.dumps(meta))
+        meta = _digest_alone(tmp, slow, LAST, lake=other)
+        assert meta["posted"] is False and len(slow.received) == 1
+    finally:
+        slow.stop()

@@ -140,7 +140,7 @@ def test_recommendations_and_report_for_planted_namespaces(planted):
     assert html.count("data:image/png;base64,") >= 5 and "http" not in html.replace(
         "http-equiv", ""
     )
-    assert "Bottlenecked today" in html and "<b>starved</b>" in html
+    assert "Bottlenecked today" in html and "<b><bdi>starved</bdi></b>" in html
     # four GPUs for two hours of the day: it says so before any figure
     partial = html.index("Partial data")
     assert partial < html.index("class='kpis'") < html.index("What to do first")

@@ -29,6 +29,7 @@ without a power reading). Waste: `priced_waste`, summed; the workloads wasting t
 
 from __future__ import annotations
 
+import unicodedata
 from datetime import date, timedelta
 
 import polars as pl
@@ -40,6 +41,34 @@ from gpu_pipeline.lib.marts.workload_efficiency import top_workloads
 from gpu_pipeline.lib.rules import EFFICIENCY_CLASSES, HOURS_PER_MONTH, PHASES
 from gpu_pipeline.lib.samples import ratio
 
+# bidi controls (marks, embeddings, overrides, isolates) and the line and paragraph separators:
+# a label holding one reorders or breaks the terminal's line after it
+_INVISIBLE = frozenset("\u061c\u200e\u200f\u2028\u2029") | frozenset(
+    map(chr, (*range(0x202A, 0x202F), *range(0x2066, 0x206A)))
+)
+_NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def _escaped(ch: str) -> str:
+    """A control character as its escape (`\\r`, `\\x1b`, `\\u202e`), any other as itself."""
+    if ch in _NAMED:
+        return _NAMED[ch]
+    if unicodedata.category(ch) == "Cc":
+        return f"\\x{ord(ch):02x}"
+    return f"\\u{ord(ch):04x}" if ch in _INVISIBLE else ch
+
+
+def shown(v: object, none: str) -> str:
+    """A label from the data (namespace, model, host, workload, …) as the terminal prints it:
+    `none` in place of no label; control characters (Unicode Cc: CR, ESC, BEL, C1) and bidi
+    controls escaped as `gpu-pipeline sql`'s table shows them, so a label can neither move the
+    cursor, colour the screen, plant a hyperlink (OSC 8) nor reorder the line, and its width is
+    the width it is padded to."""
+    s = text(v, none)
+    if s.isprintable() and not _INVISIBLE.intersection(s):
+        return s
+    return "".join(map(_escaped, s))
+
 
 def _days(start: date, end: date) -> list[date]:
     return [start + timedelta(days=i) for i in range((end - start).days + 1)]
@@ -48,6 +77,25 @@ def _days(start: date, end: date) -> list[date]:
 def _priced_sums() -> list[pl.Expr]:
     """Cost and waste summed, null (not $0) where nothing was priced."""
     return [priced_total(c) for c in ("cost_usd", "total_waste_usd")]
+
+
+# under half a cent: what rounds to $0.00
+CENT = 0.005
+
+
+def waste_usd(r: dict) -> str:
+    """A row's waste (`total_waste_usd` of `cost_usd`, `unmeasured_usd` of it no reading could
+    split): "unmeasured" where all its cost is (a MIG tenant's: $0.00 would read as no waste)."""
+    u = r.get("unmeasured_usd")
+    if r["cost_usd"] is not None and u is not None and u >= CENT and r["cost_usd"] - u < CENT:
+        return "unmeasured"
+    return usd(r["total_waste_usd"])
+
+
+def unmeasured_note(r: dict) -> str:
+    """`, $0.71 unmeasured` for a row with unmeasured cost, else ""."""
+    u = r.get("unmeasured_usd")
+    return f", {usd(u)} unmeasured" if u is not None and u >= CENT else ""
 
 
 def _weighted(value: str, weight: pl.Expr) -> pl.Expr:
@@ -102,6 +150,48 @@ def fleet_figures(lake: Lake, days: list[date]) -> dict:
     }
 
 
+def rfu_minutes(minutes: pl.LazyFrame) -> dict | None:
+    """Which GPU-minutes the fleet's averages are over (physical GPUs' rows, as `fleet_daily`):
+    `observed`, those with a utilization (`util`), an RFU (`rfu`) and both (`both`: the gap's),
+    and utilization and RFU over `both`. None without any minute (a lake of marts only).
+
+    Utilization is over every minute with a reading, RFU only over those with a power reading
+    and a max power (a model not in the catalog that reports no power limit has none), so the
+    three headline figures may be over different minutes: the summary and the report say so."""
+    util, rfu = pl.col("gpu_util_pct"), pl.col("rfu_pct")
+    both = util.is_not_null() & rfu.is_not_null()
+    r = (
+        minutes.filter(pl.col("gpu_instance_id").is_null())
+        .select(
+            pl.len().alias("observed"),
+            util.count().alias("util"),
+            rfu.count().alias("rfu"),
+            both.sum().alias("both"),
+            util.filter(both).mean().alias("util_pct"),
+            rfu.filter(both).mean().alias("rfu_pct"),
+        )
+        .collect()
+        .row(0, named=True)
+    )
+    return r if r["observed"] else None
+
+
+def same_minutes(m: dict | None) -> bool:
+    """Utilization, RFU and the gap are averages over the same GPU-minutes (or it is unknown)."""
+    return m is None or m["util"] == m["rfu"] == m["both"]
+
+
+def minutes_lines(m: dict) -> list[str]:
+    """What the headline's figures are over, when not over the same GPU-minutes."""
+    return [
+        f"utilization is over {m['util']:,} of {m['observed']:,} GPU-minutes, RFU over "
+        f"{m['rfu']:,}, the gap over the {m['both']:,} with both",
+        "(a minute without a power reading or a max power has no RFU): over those "
+        f"{m['both']:,}, utilization {num(m['util_pct'], '.1f', unit=' %')} vs RFU "
+        f"{num(m['rfu_pct'], '.1f', unit=' %')}",
+    ]
+
+
 # the workloads the summary lists (sql/queries/top_wasted_workloads.sql lists more)
 TOP_WORKLOADS = 5
 
@@ -112,7 +202,7 @@ def fleet_summary(lake: Lake, start: date, end: date) -> dict:
     waste = (
         lake.scan_days("priced_waste", days)
         .group_by("namespace", "gpu_model")
-        .agg(pl.col("gpu_hours").sum(), *_priced_sums())
+        .agg(pl.col("gpu_hours").sum(), *_priced_sums(), priced_total("unmeasured_usd"))
         .with_columns(
             ratio("total_waste_usd", "gpu_hours", HOURS_PER_MONTH).alias("monthly_waste_per_gpu")
         )
@@ -132,11 +222,20 @@ def fleet_summary(lake: Lake, start: date, end: date) -> dict:
         "days": days,
         "days_with_data": head.pop("days_with_data"),
         "head": head,
+        "minutes": rfu_minutes(lake.scan_days("gpu_minutes", days)),
         "waste": waste,
         "totals": totals.row(0, named=True),
-        "workloads": top_workloads(lake.scan_days("workload_efficiency", days), TOP_WORKLOADS),
+        "workloads": _with_unmeasured(lake.scan_days("workload_efficiency", days)),
         "persistent": persistent,
     }
+
+
+def _with_unmeasured(rows: pl.LazyFrame) -> pl.DataFrame:
+    """The workloads wasting the most (`top_workloads`), each with its `unmeasured_usd`."""
+    keys = ["cluster", "namespace", "workload"]
+    u = rows.group_by(keys).agg(priced_total("unmeasured_usd")).collect()
+    top = top_workloads(rows, TOP_WORKLOADS)
+    return top.join(u, on=keys, how="left", nulls_equal=True, maintain_order="left")
 
 
 def _spans(days: list[date]) -> list[str]:
@@ -177,14 +276,15 @@ def _workload_lines(w: pl.DataFrame) -> list[str]:
         # the cluster too: one owner's name in two clusters is two workloads
         name = "/".join(
             (
-                text(r["cluster"], "?"),
-                text(r["namespace"], NO_NAMESPACE),
-                text(r["workload"], NO_WORKLOAD),
+                shown(r["cluster"], "?"),
+                shown(r["namespace"], NO_NAMESPACE),
+                shown(r["workload"], NO_WORKLOAD),
             )
         )
         out.append(
-            f"    {name:<44} waste {usd(r['total_waste_usd']):>11} of {usd(r['cost_usd']):>11}"
-            f"   {text(r['main_diagnosis'], 'n/a'):<19} -> {text(r['top_action'], '(none)')}"
+            f"    {name:<44} waste {waste_usd(r):>11} of {usd(r['cost_usd']):>11}"
+            f"   {shown(r['main_diagnosis'], 'n/a'):<19} -> {shown(r['top_action'], '(none)')}"
+            + unmeasured_note(r)
         )
     return out
 
@@ -206,7 +306,13 @@ def format_summary(s: dict, start: date, end: date) -> str:
         *([f"  {gaps}"] if gaps else []),
         f"  GPUs: {h['gpus']}    GPU-hours: {h['gpu_hours']:,.1f}",
         f"  avg utilization {num(h['util'], '.1f', unit=' %')}  vs  avg RFU "
-        f"{num(h['rfu'], '.1f', unit=' %')}  ->  gap {num(h['gap'], '.1f', unit=' points')}",
+        f"{num(h['rfu'], '.1f', unit=' %')}  ->  gap {num(h['gap'], '.1f', unit=' points')}"
+        + ("" if same_minutes(s.get("minutes")) else "  (over different GPU-minutes:)"),
+        *(
+            []
+            if same_minutes(s.get("minutes"))
+            else [f"    {x}" for x in minutes_lines(s["minutes"])]
+        ),
         "  phase shares: "
         + ", ".join(f"{p} {num(h[p], '.1f', unit=' %')}" for p in PHASES if p != "unknown" or h[p]),
         "  bottlenecked share of active minutes: "
@@ -222,17 +328,21 @@ def format_summary(s: dict, start: date, end: date) -> str:
     ]
     for r in s["waste"].iter_rows(named=True):
         out.append(
-            f"    {text(r['namespace'], NO_NAMESPACE):<16} {text(r['gpu_model'], '(no model)'):<24}"
-            f" waste {usd(r['total_waste_usd']):>11} of {usd(r['cost_usd']):>11}"
-            f"   ({usd(r['monthly_waste_per_gpu'], ',.0f')}/GPU-month)"
+            f"    {shown(r['namespace'], NO_NAMESPACE):<16} {shown(r['gpu_model'], '(no model)'):<24}"
+            f" waste {waste_usd(r):>11} of {usd(r['cost_usd']):>11}"
+            + (
+                f"   (n/a/GPU-month{unmeasured_note(r)})"
+                if waste_usd(r) == "unmeasured"
+                else f"   ({usd(r['monthly_waste_per_gpu'], ',.0f')}/GPU-month{unmeasured_note(r)})"
+            )
         )
     out += _workload_lines(s["workloads"])
     p = s["persistent"]
     out += ["", f"  Persistent bottlenecks: {p.height} GPU(s)"]
     for r in p.head(10).iter_rows(named=True):
         out.append(
-            f"    {r['gpu_uuid']}  {text(r['hostname'], '(no hostname)'):<24}"
-            f" {text(r['namespace'], NO_NAMESPACE):<16} flagged {r['days_flagged']} day(s),"
+            f"    {shown(r['gpu_uuid'], '?')}  {shown(r['hostname'], '(no hostname)'):<24}"
+            f" {shown(r['namespace'], NO_NAMESPACE):<16} flagged {r['days_flagged']} day(s),"
             f" {num(r['bottleneck_share'] and 100 * r['bottleneck_share'], '.0f', 'n/a', ' %')}"
             " of active minutes bottlenecked"
         )

@@ -7,12 +7,19 @@ that became persistent bottlenecks that day and the GPUs to drain, as one messag
 - `slack_payload(digest)`: Slack's incoming-webhook JSON, `text` (the one-line summary a
   notification shows) and `blocks` (header, the figures, the lists, the report's link), which
   Mattermost and Teams' Slack-compatible endpoints take too;
-- `post(url, payload)`: one POST, retried with backoff on timeouts, connection errors, 408, 425,
-  429 (its Retry-After honoured up to a cap) and 5xx; `NotifyError` when the hook stays down.
+- `post(url, payload)`: one POST, retried with backoff on connection errors, connect timeouts,
+  408, 425, 429 (its Retry-After honoured up to a cap) and 5xx; `NotifyError` when the hook
+  stays down; `NoAnswer`, not retried, when the digest was sent whole and no answer came in time
+  (a webhook's POST is not idempotent: it may have been delivered).
+
+Labels from the data (namespace, host, GPU, action) are `clean`ed (no control, format — bidi —
+or separator character: each shows as U+FFFD), escaped, then cut (`fit`); a section's text never
+exceeds Slack's 3,000 characters (`_section`), whatever the labels.
 
 A webhook's secret is its URL's path (Slack: `/services/T…/B…/XXXX`): nothing here says more of
-the URL than `settings.url_origin` (scheme, host, port), neither in a message nor in an error,
-and urllib3's own debug lines, which name the path, are dropped while a digest is posted.
+the URL than `settings.url_origin` (scheme, host, port), neither in a message nor in an error
+(`_scrub` hides each path segment, query value, user and password wherever they show), and
+urllib3's own debug lines, which name the path, are dropped while a digest is posted.
 """
 
 from __future__ import annotations
@@ -20,18 +27,19 @@ from __future__ import annotations
 import logging
 import re
 import time
+import unicodedata
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date, timedelta
-from urllib.parse import urlsplit
+from urllib.parse import unquote_plus, urlsplit
 
 import polars as pl
 
 from gpu_pipeline.lib.display import ACTIONS, NO_NAMESPACE, NO_PRICE, plural, usd
 from gpu_pipeline.lib.io.lake import Lake
 from gpu_pipeline.lib.io.report import data
-from gpu_pipeline.lib.io.report.data import MONTHLY, Period, label
+from gpu_pipeline.lib.io.report.data import MONTHLY, Period
 from gpu_pipeline.lib.rules import DEFAULT, Thresholds
 from gpu_pipeline.settings import url_origin
 
@@ -132,15 +140,55 @@ def build_digest(lake: Lake, day: date, report: str, t: Thresholds = DEFAULT) ->
 # --- the message ---------------------------------------------------------------------------------
 
 
+# what a label from the data must not carry into the message: control characters (a newline
+# ends the code span and starts a line of the sender's choosing; \r, \t, ESC, U+0085 too), line
+# and paragraph separators (U+2028, U+2029), format characters — among them the bidi controls
+# (U+202A–U+202E, U+2066–U+2069, U+200E, U+200F, U+061C), which reverse the text after them
+# ("$2,160/month" read "htnom/061,2$") — and lone surrogates (not JSON Slack takes)
+UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+# shown instead of each of them: visibly not part of a legitimate label
+UNSAFE_MARK = "\N{REPLACEMENT CHARACTER}"
+# Slack's limit of a section's text (and of a context element's): a longer one fails the message
+# (invalid_blocks), every day, whatever else it says
+SECTION_CHARS = 3000
+_ENTITY = re.compile(r"&(?:amp|lt|gt);")
+
+
+def clean(v: object) -> str:
+    """`v` as text without a character of UNSAFE_CATEGORIES: each becomes UNSAFE_MARK."""
+    return "".join(
+        UNSAFE_MARK if unicodedata.category(c) in UNSAFE_CATEGORIES else c for c in str(v)
+    )
+
+
 def _esc(v: object) -> str:
-    """Text from the data inside Slack mrkdwn: `&`, `<` and `>` escaped (a namespace named
-    `<!channel>` must not ping anyone)."""
-    return str(v).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """Text from the data inside Slack mrkdwn: `clean`, then `&`, `<` and `>` escaped (a
+    namespace named `<!channel>` must not ping anyone)."""
+    return clean(v).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def fit(escaped: str, n: int) -> str:
+    """An escaped text cut to at most `n` characters ("…" last when cut), never inside an
+    entity (`&amp;`, `&lt;`, `&gt;`): the cut comes after escaping, so the limit holds for what
+    is sent."""
+    if len(escaped) <= n:
+        return escaped
+    cut = n - 1
+    for m in _ENTITY.finditer(escaped, max(0, cut - 4), cut + 4):
+        if m.start() < cut < m.end():
+            cut = m.start()
+    return escaped[:cut] + "…"
 
 
 def _code(v: object, none: str = "(none)", n: int = 60) -> str:
-    text = _esc(label(v, n, none)).replace("`", "'")
+    """A label from the data as inline code, at most `n` characters between its backticks."""
+    text = fit(_esc(none if v is None else v).replace("`", "'"), n)
     return f"`{text}`"
+
+
+def _name(action: str) -> str:
+    """An action's words (ACTIONS), or its name from the data, escaped and cut."""
+    return fit(_esc(ACTIONS.get(action, action)), 80)
 
 
 def waste_line(d: Digest) -> str:
@@ -154,17 +202,10 @@ def waste_line(d: Digest) -> str:
 def action_lines(d: Digest) -> list[str]:
     """`1. Release idle GPUs (right_size) in ns: $1,234/month`, one per action."""
     return [
-        f"{i}. {_esc(ACTIONS.get(a['action'], a['action']))} ({_code(a['action'])}) in "
+        f"{i}. {_name(a['action'])} ({_code(a['action'])}) in "
         f"{_code(a['namespace'], NO_NAMESPACE)}: {d.period.usd(a['monthly_usd'])}"
         for i, a in enumerate(d.actions, 1)
     ]
-
-
-def _listed(rows: list[dict], line: Callable[[dict], str]) -> str:
-    out = [f"• {line(r)}" for r in rows[:MAX_LISTED]]
-    if len(rows) > MAX_LISTED:
-        out.append(f"… and {len(rows) - MAX_LISTED:,} more (see the report)")
-    return "\n".join(out)
 
 
 def _bottleneck(r: dict) -> str:
@@ -176,21 +217,27 @@ def _bottleneck(r: dict) -> str:
 
 
 def _drain(r: dict) -> str:
-    return f"{_code(r['gpu_uuid'])} on {_code(r['hostname'])}: {_esc(label(r['reasons'], 120))}"
+    reasons = fit(_esc("(none)" if r["reasons"] is None else r["reasons"]), 120)
+    return f"{_code(r['gpu_uuid'])} on {_code(r['hostname'])}: {reasons}"
+
+
+def _listed(title: str, rows: list[dict], line: Callable[[dict], str]) -> dict:
+    """A section listing MAX_LISTED of `rows`, then how many more."""
+    return _section(title, [f"• {line(r)}" for r in rows[:MAX_LISTED]], len(rows[MAX_LISTED:]))
 
 
 def report_link(report: str) -> str:
     """A URL as a link named after its file, a path as code."""
-    if re.match(r"https?://", report) and not re.search(r"[\s<>|]", report):
-        return f"<{report}|{_esc(report.rsplit('/', 1)[-1])}>"
+    plain = clean(report) == report and len(report) <= 1000
+    if plain and re.match(r"https?://", report) and not re.search(r"[\s<>|]", report):
+        return f"<{report}|{fit(_esc(report.rsplit('/', 1)[-1]), 200)}>"
     return _code(report, n=400)
 
 
 def summary(d: Digest) -> str:
     """The one-line `text`: what a notification shows, and what a client without blocks shows."""
     top = (
-        f"top action: {_esc(ACTIONS.get(d.actions[0]['action'], d.actions[0]['action']))} "
-        f"{d.period.usd(d.actions[0]['monthly_usd'])}"
+        f"top action: {_name(d.actions[0]['action'])} {d.period.usd(d.actions[0]['monthly_usd'])}"
         if d.actions
         else "no action to recover it"
     )
@@ -222,11 +269,9 @@ def slack_payload(d: Digest) -> dict:
         _section(f"*Top actions* ({d.period.unit})", action_lines(d) or ["none"]),
     ]
     if d.new_bottlenecks:
-        blocks.append(
-            _section("*New persistent bottlenecks*", [_listed(d.new_bottlenecks, _bottleneck)])
-        )
+        blocks.append(_listed("*New persistent bottlenecks*", d.new_bottlenecks, _bottleneck))
     if d.drain:
-        blocks.append(_section("*Drain: double-bit ECC or row remap*", [_listed(d.drain, _drain)]))
+        blocks.append(_listed("*Drain: double-bit ECC or row remap*", d.drain, _drain))
     context = [f"Report: {report_link(d.report)}"]
     if d.period.caveat:
         context.append(_esc(d.period.note))
@@ -234,8 +279,23 @@ def slack_payload(d: Digest) -> dict:
     return {"text": summary(d), "blocks": blocks}
 
 
-def _section(title: str, lines: list[str]) -> dict:
-    return {"type": "section", "text": {"type": "mrkdwn", "text": "\n".join([title, *lines])}}
+def width(text: str) -> int:
+    """A text's length as Slack may count it: UTF-16 code units (an emoji counts two)."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+def _section(title: str, lines: list[str], more: int = 0) -> dict:
+    """A section: `title`, `lines`, then `… and N more` for the `more` items not listed. Its
+    text never exceeds SECTION_CHARS: the last lines that would take it past are counted among
+    the ones not listed (the lines are built short: labels `fit` after escaping)."""
+    kept = list(lines)
+    while True:
+        n = more + len(lines) - len(kept)
+        tail = [f"… and {n:,} more (see the report)"] if n else []
+        text = "\n".join([title, *kept, *tail])
+        if width(text) <= SECTION_CHARS or not kept:
+            return {"type": "section", "text": {"type": "mrkdwn", "text": text}}
+        kept.pop()
 
 
 # --- delivery ------------------------------------------------------------------------------------
@@ -243,6 +303,12 @@ def _section(title: str, lines: list[str]) -> dict:
 
 class NotifyError(Exception):
     """The hook did not take the digest: one line, naming the hook by `url_origin` only."""
+
+
+class NoAnswer(NotifyError):
+    """The digest was sent whole but the hook did not answer within the read timeout: it may
+    have been delivered. Not retried (a webhook's POST is not idempotent: a slow hook would
+    post it again each attempt); the caller decides what an unconfirmed digest is."""
 
 
 @dataclass(frozen=True)
@@ -258,17 +324,43 @@ class Delivery:
 
 
 RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+# a part of the URL this long or longer is hidden wherever it shows (a path segment, a query
+# value, the user, the password, the fragment); and so is a word of a message this long or
+# longer that is part of one of them (a server that echoes a token's first characters)
+SECRET_MIN = 4
+ECHO_MIN = 6
+# what is shown of an error answer's body, once scrubbed
+BODY_CHARS = 120
 
 
-def _scrub(text: str, url: str) -> str:
-    """`text` (an exception's, a response body's) on one line, without any secret part of
-    `url`: the URL itself, its path, query, user and password."""
+def url_secrets(url: str) -> list[str]:
+    """The parts of `url` that may be secret, as written and percent-decoded, longest first:
+    the URL, its path, each path segment, its query and each query value, its user, password
+    and fragment (the scheme, host and port, which `url_origin` shows, are not)."""
     p = urlsplit(url)
-    secrets = [url, p.path + (f"?{p.query}" if p.query else ""), p.path, p.query]
-    secrets += [p.username or "", p.password or ""]
-    for s in sorted({s for s in secrets if len(s.strip("/")) > 1}, key=len, reverse=True):
+    parts = [url, p.path, p.query, p.fragment, *p.path.split("/")]
+    parts += [pair.partition("=")[2] for pair in re.split(r"[&;]", p.query)]
+    parts = [x for x in parts if len(x.strip("/")) >= SECRET_MIN]
+    parts += [x for x in (p.username, p.password) if x and len(x) > 1]  # as short as they come
+    parts += [unquote_plus(x) for x in parts]
+    return sorted({x for x in parts if len(x.strip("/")) > 1}, key=len, reverse=True)
+
+
+def _scrub(text: str, url: str, n: int = 200) -> str:
+    """`text` (an exception's, a response body's) on one line, at most `n` characters, without
+    any secret part of `url` (`url_secrets`), nor a word of ECHO_MIN characters or more that is
+    part of one of them. Scrubbed whole, then cut: a secret across the cut does not leave a
+    piece of itself behind."""
+    secrets = url_secrets(url)
+    for s in secrets:
         text = text.replace(s, "<hidden>")
-    return " ".join(text.split())[:200]
+    parts = [s for s in secrets if s not in (url, unquote_plus(url))]  # not the host
+
+    def echo(m: re.Match) -> str:
+        return "<hidden>" if any(m[0] in s for s in parts) else m[0]
+
+    text = re.sub(rf"[\w.~%+-]{{{ECHO_MIN},}}", echo, clean(" ".join(text.split())))
+    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -282,14 +374,14 @@ def _retry_after(value: str | None) -> float | None:
 @contextmanager
 def _no_url_logs(url: str) -> Iterator[None]:
     """urllib3 logs each request's path at DEBUG (`"POST /services/T…/B…/XXXX HTTP/1.1" 200`):
-    such lines are dropped while the digest is posted, whatever a deployment's python_logs
-    capture (other lines, and other requests' lines, pass)."""
-    p = urlsplit(url)
-    secret = p.path.strip("/")
+    such lines, and any naming a secret part of the URL, are dropped while the digest is posted,
+    whatever a deployment's python_logs capture (other lines, other requests' lines, pass)."""
+    secrets = url_secrets(url)
     log = logging.getLogger("urllib3.connectionpool")
 
     def no_path(record: logging.LogRecord) -> bool:
-        return not secret or secret not in record.getMessage()
+        message = record.getMessage()
+        return not any(s in message for s in secrets)
 
     log.addFilter(no_path)
     try:
@@ -298,25 +390,52 @@ def _no_url_logs(url: str) -> Iterator[None]:
         log.removeFilter(no_path)
 
 
-def _attempt(session, url: str, payload: dict, timeout: tuple[float, float]) -> tuple:
-    """One POST: (status, Retry-After, why it failed or ""); never raises (an exception's text
-    names the URL: it is scrubbed here, and no exception leaves with it as its cause)."""
+@dataclass(frozen=True)
+class Answer:
+    """One attempt: the HTTP `status` (None: no answer), its Retry-After, why it failed ("":
+    it did not) and whether the digest was sent whole without an answer in time (`sent`)."""
+
+    status: int | None = None
+    retry_after: str | None = None
+    why: str = ""
+    sent: bool = False
+
+
+def _read_timeout(e: Exception) -> bool:
+    """A timeout after the request was sent whole: waiting for the answer (requests'
+    ReadTimeout), or reading its body (a ConnectionError around urllib3's ReadTimeoutError).
+    A connect timeout, or one while sending, is not: nothing reached the hook's handler."""
+    import requests
+    from urllib3.exceptions import ReadTimeoutError
+
+    if isinstance(e, requests.ConnectTimeout):
+        return False
+    return isinstance(e, requests.ReadTimeout) or any(
+        isinstance(a, ReadTimeoutError) for a in e.args
+    )
+
+
+def _attempt(session, url: str, payload: dict, timeout: tuple[float, float]) -> Answer:
+    """One POST; never raises (an exception's text names the URL: it is scrubbed here, and no
+    exception leaves with it as its cause)."""
     import requests
 
     try:
         r = session.post(url, json=payload, timeout=timeout, allow_redirects=False)
-    except requests.Timeout:
-        return None, None, f"no answer within {timeout[1]:g} s"
     except requests.RequestException as e:
+        if _read_timeout(e):
+            return Answer(why=f"no answer within {timeout[1]:g} s", sent=True)
+        if isinstance(e, requests.Timeout):
+            return Answer(why=f"could not connect within {timeout[0]:g} s")
         errno = re.search(r"\[Errno -?\d+\][^'\")]*", str(e))
-        return None, None, _scrub(f"{type(e).__name__}: {errno[0] if errno else ''}", url)
+        return Answer(why=_scrub(f"{type(e).__name__}: {errno[0] if errno else ''}", url))
     if 200 <= r.status_code < 300:
-        return r.status_code, None, ""
-    body = _scrub(r.text[:300], url)
+        return Answer(r.status_code)
+    body = _scrub(r.text[:65536], url, BODY_CHARS)
     why = f"HTTP {r.status_code}" + (f": {body}" if body else "")
     if 300 <= r.status_code < 400:
         why += " (a redirect: the webhook URL moved?)"
-    return r.status_code, r.headers.get("Retry-After"), why
+    return Answer(r.status_code, r.headers.get("Retry-After"), why)
 
 
 def post(
@@ -327,8 +446,10 @@ def post(
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """POST `payload` as JSON to the webhook `url`; the attempts it took. Retries what may pass
-    later (RETRY_STATUS, timeouts, connection errors); NotifyError on anything else or when the
-    attempts run out. `log` hears each failed attempt, `url_origin` naming the hook."""
+    later (RETRY_STATUS, connection errors and connect timeouts); NotifyError on anything else or
+    when the attempts run out; NoAnswer when the digest was sent whole and no answer came in
+    time (not retried: it may have been delivered). `log` hears each failed attempt,
+    `url_origin` naming the hook."""
     import requests
 
     where = url_origin(url)
@@ -336,14 +457,21 @@ def post(
     why = ""
     with _no_url_logs(url), session:
         for attempt in range(1, how.attempts + 1):
-            status, after, why = _attempt(session, url, payload, how.timeout_s)
+            a = _attempt(session, url, payload, how.timeout_s)
+            why = a.why
             if not why:
                 return attempt
-            retry = status is None or status in RETRY_STATUS
+            if a.sent:
+                raise NoAnswer(
+                    f"the webhook {where} did not answer within {how.timeout_s[1]:g} s after the "
+                    f"digest was sent (attempt {attempt}): it may have been delivered; not sent "
+                    "again (a webhook post is not idempotent)"
+                )
+            retry = a.status is None or a.status in RETRY_STATUS
             if not retry or attempt == how.attempts:
                 break
             wait = how.backoff_s[min(attempt, len(how.backoff_s)) - 1]
-            asked = _retry_after(after) if status == 429 else None
+            asked = _retry_after(a.retry_after) if a.status == 429 else None
             if asked is not None and asked > how.max_retry_after_s:
                 why += f" (asked to wait {asked:g} s, more than {how.max_retry_after_s:g})"
                 break

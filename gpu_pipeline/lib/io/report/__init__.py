@@ -48,6 +48,8 @@ TEMPLATES = jinja2.Environment(
     undefined=jinja2.StrictUndefined,
     finalize=_printable,
 )
+# `{% if v is label %}`: a label from the data, which the template isolates (view.Label)
+TEMPLATES.tests["label"] = lambda v: isinstance(v, view.Label)
 
 
 def render(**values: object) -> str:
@@ -86,6 +88,9 @@ def build_report(
         return rep
     drawn = charts.draw(d)
     rep.charts = [c for c in drawn if not c.empty]  # what is drawn
-    rep.bottlenecked_namespaces = [ns for ns, _ in view.bottlenecked_today(d.marts.daily)]
+    rep.bottlenecked_namespaces = [
+        ns.text if isinstance(ns, view.Label) else ns
+        for ns, _ in view.bottlenecked_today(d.marts.daily)
+    ]
     rep.html = render(**view.context(d, drawn, in_force))
     return rep

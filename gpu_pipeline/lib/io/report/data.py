@@ -135,7 +135,7 @@ class Marts:
     points: pl.DataFrame  # `scatter_points`: the minutes the scatter draws
     minutes: pl.LazyFrame  # the day's physical GPU-minutes, to read in chunks
     daily: pl.DataFrame
-    waste: pl.DataFrame
+    waste: pl.DataFrame  # priced_waste (empty when the lake has no partition: `priced`)
     persistent: pl.DataFrame
     fleet: pl.DataFrame  # fleet_daily: one row
     hourly: pl.DataFrame
@@ -145,6 +145,7 @@ class Marts:
     stragglers: pl.DataFrame | None
     namespaces: pl.DataFrame | None
     workloads: pl.DataFrame | None
+    priced: bool = True  # the lake has the day's priced_waste partition
 
 
 PHYSICAL_MINUTE = pl.col("gpu_instance_id").is_null()
@@ -161,6 +162,7 @@ def gpu_figures(
     minutes the scatter can draw (PIF and utilization both known). Read a chunk of GPUs at a
     time (`by_gpu_chunks`): the report's per-model figures are these rows added up."""
     drawable = pl.col("pif").is_not_null() & pl.col("gpu_util_pct").is_not_null()
+    both = pl.col("rfu_pct").is_not_null() & pl.col("gpu_util_pct").is_not_null()
     return by_gpu_chunks(
         minutes.lazy(),
         lambda m: (
@@ -172,6 +174,9 @@ def gpu_figures(
                 *[pl.col(c).count().alias(f"_n_{c}") for c in MODEL_MEANS],
                 pl.col("achievable_tflops").max(),
                 drawable.sum().alias("points"),
+                # the gap's minutes (utilization and RFU both): `fleet_minutes`
+                both.sum().alias("_n_both"),
+                *[pl.col(c).filter(both).sum().alias(f"_both_{c}") for c in BOTH_MEANS],
             )
         ),
         chunking,
@@ -180,6 +185,33 @@ def gpu_figures(
 
 # the means over a model's GPU-minutes the report shows
 MODEL_MEANS = ("gpu_util_pct", "rfu_pct", "realized_tflops")
+BOTH_MEANS = ("gpu_util_pct", "rfu_pct")
+
+
+def fleet_minutes(gpus: pl.DataFrame) -> dict | None:
+    """Which physical GPU-minutes the fleet's averages (fleet_daily's) are over, from the GPUs'
+    `gpu_figures`: `observed`, those with a utilization (`util`), an RFU (`rfu`) and both
+    (`both`, the gap's), with utilization and RFU over `both` (`util_pct`, `rfu_pct`, None
+    without such a minute). None without any minute. RFU needs a power reading and a max power
+    (a model not in the catalog that reports no power limit has none): utilization, RFU and the
+    gap may then be over different minutes, and the report says so."""
+    if not gpus.height or "_n_both" not in gpus.columns:
+        return None
+    t = gpus.select(
+        pl.col("minutes", "_n_gpu_util_pct", "_n_rfu_pct", "_n_both", "_both_gpu_util_pct")
+        .sum()
+        .cast(pl.Float64),
+        pl.col("_both_rfu_pct").sum().cast(pl.Float64),
+    ).row(0, named=True)
+    n = int(t["_n_both"])
+    return {
+        "observed": int(t["minutes"]),
+        "util": int(t["_n_gpu_util_pct"]),
+        "rfu": int(t["_n_rfu_pct"]),
+        "both": n,
+        "util_pct": t["_both_gpu_util_pct"] / n if n else None,
+        "rfu_pct": t["_both_rfu_pct"] / n if n else None,
+    }
 
 
 def model_figures(gpus: pl.DataFrame) -> pl.DataFrame:
@@ -241,6 +273,7 @@ def read_marts(lake: Lake, day: date, t: Thresholds = DEFAULT) -> Marts:
         stragglers=read_if(lake, "stragglers", day),
         namespaces=read_if(lake, "namespace_efficiency", day),
         workloads=read_if(lake, "workload_efficiency", day),
+        priced=lake.exists("priced_waste", day),
     )
 
 

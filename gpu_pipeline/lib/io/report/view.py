@@ -26,6 +26,7 @@ from gpu_pipeline.lib.display import (
 from gpu_pipeline.lib.io.report import data
 from gpu_pipeline.lib.io.report.charts import Chart
 from gpu_pipeline.lib.io.report.data import Period, label, pct_down
+from gpu_pipeline.lib.marts.priced_waste import priced_total
 from gpu_pipeline.lib.marts.workload_efficiency import top_workloads
 from gpu_pipeline.lib.rules import DAYS_PER_MONTH, PHASES, Rules, Thresholds
 from gpu_pipeline.lib.samples import MINUTES_PER_DAY
@@ -44,10 +45,44 @@ def coded(code: object, labels: dict[str, str]) -> Coded:
     return Coded(tuple((labels.get(c), c) for c in str(code).split(", ")))
 
 
+@dataclass(frozen=True)
+class Label:
+    """A label from the data (namespace, pod, workload, host, model, cluster, GPU): telemetry's
+    text, anything up to 1 KiB, bidi controls included. The template isolates it (`<bdi>`), so
+    it never reorders the text around it (a namespace ending in U+202E once turned "$2,160" after
+    it into "061,2$"), and lets it wrap anywhere; `text` is at most the characters its place
+    allows, `full` the whole label when it was cut (the tooltip), else ""."""
+
+    text: str
+    full: str = ""
+
+
+# a label in a table cell: its first characters, the whole in a tooltip (1,000 characters made a
+# column as wide as ten screens)
+CELL_CHARS = 60
+# a label in a sentence
+SENTENCE_CHARS = 200
+
+
+def shown(v: object, n: int = CELL_CHARS, none: str = NO_NAMESPACE) -> Label | str:
+    """A label from the data as the template prints it (`Label`), cut to `n` characters; `none`
+    (our own words, not the data's) where there is no label."""
+    if v is None:
+        return none
+    s = str(v)
+    return Label(s) if len(s) <= n else Label(label(s, n), s)
+
+
+# the columns whose values are labels from the data (`shown` in a table)
+LABEL_COLUMNS = frozenset(
+    ("namespace", "workload", "pod", "hostname", "gpu_model", "cluster", "gpu_uuid")
+)
+
+
 @dataclass
 class Table:
     heads: list[str]
-    rows: list[list[str | Coded]] = field(default_factory=list)
+    rows: list[list[str | Coded | Label]] = field(default_factory=list)
     cls: str = ""
 
 
@@ -116,17 +151,19 @@ def table(
     cls: str = "",
 ) -> Table:
     """`cols` of `df`, each formatted by `fmt[col]`; an empty cell says `missing[col]` (a
-    namespace: "(no namespace)"); a column of `codes` reads as its labels; `heads` overrides a
-    column's header (LABELS otherwise)."""
+    namespace: "(no namespace)"); a column of `codes` reads as its labels, one of LABEL_COLUMNS
+    as a `Label` (isolated, cut); `heads` overrides a column's header (LABELS otherwise)."""
     fmt, codes, heads = fmt or {}, codes or {}, heads or {}
     missing = {"namespace": NO_NAMESPACE} | (missing or {})
 
-    def cell(c: str, v: object) -> str | Coded:
+    def cell(c: str, v: object) -> str | Coded | Label:
         if v is None:
             return missing.get(c, "")
         if c in codes:
             return coded(v, codes[c])
-        return fmt[c](v) if c in fmt else str(v)
+        if c in fmt:
+            return fmt[c](v)
+        return shown(v) if c in LABEL_COLUMNS else str(v)
 
     rows = [[cell(c, r[c]) for c in cols] for r in df.select(cols).iter_rows(named=True)]
     return Table([heads.get(c) or LABELS.get(c, c) for c in cols], rows, cls)
@@ -142,6 +179,45 @@ def share(v: float) -> str:
 
 def one(v: float) -> str:
     return f"{v:.1f}"
+
+
+# under half a cent: nothing (what rounds to $0.00)
+CENT = 0.005
+UNMEASURED = "unmeasured"
+
+
+def waste_text(waste: float | None, cost: float | None, unmeasured: float | None) -> str:
+    """A row's waste as people read it: "$0.00" is no waste, so a row whose cost is all
+    `unmeasured_usd` (a MIG instance's busy minutes: no power reading, no RFU; minutes without
+    utilization) says so, with the dollars; a row partly unmeasured says how much beside its
+    waste. No price: NO_PRICE."""
+    if waste is None or cost is None:
+        return NO_PRICE
+    if unmeasured is None or unmeasured < CENT:
+        return dollars(waste)
+    if cost - unmeasured < CENT:
+        return f"{UNMEASURED} ({dollars(unmeasured)})"
+    return f"{dollars(waste)} (+ {dollars(unmeasured)} {UNMEASURED})"
+
+
+def with_waste_text(
+    df: pl.DataFrame, unmeasured: pl.DataFrame | None, on: list[str], waste: str
+) -> pl.DataFrame:
+    """`df` with `_waste`: its `waste` column as `waste_text` words it, the unmeasured dollars
+    (`unmeasured_usd` of `unmeasured`, by `on`) beside it; `_unmeasured_all`: the row's cost is
+    all unmeasured (its waste per GPU-month is no figure either)."""
+    if unmeasured is None:
+        u = pl.lit(None, pl.Float64)
+    else:
+        df = df.join(unmeasured.select(*on, "unmeasured_usd"), on=on, how="left", nulls_equal=True)
+        u = pl.col("unmeasured_usd")
+    df = df.with_columns(u.alias("_u"))
+    texts = [waste_text(w, c, x) for w, c, x in df.select(waste, "cost_usd", "_u").iter_rows()]
+    all_unmeasured = [t.startswith(UNMEASURED) for t in texts]
+    return df.with_columns(
+        pl.Series("_waste", texts, pl.String),
+        pl.Series("_unmeasured_all", all_unmeasured, pl.Boolean),
+    )
 
 
 # --- the top: coverage, figures, what to do ------------------------------------------------------
@@ -166,16 +242,50 @@ def partial(fleet: dict, daily: pl.DataFrame, t: Thresholds) -> dict | None:
         "warn_below": f"{t.coverage_warn_below:g}",
         "gaps": f"{gaps.height:,}" if gaps.height else "",
         "have": "has" if gaps.height == 1 else "have",
-        "least": least and label(least["gpu_uuid"], 60),
+        "least": least and shown(least["gpu_uuid"], CELL_CHARS),
         "least_coverage": least and pct_down(100.0 * least["minutes"] / MINUTES_PER_DAY),
         "least_minutes": least and f"{least['minutes']:,}",
     }
 
 
-def kpis(fleet: dict, waste: pl.DataFrame, namespaces: pl.DataFrame | None) -> list[tuple]:
-    """The figures at the top: the fleet's (fleet_daily), its money (priced_waste) and energy
-    (namespace_efficiency), each (name, value)."""
+# the day's priced_waste partition is missing: no money figure, and not for want of a price
+NO_PRICED_WASTE = "n/a (no priced_waste for this day: materialize it again)"
+
+
+def same_minutes(m: dict | None) -> bool:
+    """Utilization, RFU and the gap are over the same GPU-minutes (or it is not known)."""
+    return m is None or m["util"] == m["rfu"] == m["both"]
+
+
+def minutes_note(m: dict | None) -> dict | None:
+    """The line under the figures when utilization, RFU and the gap are averages over different
+    GPU-minutes (`data.fleet_minutes`): how many each is over, and utilization and RFU over the
+    gap's minutes; None when they are over the same ones."""
+    if same_minutes(m):
+        return None
+    return {
+        "observed": f"{m['observed']:,}",
+        "util": f"{m['util']:,}",
+        "rfu": f"{m['rfu']:,}",
+        "both": f"{m['both']:,}",
+        "util_pct": num(m["util_pct"], ".1f", unit=" %"),
+        "rfu_pct": num(m["rfu_pct"], ".1f", unit=" %"),
+    }
+
+
+def kpis(
+    fleet: dict,
+    waste: pl.DataFrame,
+    namespaces: pl.DataFrame | None,
+    minutes: dict | None = None,
+    priced: bool = True,
+) -> list[tuple]:
+    """The figures at the top: the fleet's (fleet_daily), its money (priced_waste; `priced`
+    False: the lake has no partition of it) and energy (namespace_efficiency), each (name,
+    value). `minutes` (`data.fleet_minutes`): when the gap is over fewer minutes than
+    utilization, utilization over the gap's minutes stands beside it."""
     cost, wasted = data.money(waste)
+    no_money = NO_PRICE if priced else NO_PRICED_WASTE
     out = [
         ("GPUs", num(fleet["gpus"], "d")),
         ("GPU-hours", num(fleet["gpu_hours"], ",.1f")),
@@ -183,9 +293,11 @@ def kpis(fleet: dict, waste: pl.DataFrame, namespaces: pl.DataFrame | None) -> l
         ("avg utilization", num(fleet["avg_gpu_util_pct"], ".1f", unit=" %")),
         ("avg RFU", num(fleet["avg_rfu_pct"], ".1f", unit=" %")),
         ("gap", num(fleet["avg_efficiency_gap_pct"], ".1f", unit=" pts")),
-        ("cost / day", NO_PRICE if cost is None else dollars(cost)),
-        ("waste / day", NO_PRICE if cost is None else dollars(wasted or 0.0)),
+        ("cost / day", no_money if cost is None else dollars(cost)),
+        ("waste / day", no_money if cost is None else dollars(wasted or 0.0)),
     ]
+    if not same_minutes(minutes):
+        out.insert(6, ("utilization where RFU known", num(minutes["util_pct"], ".1f", unit=" %")))
     e = data.energy(namespaces)
     if e is not None:
         # a namespace without any power reading has no energy (null): a day of only such
@@ -231,7 +343,7 @@ def first(rec: pl.DataFrame, period: Period) -> dict:
     items = [
         {
             "action": coded(r["action"], ACTIONS),
-            "namespace": label(r["namespace"], 200, NO_NAMESPACE),
+            "namespace": shown(r["namespace"], SENTENCE_CHARS),
             "usd": period.usd(r["monthly_usd"]),
             "rationale": str(r["rationale"]),
         }
@@ -258,10 +370,10 @@ def price(rec: pl.DataFrame, period: Period) -> Table | None:
     )
 
 
-def bottlenecked_today(daily: pl.DataFrame) -> list[tuple[str, str]]:
+def bottlenecked_today(daily: pl.DataFrame) -> list[tuple[Label | str, str]]:
     """Each namespace with bottlenecked GPU-days and how many GPUs, most bottlenecked first."""
     return [
-        (label(r["namespace"], 200, NO_NAMESPACE), plural(r["gpus"], "GPU"))
+        (shown(r["namespace"], SENTENCE_CHARS), plural(r["gpus"], "GPU"))
         for r in data.bottlenecked_namespaces(daily).iter_rows(named=True)
     ]
 
@@ -384,15 +496,21 @@ NAMESPACE_NUMBERS = (
 ENERGY = ("energy_kwh", "idle_energy_kwh", "energy_usd", "co2_kg")
 
 
-def namespaces_table(nse: pl.DataFrame) -> Table:
+def namespaces_table(nse: pl.DataFrame, waste: pl.DataFrame | None = None) -> Table:
     """The namespaces, money first: at 700 px the table scrolls, and cost and waste stay in
-    view."""
-    money = ("cost_usd", "waste_usd", "energy_usd")
+    view. `waste`: the day's priced_waste, for the cost no minute's reading could split (a MIG
+    tenant's: "unmeasured", not $0.00 of waste)."""
+    money = ("cost_usd", "_waste", "energy_usd")
+    unmeasured = (
+        None if waste is None else waste.group_by("namespace").agg(priced_total("unmeasured_usd"))
+    )
     return table(
-        nse,
+        with_waste_text(nse, unmeasured, ["namespace"], "waste_usd"),
         ["namespace", *money, "gpus", *NAMESPACE_NUMBERS[:5], "dominant_diagnosis"]
         + list(NAMESPACE_NUMBERS[5:]),
-        dict.fromkeys(NAMESPACE_NUMBERS, one) | dict.fromkeys(money, dollars),
+        dict.fromkeys(NAMESPACE_NUMBERS, one)
+        | dict.fromkeys(("cost_usd", "energy_usd"), dollars)
+        | {"_waste": str},
         # a namespace on models without a price has no cost; one without power readings
         # no energy (the mart's null)
         dict.fromkeys(("cost_usd", "waste_usd"), NO_PRICE)
@@ -403,6 +521,7 @@ def namespaces_table(nse: pl.DataFrame) -> Table:
         )
         | dict.fromkeys(ENERGY, NO_POWER),
         codes={"dominant_diagnosis": DIAGNOSES},
+        heads={"_waste": LABELS["waste_usd"]},
         cls="namespaces",
     )
 
@@ -411,18 +530,31 @@ def namespaces_table(nse: pl.DataFrame) -> Table:
 TOP_WORKLOADS = 10
 
 
+WORKLOAD = ["cluster", "namespace", "workload"]
+
+
 def workloads_table(we: pl.DataFrame) -> Table:
-    """The day's workloads with the most recoverable waste (`top_workloads`), money first."""
-    money = ("total_waste_usd", "cost_usd")
+    """The day's workloads with the most recoverable waste (`top_workloads`), money first; a
+    workload whose cost is all unmeasured (MIG) says so, not $0.00."""
+    money = ("_waste", "cost_usd")
+    unmeasured = we.group_by(WORKLOAD).agg(priced_total("unmeasured_usd"))
+    top = with_waste_text(
+        top_workloads(we.lazy(), TOP_WORKLOADS), unmeasured, WORKLOAD, "total_waste_usd"
+    )
+    per_gpu = [
+        f"n/a ({UNMEASURED})" if u else NO_PRICE if v is None else dollars(v)
+        for v, u in top.select("monthly_waste_per_gpu", "_unmeasured_all").iter_rows()
+    ]
     return table(
-        top_workloads(we.lazy(), TOP_WORKLOADS),
-        ["namespace", "workload", *money, "monthly_waste_per_gpu", "gpu_hours", "cluster"]
+        top.with_columns(pl.Series("_per_gpu", per_gpu, pl.String)),
+        ["namespace", "workload", *money, "_per_gpu", "gpu_hours", "cluster"]
         + ["main_diagnosis", "top_action"],
-        dict.fromkeys((*money, "monthly_waste_per_gpu"), dollars) | {"gpu_hours": one},
+        {"_waste": str, "_per_gpu": str, "cost_usd": dollars, "gpu_hours": one},
         # a workload on models without a price has no cost (the mart's null); no rule fires
-        dict.fromkeys((*money, "monthly_waste_per_gpu"), NO_PRICE)
+        {"cost_usd": NO_PRICE}
         | {"workload": NO_WORKLOAD, "main_diagnosis": "n/a", "top_action": "none"},
         codes={"main_diagnosis": DIAGNOSES, "top_action": ACTIONS},
+        heads={"_waste": LABELS["total_waste_usd"], "_per_gpu": LABELS["monthly_waste_per_gpu"]},
         cls="workloads",
     )
 
@@ -556,7 +688,7 @@ def prices(m: pl.LazyFrame, path: str | None) -> dict:
     )
     other = [
         {
-            "model": label(r["gpu_model"], 200, "(no model)"),
+            "model": shown(r["gpu_model"], SENTENCE_CHARS, "(no model)"),
             "applied": num(r["usd_per_hour"], ",.2f", "no price"),
             "book": num(r["on_demand_usd_per_hour"], ",.2f", "no price"),
         }
@@ -591,14 +723,15 @@ def context(d: data.ReportData, drawn: list[Chart], f: data.InForce) -> dict:
     return {
         "day": d.day,
         "partial": partial(d.fleet, m.daily, t),
-        "kpis": kpis(d.fleet, m.waste, nse),
+        "kpis": kpis(d.fleet, m.waste, nse, data.fleet_minutes(m.gpus), m.priced),
+        "minutes": minutes_note(data.fleet_minutes(m.gpus)),
         "phases": phases(d.fleet, t),
         "first": None if m.rec is None else first(m.rec, d.period),
         "price": None if m.rec is None else price(m.rec, d.period),
         "spot": coded("spot", ACTIONS),
         "bottlenecked": bottlenecked_today(m.daily),
         "charts": [chart(c, after[c.title]() if c.title in after else None) for c in drawn],
-        "namespaces": namespaces_table(nse) if nse is not None and nse.height else None,
+        "namespaces": namespaces_table(nse, m.waste) if nse is not None and nse.height else None,
         "workloads": workloads_table(we) if we is not None and we.height else None,
         "month": month_table(d.month, d.day),
         "health": None if m.health is None else health(m.health, f.rules),
