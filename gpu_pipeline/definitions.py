@@ -17,6 +17,7 @@ import dagster as dg
 
 from gpu_pipeline.defs import marts, monthly, notify, report, staging, warehouse
 from gpu_pipeline.defs.jobs import build_jobs
+from gpu_pipeline.defs.orphans import orphaned_runs_sensor
 from gpu_pipeline.defs.partitions import DEFAULT as DEFAULT_PARTITIONING
 from gpu_pipeline.defs.partitions import Partitioning
 from gpu_pipeline.defs.pull import prometheus_export
@@ -225,6 +226,7 @@ def build_definitions(s: Settings | None = None, pull: bool | None = None) -> dg
             build_landing_sensor(p),
             build_freshness_sensor(freshness),
             monthly.monthly_automation_sensor,
+            orphaned_runs_sensor,
         ],
         # the run queue in config/dagster.yaml limits how many runs a backfill has going at once
         executor=executor(s.executor),

@@ -31,7 +31,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import threading
 import time
 import uuid
@@ -47,7 +46,6 @@ PACKAGE = Path(__file__).resolve().parent  # what the package ships: config/, sq
 # Dagster logs every step at DEBUG on the console, failures with their stack traces at ERROR;
 # the CLI prints its own progress and one line per failure (--verbose shows Dagster's logs)
 QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
-HOST_TAG, PID_TAG = "gpu_pipeline/host", "gpu_pipeline/pid"
 # a run `execute_job` creates (multiprocess) gets its id from Dagster: this tag finds it
 REQUEST_TAG = "gpu_pipeline/request"
 # what the CLI says when GPU_PIPELINE_EXECUTOR=k8s: it runs the steps in its own process
@@ -290,6 +288,8 @@ def _materialize(s: settings.Settings, req: Request, say: Say, days: list[date],
             )
             root = lake.root
             run = RangeRun(days=days, lake=lake.open(), views=settings.warehouse_path(root))
+        from gpu_pipeline.defs.orphans import fail_orphaned_runs
+
         fail_orphaned_runs(instance, say)
         result = _execute(s, defs, instance, req, days, run, say)
         if run.success or run.only_digest_failed:  # the days' tables are written
@@ -321,7 +321,9 @@ def _run_tags(job, days: list[date]) -> dict[str, str]:
             "dagster/asset_partition_range_end": days[-1].isoformat(),
             "gpu_pipeline/days": f"{days[0]} → {days[-1]}",
         }
-    return {**tags, HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())}
+    from gpu_pipeline.defs.orphans import who_runs
+
+    return {**tags, **who_runs()}
 
 
 def _execute(s, defs, instance, req: Request, days: list[date], run: RangeRun, say: Say):
@@ -413,7 +415,9 @@ def _run_months(defs, instance, req: Request, run: RangeRun) -> None:
             "dagster/asset_partition_range_start": keys[0],
             "dagster/asset_partition_range_end": keys[-1],
         }
-    tags |= {HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())}
+    from gpu_pipeline.defs.orphans import who_runs
+
+    tags |= who_runs()
     res = job.execute_in_process(
         instance=instance,
         raise_on_error=False,
@@ -511,39 +515,6 @@ class Progress:
         self.done.set()
         self.thread.join(timeout=5)
         self._poll()
-
-
-def fail_orphaned_runs(instance, say: Say) -> None:
-    """Runs this host's `materialize` started whose process is gone (killed, power lost) would
-    stay STARTED forever: no daemon watches in-process runs. Mark them failed, saying why."""
-    import dagster as dg
-
-    # NOT_STARTED too: a process killed between creating its run and starting it
-    started = instance.get_runs(
-        filters=dg.RunsFilter(
-            statuses=[
-                dg.DagsterRunStatus.NOT_STARTED,
-                dg.DagsterRunStatus.STARTING,
-                dg.DagsterRunStatus.STARTED,
-            ],
-            tags={HOST_TAG: socket.gethostname()},
-        )
-    )
-    for run in started:
-        pid = int(run.tags.get(PID_TAG, "0") or 0)
-        if pid <= 0 or pid == os.getpid():
-            continue
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            instance.report_run_failed(
-                run, f"the gpu-pipeline process {pid} running it ended before it finished"
-            )
-            say(
-                f"note: run {run.run_id[:8]} was left unfinished by a killed process: marked failed"
-            )
-        except PermissionError:
-            pass  # alive, another user's
 
 
 def first_line(text: str, limit: int = 300) -> str:
