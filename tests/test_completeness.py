@@ -311,6 +311,25 @@ def test_a_header_file_beside_a_headerless_csv_gives_its_header(tmp_path):
     assert again.gpu_samples.sort("timestamp")["power_w"].to_list() == [float(i) for i in range(10)]
 
 
+def test_a_header_file_gives_its_header_to_rows_that_do_not_start_with_a_time(tmp_path):
+    """`--query-gpu=index,uuid,timestamp,…` with `noheader` and a header.csv beside: refused as
+    an unrecognized format, the rows starting with an index (adversarial review)."""
+    raw, cache = tmp_path / "raw", tmp_path / "cache"
+    (raw / "node1").mkdir(parents=True)
+    (raw / "node1" / "header.csv").write_text(
+        "index, uuid, timestamp, utilization.gpu [%], power.draw [W]\n"
+    )
+    rows = "".join(
+        f"{g}, GPU-d{g}, {_stamp(T + i)}, {10 * g + i} %, 300.00 W\n"
+        for i in range(10)
+        for g in (0, 1)
+    )
+    (raw / "node1" / "log.csv").write_text(rows)
+    out = day(raw, cache)
+    assert out.gpu_samples.height == 20 and out.quarantine.height == 0
+    assert out.gpu_samples.filter(pl.col("gpu_uuid") == "GPU-d1")["gpu_util_pct"].sum() == 145.0
+
+
 def test_hand_written_headers_map_to_their_fields_and_the_rest_is_listed(tmp_path):
     raw, cache = tmp_path / "raw", tmp_path / "cache"
     raw.mkdir()
@@ -498,6 +517,45 @@ def test_several_api_answers_in_one_file_are_read_answer_by_answer(tmp_path):
         assert sorted(set(out.samples["value"])) == [40.0, 41.0]
     _, out = parse(tmp_path, "cut.jsonl", lines + json.dumps(answers[0])[:50])
     assert out.rejected_whole and "after 8 whole answers" in out.quarantine["reason"][0]
+
+
+DMON_HEAD = [
+    "#Date       Time        gpu    pwr  gtemp  mtemp     sm    mem    enc    dec    jpg    ofa   mclk   pclk",
+    "#YYYYMMDD   HH:MM:SS    Idx      W      C      C      %      %      %      %      %      %    MHz    MHz",
+]
+
+
+def test_nvidia_smi_dmon_with_dates_is_read(tmp_path):
+    """`nvidia-smi dmon -o DT`: refused as an unrecognized format, though the reason given for
+    plain dmon said to run it with -o DT (adversarial review). Its header comes again every
+    screenful; `-` is no value; the time is local as for CSV."""
+    rows = [
+        f" 20240101   10:{s // 60:02d}:{s % 60:02d}    {g:>3}    {100 + 10 * g}     53      -     {10 + g}      2"
+        "      0      0      0      0   9001   2520"
+        for s in range(0, 120)
+        for g in (0, 1)
+    ]
+    text = "\n".join([*DMON_HEAD, *rows[:120], *DMON_HEAD, *rows[120:]]) + "\n"
+    fmt, out = parse(tmp_path, "h1/dmon.txt", text)
+    assert fmt == "nvidia_smi_dmon" and out.quarantine.height == 0
+    assert out.lines_total == 244 and out.lines_skipped == 4
+    assert sum(out.records_by_day.values()) == 240 and gpus(out) == 2
+    s = out.samples
+    power = (
+        s.filter(pl.col("column") == "power_w").group_by("gpu_index").agg(pl.col("value").mean())
+    )
+    assert dict(power.iter_rows()) == {0: 100.0, 1: 110.0}
+    mtemp = s.filter(pl.col("column") == "mem_temp_c")["value"]
+    assert mtemp.fill_nan(None).null_count() == mtemp.len()  # "-": no value
+    assert s["timestamp"].min() == datetime(2024, 1, 1, 10, tzinfo=UTC)
+    assert set(out.columns_ignored) == {"jpg", "ofa"}
+
+
+def test_dmon_without_dates_is_refused_on_the_day_it_names_or_says_how(tmp_path):
+    plain = DMON_HEAD[0].replace("#Date       Time        ", "# ")
+    _, out = parse(tmp_path, "dmon_plain.txt", plain + "\n    0    109     53\n")
+    assert out.rejected_whole and "-o DT" in out.quarantine["reason"][0]
+    assert "--query-gpu" in out.quarantine["reason"][0]
 
 
 # --- every rejection on a day someone will look at ---------------------------------------------

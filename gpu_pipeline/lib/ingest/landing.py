@@ -622,15 +622,20 @@ UNSUPPORTED = (
         "series)",
     ),
     (
-        re.compile(r"^\s*#\s*(gpu|Entity)\s+\S+", re.M),
-        "nvidia-smi dmon / dcgmi dmon output has no timestamps; "
-        "run it with -o DT (nvidia-smi) or export through dcgm-exporter instead",
+        re.compile(r"^\s*#\s*(Time\s+)?gpu\s+\S+", re.M),
+        "nvidia-smi dmon output without dates: run it with -o DT (date and time on each row), "
+        "or log with nvidia-smi --query-gpu=timestamp,uuid,utilization.gpu,power.draw "
+        "--format=csv -l 1",
+    ),
+    (
+        re.compile(r"^\s*#\s*Entity\s+\S+", re.M),
+        "dcgmi dmon output has no timestamps: export through dcgm-exporter instead",
     ),
 )
 
 
 # formats read line by line: a bad line is quarantined alone; JSON and XML are one document
-LINE_FORMATS = {"dcgm_exposition", "nvidia_smi_csv", "nvml_samples", "seed_csv"}
+LINE_FORMATS = {"dcgm_exposition", "nvidia_smi_csv", "nvml_samples", "seed_csv", "nvidia_smi_dmon"}
 
 
 def detect_format(data: bytes, name: str) -> str | None:
@@ -651,6 +656,7 @@ def detect_format(data: bytes, name: str) -> str | None:
 # an exposition line, the first cell of a CSV row)
 _NAMED_TIMES = re.compile(
     r"(?P<iso>(?:19|20)\d\d[-/](?:0[1-9]|1[0-2])[-/](?:0[1-9]|[12]\d|3[01])[T _]\d\d:\d\d)"
+    r"|(?P<ymd>(?:19|20)\d\d(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])[ \t]+\d\d:\d\d:\d\d)"
     r"|(?P<ctime>(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|"
     r"Dec) +\d{1,2} \d\d:\d\d:\d\d \d{4})"
     r"|\[\s*(?P<pair>1\d{9}(?:\.\d+)?)\s*,"
@@ -678,6 +684,8 @@ def named_days(text: str) -> list[date]:
                 if m["iso"]:
                     t = datetime.strptime(m["iso"][:10].replace("/", "-"), "%Y-%m-%d")
                     t = t.replace(tzinfo=UTC)
+                elif m["ymd"]:
+                    t = datetime.strptime(m["ymd"][:8], "%Y%m%d").replace(tzinfo=UTC)
                 elif m["ctime"]:
                     t = datetime.strptime(" ".join(m["ctime"].split()), "%a %b %d %H:%M:%S %Y")
                     t = t.replace(tzinfo=UTC)
@@ -1080,6 +1088,9 @@ def _parse_text(
     decided them, `Context.times`)."""
     clean, bad = (data, []) if plain else _bad_lines(data)
     fmt = fmt or detect_format(clean, lf.source_file)
+    if fmt is None and lf.header:  # headerless rows in the columns a header.csv beside names
+        fmt = detect_format(lf.header.strip("\r\n").encode() + b"\n" + clean, lf.source_file)
+        fmt = fmt if fmt == "nvidia_smi_csv" else None
     if bad and (fmt not in LINE_FORMATS or len(bad) * 2 > clean.count(b"\n") + 1):
         text, why = _decode(data)
         readable = data.decode("utf-8", "replace")

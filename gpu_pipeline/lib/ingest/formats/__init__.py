@@ -7,6 +7,7 @@ format touches one module, this list and tests.
 """
 
 from gpu_pipeline.lib.ingest.formats import (
+    dmon,
     exposition,
     nvidia_smi,
     nvidia_smi_xml,
@@ -20,6 +21,7 @@ FORMATS = {
     "nvml_samples": nvml_csv,
     "seed_csv": seed_csv,
     "nvidia_smi_xml": nvidia_smi_xml,
+    "nvidia_smi_dmon": dmon,
     "dcgm_exposition": exposition,
     # last: it also recognizes headerless rows that start with a time
     "nvidia_smi_csv": nvidia_smi,
@@ -27,4 +29,6 @@ FORMATS = {
 
 # formats with several fields per record (a CSV row, a GPU of an XML snapshot): a record is
 # accepted when one of its values is, a duplicate when all of them are duplicates
-WIDE_FORMATS = frozenset({"nvidia_smi_csv", "nvml_samples", "seed_csv", "nvidia_smi_xml"})
+WIDE_FORMATS = frozenset(
+    {"nvidia_smi_csv", "nvml_samples", "seed_csv", "nvidia_smi_xml", "nvidia_smi_dmon"}
+)

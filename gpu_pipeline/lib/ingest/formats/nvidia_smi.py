@@ -365,7 +365,10 @@ def _header_and_rows(text: str, ctx: Context) -> tuple[list[str], pl.DataFrame, 
     takes the sidecar's (`ctx.csv_header`), whose line is not counted (ValueError without it)."""
     header_at = next(i for i, ln in enumerate(text.split("\n")) if ln.strip())
     first = text.split("\n", header_at + 1)[header_at]
-    if not _is_header(first) and _is_headerless(text):
+    # the sidecar's header for rows without one: rows that start with a time, or any rows when
+    # there is a sidecar (`index, uuid, timestamp, …` does not start with a time: adversarial
+    # review)
+    if not _is_header(first) and (_is_headerless(text) or ctx.csv_header):
         if not ctx.csv_header:
             raise ValueError(NO_HEADER)
         text = ctx.csv_header.strip("\r\n") + "\n" + text
