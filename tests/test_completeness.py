@@ -551,6 +551,20 @@ def test_nvidia_smi_dmon_with_dates_is_read(tmp_path):
     assert set(out.columns_ignored) == {"jpg", "ofa"}
 
 
+def test_nvidia_smi_pmon_is_not_read_as_the_gpus_utilization(tmp_path):
+    """`nvidia-smi pmon -o DT` has dmon's `# Date Time gpu` header: one process's sm % became
+    the GPU's utilization, the next a conflicting duplicate (review of the dmon format)."""
+    text = (
+        "# Date       Time        gpu         pid   type     sm    mem    command\n"
+        "# YYYYMMDD   HH:MM:SS    Idx           #    C/G      %      %    name\n"
+        " 20240101   10:00:00      0      12345     C     45     10    python\n"
+        " 20240101   10:00:00      0      12346     C     30      5    python\n"
+    )
+    _, out = parse(tmp_path, "h1/pmon.log", text)
+    assert out.rejected_whole and out.samples.height == 0
+    assert "pmon" in out.quarantine["reason"][0]
+
+
 def test_dmon_without_dates_is_refused_on_the_day_it_names_or_says_how(tmp_path):
     plain = DMON_HEAD[0].replace("#Date       Time        ", "# ")
     _, out = parse(tmp_path, "dmon_plain.txt", plain + "\n    0    109     53\n")

@@ -385,6 +385,36 @@ def _pieces_equal_whole(path: Path, piece_bytes: int) -> int:
     return len(parts)
 
 
+def test_a_header_written_again_in_a_later_piece_reads_the_rows_after_it(tmp_path):
+    """A CSV over the piece size whose second header (other column order) falls in a later
+    piece: those rows were read with the first header, put in front of every piece (power and
+    utilization swapped, nothing quarantined; review of the mid-file header fix)."""
+    u = "GPU-aaaaaaaa-1111-1111-1111-111111111111"
+    lines = ["timestamp, uuid, utilization.gpu [%], power.draw [W]"]
+    for s in range(3000):
+        if s == 1000:
+            lines.append("timestamp, uuid, power.draw [W], utilization.gpu [%]")
+        if s == 2000:
+            lines.append("timestamp, uuid, utilization.gpu [%], power.draw [W]")
+        t = f"2024/01/01 {s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d}.000"
+        lines.append(
+            f"{t}, {u}, 10 %, 60.00 W" if s < 1000 or s >= 2000 else f"{t}, {u}, 60.00 W, 10 %"
+        )
+    path = tmp_path / "raw" / "big.csv"
+    path.parent.mkdir()
+    path.write_text("\n".join(lines) + "\n")
+    for size in (4096, 65536, 20000):
+        _pieces_equal_whole(path, size)
+    from gpu_pipeline.lib.ingest.landing import PieceParse, merge_pieces
+
+    (lf,) = list_landing(path.parent)
+    _, out = merge_pieces(list(PieceParse(lf, piece_bytes=4096)))
+    s = out.samples
+    assert set(s.filter(pl.col("column") == "gpu_util_pct")["value"]) == {10.0}
+    assert set(s.filter(pl.col("column") == "power_w")["value"]) == {60.0}
+    assert out.quarantine.height == 0 and out.lines_skipped == 3
+
+
 def test_a_file_parsed_in_pieces_is_the_file_parsed_whole(tmp_path):
     import gzip
 

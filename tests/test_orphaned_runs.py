@@ -9,7 +9,15 @@ import sys
 
 import dagster as dg
 
-from gpu_pipeline.defs.orphans import HOST_TAG, PID_TAG, orphaned_runs_sensor
+from gpu_pipeline.defs.orphans import (
+    HOST_TAG,
+    NS_TAG,
+    PID_TAG,
+    START_TAG,
+    _pid_ns,
+    _started,
+    orphaned_runs_sensor,
+)
 
 
 def _dead_pid() -> int:
@@ -18,7 +26,7 @@ def _dead_pid() -> int:
     return p.pid
 
 
-def _started(instance, job, tags) -> dg.DagsterRun:
+def _run(instance, job, tags) -> dg.DagsterRun:
     run = instance.create_run_for_job(job, tags=tags)
     instance.handle_new_event(
         dg.EventLogEntry(
@@ -44,17 +52,22 @@ def test_a_run_of_a_killed_process_is_marked_failed_by_the_sensor():
 
     host = socket.gethostname()
     with dg.DagsterInstance.ephemeral() as instance:
-        dead = _started(instance, j, {HOST_TAG: host, PID_TAG: str(_dead_pid())})
-        alive = _started(instance, j, {HOST_TAG: host, PID_TAG: str(os.getppid())})
-        elsewhere = _started(instance, j, {HOST_TAG: host + "-other", PID_TAG: "1234567"})
+        ns, parent = _pid_ns(), os.getppid()
+        me = {HOST_TAG: host, NS_TAG: ns}
+        dead = _run(instance, j, {**me, PID_TAG: str(_dead_pid())})
+        alive = _run(instance, j, {**me, PID_TAG: str(parent), START_TAG: _started(parent)})
+        elsewhere = _run(instance, j, {HOST_TAG: host + "-other", NS_TAG: ns, PID_TAG: "1234567"})
+        # a pid of another PID namespace (a daemon's container) means another process here
+        other_ns = _run(instance, j, {**me, NS_TAG: "pid:[1]", PID_TAG: str(_dead_pid())})
+        # the pid reused by a process started at another time: the run's own process is gone
+        reused = _run(instance, j, {**me, PID_TAG: str(parent), START_TAG: "1"})
+        untagged = _run(instance, j, {HOST_TAG: host, PID_TAG: str(_dead_pid())})  # an older run
         assert dead.status == dg.DagsterRunStatus.STARTED
         result = orphaned_runs_sensor(dg.build_sensor_context(instance=instance))
-        assert "1 run(s) of a killed gpu-pipeline process marked failed" in str(result.skip_message)
-        status = [instance.get_run_by_id(r.run_id).status for r in (dead, alive, elsewhere)]
-        assert status == [
-            dg.DagsterRunStatus.FAILURE,
-            dg.DagsterRunStatus.STARTED,
-            dg.DagsterRunStatus.STARTED,
-        ]
+        assert "2 run(s) of a killed gpu-pipeline process marked failed" in str(result.skip_message)
+        runs = (dead, alive, elsewhere, other_ns, reused, untagged)
+        status = [instance.get_run_by_id(r.run_id).status for r in runs]
+        failed, started = dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.STARTED
+        assert status == [failed, started, started, started, failed, started]
         again = orphaned_runs_sensor(dg.build_sensor_context(instance=instance))
         assert "no run of a killed" in str(again.skip_message)

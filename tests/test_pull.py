@@ -976,6 +976,31 @@ def test_a_failed_pull_leaves_the_day_as_it_was_and_names_the_query(stub, tmp_pa
     assert not [p for p in (tmp_path / "fresh").rglob("*") if p.is_file()]
 
 
+def test_a_killed_pulls_staging_folder_is_said_and_removed_by_the_next_pull(stub, tmp_path):
+    """SIGTERM skips a pull's `finally`: its hidden staging folder stayed, listed as a hidden
+    folder "rename it without the dot to ingest it" (a partial day), and every pull left one
+    more (review of the staging change)."""
+    import os
+    import subprocess
+    import sys
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    srv = server(stub)
+    day_dir = tmp_path / "default" / "_pulled" / srv.folder
+    stale = day_dir / f".2024-01-10.{dead.pid}.0123abcd.partial"
+    running = day_dir / f".2024-01-10.{os.getpid()}.4567cdef.partial"
+    for d in (stale, running):
+        d.mkdir(parents=True)
+        (d / "DCGM_FI_DEV_GPU_UTIL_0000.json.gz").write_bytes(b"half a day")
+    (lf,) = [f for f in list_landing(tmp_path) if f.source_file.endswith("0123abcd.partial")]
+    assert lf.skipped and "pull's unfinished day" in lf.skipped and "rename" not in lf.skipped
+    Stub.script = [(is_names, 200, names), (is_query, 200, samples)]
+    rep = pull_day(srv, date(2024, 1, 10), tmp_path)
+    assert rep.samples == 1440
+    assert not stale.exists() and running.exists()  # a live pull's folder is left alone
+
+
 def test_hosts_whose_file_names_would_meet_get_a_file_each(stub, tmp_path):
     """`node a` and `node_a` make the same file name: the second overwrote the first."""
 

@@ -129,6 +129,9 @@ class ParsedLines:
     # the exposition parser's decision for the file: its timestamps' unit and whether its
     # samples carry their own times (`Context.times` hands it to the file's later pieces)
     times: tuple | None = None
+    # a CSV header written again in this piece's rows: the header the file's next piece is read
+    # with (`PieceParse`)
+    last_header: str | None = None
 
     def unkeyed(self) -> ParsedLines:
         """These lines with their samples in the long form (`LONG_SCHEMA`)."""

@@ -207,6 +207,12 @@ HIDDEN = (
     "hidden {} (its name starts with a dot: an editor's swap file, a partial upload, a tool's "
     "state): not read; rename it without the dot to ingest it"
 )
+# where `gpu-pipeline pull` writes a day before it moves it in whole (lib/ingest/pull.py)
+PULL_STAGING = re.compile(r"\.\d{4}-\d\d-\d\d\.\d+\.[0-9a-f]+\.partial")
+PULL_STAGING_WHY = (
+    "a pull's unfinished day (gpu-pipeline pull moves a day in only when every query has "
+    "answered; this one was stopped): not read, and removed by the next pull"
+)
 # a headerless CSV (nvidia-smi --format=csv,noheader) takes its header from this file beside it
 HEADER_FILE = "header.csv"
 
@@ -396,6 +402,8 @@ def _hidden_file(path: Path, name: str) -> LandingFile:
         kind, mtime = ("folder" if stat.S_ISDIR(lst.st_mode) else "file"), lst.st_mtime
     except OSError:
         kind, mtime = "file", datetime.now(UTC).timestamp()
+    if kind == "folder" and PULL_STAGING.fullmatch(path.name):
+        return LandingFile(path, name, "", 0, mtime, skipped=PULL_STAGING_WHY)
     return LandingFile(path, name, "", 0, mtime, skipped=HIDDEN.format(kind))
 
 
@@ -967,6 +975,8 @@ class PieceParse:
                     out.samples = out.samples.with_columns(pl.col("line") + shift)
                     out.quarantine = out.quarantine.with_columns(pl.col("line") + shift)
                 offset += piece.count(b"\n")
+                if out.last_header:  # the rows after a header written again, in later pieces
+                    prefix, n_prefix = out.last_header.encode() + b"\n", 1
                 yield got, out
         except _Stop as e:
             self._reject("unreadable", _whole_file(str(e), ""))
@@ -1150,6 +1160,7 @@ def _parse_text(
         out.rejected_whole,
         series=out.series,
         times=out.times,
+        last_header=out.last_header,
     )
 
 

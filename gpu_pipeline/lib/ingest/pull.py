@@ -689,6 +689,19 @@ def _publish(staging: Path, folder: Path) -> tuple[list[Path], int]:
     return paths, changed
 
 
+def _remove_stale_staging(folder: Path) -> None:
+    """Staging folders of this day left by a pull that was killed (SIGTERM, SIGKILL: its
+    `finally` never ran); one of a pull still running (its process alive) is left alone."""
+    for d in folder.parent.glob(f".{folder.name}.*.partial") if folder.parent.is_dir() else ():
+        try:
+            pid = int(d.name.split(".")[2])
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+        except (ValueError, IndexError, PermissionError):
+            continue
+
+
 def _unique(name: str, used: set[str]) -> str:
     """`name`, or with -2, -3 … before its extension when another piece of the day has it
     (two hosts whose names differ only in characters a file name cannot hold)."""
@@ -763,6 +776,7 @@ def pull_day(
                 report.samples += points
         return name
 
+    _remove_stale_staging(folder)
     done = 0
     try:
         staging.mkdir(parents=True)

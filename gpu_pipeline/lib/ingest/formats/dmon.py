@@ -39,8 +39,17 @@ def detect(data: bytes, name: str) -> bool:
     return HEADER.search(data[:65536].decode("utf-8", "ignore")) is not None
 
 
+PER_PROCESS = (
+    "nvidia-smi pmon output: a row per process (pid, command), its sm % the process's share, "
+    "not the GPU's utilization. Log the GPUs with nvidia-smi dmon -o DT or --query-gpu. File "
+    "quarantined whole"
+)
+
+
 def parse(text: str, ctx: Context) -> ParsedLines:
     names = HEADER.search(text).group(0).strip().lstrip("#").split()
+    if {"pid", "command", "type"} & set(names):  # pmon: its rows are processes, not GPUs
+        raise ValueError(PER_PROCESS)
     idx = {n: i for i, n in enumerate(names)}
     lines = text.split("\n")
     if lines and lines[-1] == "":

@@ -311,6 +311,7 @@ def _in_parts(text: str, ctx: Context, later: list[int]) -> ParsedLines:
         records_by_day=records,
         columns_ignored=sorted({c for o, _, _ in outs for c in o.columns_ignored}),
         fields=sorted({f for o, _, _ in outs for f in o.fields}),
+        last_header=lines[starts[-1]].strip("\r"),
     )
 
 
