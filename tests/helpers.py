@@ -45,6 +45,23 @@ def expo_lines(
     return out
 
 
+def mig_instance_lines(day: date, minutes, model: str, gpu: str = "0") -> list[str]:
+    """One GPU (`GPU-mig`, host `h`) split into three 2g.20gb instances (GPU_I_ID 3, 5, 6;
+    namespaces a, b, c) each busy 0.9 (`prof_gr_engine_active`); its power (200 W) repeated on
+    every instance, as dcgm-exporter writes device-level fields."""
+    out = []
+    for m in minutes:
+        t = ms(day, m)
+        for gi, ns in ((3, "a"), (5, "b"), (6, "c")):
+            lab = (
+                f'gpu="{gpu}",UUID="GPU-mig",modelName="{model}",Hostname="h",'
+                f'GPU_I_PROFILE="2g.20gb",GPU_I_ID="{gi}",namespace="{ns}",pod="{ns}-0"'
+            )
+            out.append(f"DCGM_FI_DEV_POWER_USAGE{{{lab}}} 200 {t}")
+            out.append(f"DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{lab}}} 0.9 {t}")
+    return out
+
+
 def write_file(path: Path, lines: list[str], header: bool = True) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     head = [

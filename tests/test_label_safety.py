@@ -19,7 +19,7 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 import pytest
-from helpers import MODELS, expo_lines, ms, write_file
+from helpers import MODELS, expo_lines, mig_instance_lines, write_file
 
 from gpu_pipeline.defs import marts, raw, report, staging
 from gpu_pipeline.defs.resources import LakeResource, LandingResource, ReferenceResource
@@ -35,22 +35,6 @@ BIDI_CONTROLS = set("\u061c\u200e\u200f\u2028\u2029") | set(map(chr, range(0x202
 BIDI_CONTROLS |= set(map(chr, range(0x2066, 0x206A)))
 
 
-def mig_lines() -> list[str]:
-    """One A100 split into three 2g.20gb instances (namespaces a, b, c): no power reading of
-    their own, so their busy minutes are unmeasured."""
-    out = []
-    for m in MINUTES:
-        t = ms(D, m)
-        for gi, ns in ((3, "a"), (5, "b"), (6, "c")):
-            lab = (
-                f'gpu="6",UUID="GPU-mig",modelName="{MODELS["A100"]}",Hostname="h",'
-                f'GPU_I_PROFILE="2g.20gb",GPU_I_ID="{gi}",namespace="{ns}",pod="{ns}-0"'
-            )
-            out.append(f"DCGM_FI_DEV_POWER_USAGE{{{lab}}} 200 {t}")
-            out.append(f"DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{lab}}} 0.9 {t}")
-    return out
-
-
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("labels")
@@ -62,7 +46,9 @@ def lake(tmp_path_factory) -> Path:
         *expo_lines("GPU-long", MODELS["A10G"], LONG[:900], LONG, D, MINUTES, 5, 40.0, gpu=3),
         # a model not in the catalog, without a power limit: utilization, no RFU
         *expo_lines("GPU-unk", "Mystery GPU 9000", "h4", "unk", D, MINUTES, 90, 300.0, gpu=4),
-        *mig_lines(),
+        # an A100 split into three instances (namespaces a, b, c): no power reading of their
+        # own, so their busy minutes are unmeasured
+        *mig_instance_lines(D, MINUTES, MODELS["A100"], gpu="6"),
     ]
     write_file(tmp / "raw" / "h_2024-01-10.prom", lines)
     res = dg.materialize(

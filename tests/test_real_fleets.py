@@ -14,7 +14,17 @@ import dagster as dg
 import duckdb
 import polars as pl
 import pytest
-from helpers import MODELS, assemble_day, cli, cli_env, expo_lines, materialize_args, ms, write_file
+from helpers import (
+    MODELS,
+    assemble_day,
+    cli,
+    cli_env,
+    expo_lines,
+    materialize_args,
+    mig_instance_lines,
+    ms,
+    write_file,
+)
 
 from gpu_pipeline.defs import marts, raw, report, staging
 from gpu_pipeline.defs.resources import LakeResource, LandingResource, ReferenceResource
@@ -234,17 +244,7 @@ def test_failed_materialize_prints_the_root_cause_not_a_traceback(tmp_path):
 
 def mig_lines(day: date, minutes: range) -> list[str]:
     """One A100 with three 2g.20gb instances (namespaces a, b, c) and one whole A100 (ns d)."""
-    out = []
-    for m in minutes:
-        t = ms(day, m)
-        for gi, ns in ((3, "a"), (5, "b"), (6, "c")):
-            lab = (
-                f'gpu="0",UUID="GPU-mig",modelName="{MODELS["A100"]}",Hostname="h",'
-                f'GPU_I_PROFILE="2g.20gb",GPU_I_ID="{gi}",namespace="{ns}",pod="{ns}-0"'
-            )
-            # device-level fields repeat on every instance, as dcgm-exporter writes them
-            out.append(f"DCGM_FI_DEV_POWER_USAGE{{{lab}}} 200 {t}")
-            out.append(f"DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{lab}}} 0.9 {t}")
+    out = mig_instance_lines(day, minutes, MODELS["A100"])
     out += expo_lines("GPU-whole", MODELS["A100"], "h", "d", day, minutes, 80, 320.0, gpu=1)
     return out
 
