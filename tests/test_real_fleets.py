@@ -280,6 +280,20 @@ def test_mig_gpu_counts_once_and_its_price_is_split_by_slices(tmp_path):
     assert ns["gpu_hours"].sum() == pytest.approx(hours)
 
 
+def test_a_gpu_split_into_mig_already_is_not_advised_to_split(tmp_path):
+    """The free slice of a MIG A100 (no namespace: idle by definition) was advised to "split
+    GPUs into right-sized slices (MIG)"; an idle whole A100 still is (adversarial review)."""
+    day, minutes = date(2024, 1, 10), range(600, 630)
+    lines = mig_instance_lines(day, minutes, MODELS["A100"])
+    lines += expo_lines("GPU-idle", MODELS["A100"], "h2", "idle", day, minutes, 0, 60.0, gpu=1)
+    write_file(tmp_path / "raw" / "h_2024-01-10.prom", lines)
+    assert materialize(tmp_path, day).success
+    rec = Lake(tmp_path / "lake").read("recommendations", day)
+    actions = dict(zip(rec["namespace"], map(set, rec["actions"].to_list()), strict=True))
+    assert "MIG" in actions["idle"] and "right_size" in actions["idle"]
+    assert "MIG" not in actions[None] and "right_size" in actions[None]
+
+
 # --- 5. sql: nested columns as CSV, several statements ------------------------------------------
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from gpu_pipeline.lib.money import allocated_minutes
+from gpu_pipeline.lib.money import allocated_minutes, mig_unallocated
 from gpu_pipeline.lib.reference import by_model, model_key
 from gpu_pipeline.lib.rules import (
     BOTTLENECK_DIAGNOSES,
@@ -260,6 +260,8 @@ def _rule_shares(pcie_busy_from: float, t: Thresholds) -> dict[str, tuple[pl.Exp
         # of the data-starved minutes: how many have PCIe counters, how many with RX busy
         "pcie_measured": (pcie.is_not_null(), starved),
         "pcie_busy": (pcie >= pcie_busy_from, starved & pcie.is_not_null()),
+        # on a GPU already split into MIG instances (an instance, or the free slices)
+        "on_mig": (pl.col("gpu_instance_id").is_not_null() | mig_unallocated(), None),
     }
 
 
@@ -464,7 +466,10 @@ def _signals(row: dict, caps: dict, r: RecommendationThresholds, cost: float) ->
         and row["bottlenecked"] >= r.unprofiled_bottlenecked_from,
         "pcie_known": row.get("pcie_measured", 0.0) >= r.pcie_measured_from,
         "pcie_loading": row.get("pcie_busy", 0.0) >= r.pcie_busy_share_from,
-        "mig_capable": bool(pl.select(pl.lit(models).str.contains(MIG_CAPABLE)).item()),
+        # a namespace whose GPU-time is all on MIG instances (or free slices) is split already:
+        # "split GPUs into MIG instances" is no advice for it (adversarial review)
+        "mig_capable": bool(pl.select(pl.lit(models).str.contains(MIG_CAPABLE)).item())
+        and row.get("on_mig", 0.0) < 0.999,
         "bf16_capable": _capable(row, caps, 0, BF16_CAPABLE),
         "fp8_capable": _capable(row, caps, 1, FP8_CAPABLE),
     }
