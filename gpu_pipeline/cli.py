@@ -625,8 +625,15 @@ def _not_a_file(out: Path) -> str | None:
 
 def cmd_report(a: argparse.Namespace) -> int:
     s = _settings(a)
+    from gpu_pipeline.lib.io.lake import is_uri
     from gpu_pipeline.lib.io.report import build_report
     from gpu_pipeline.runs import resources
+
+    if not is_uri(s.lake) and not Path(s.lake).is_dir():  # as summary and showback say it
+        print(
+            f"error: the lake {s.lake} does not exist: materialize the day first", file=sys.stderr
+        )
+        return 1
 
     # the lake, catalog and rules a run with these settings uses (its resources)
     with resources(s) as res:

@@ -331,6 +331,17 @@ def test_summary_refuses_what_it_cannot_summarize_with_one_line(run):
         assert (p.returncode, p.stdout, p.stderr) == (rc, line + "\n", ""), (args, p)
 
 
+def test_report_of_a_lake_that_does_not_exist_says_so(run):
+    """It said "no gpu_minutes for D … materialize the day first", as of a lake without the
+    day (new-user review); summary and showback name the missing lake."""
+    tmp, env, _ = run
+    p = cli("report", "--date", "2024-01-01", "--lake", str(tmp / "no_lake"), env=env, check=False)
+    assert p.returncode == 1 and p.stdout == ""
+    assert (
+        p.stderr == f"error: the lake {tmp / 'no_lake'} does not exist: materialize the day first\n"
+    )
+
+
 def test_summary_of_a_range_with_gaps_says_which_days_have_no_data(run):
     tmp, env, _ = run
     out = cli(

@@ -48,7 +48,11 @@ def test_no_records_and_no_gpus_warn():
     rate = checks.validation_pass_rate(log, q)
     assert not rate.passed and rate.description == "no records landed for the day"
     some = log.vstack(pl.DataFrame({"rows_read": [10], "rows_quarantined": [0]}))
+    assert rate.metadata["pass_rate"].value == 0.0
     assert checks.validation_pass_rate(some, q).passed
+    merged = checks.merge([rate, checks.validation_pass_rate(some, q)], labels=["d1", "d2"])
+    assert not merged.passed and merged.description == "d1: no records landed for the day"
+    assert checks.merge([rate]).description == "no records landed for the day"
     daily = pl.DataFrame(
         schema={
             "gpu_uuid": pl.String,
@@ -61,3 +65,4 @@ def test_no_records_and_no_gpus_warn():
     )
     cov = checks.fleet_coverage(pl.DataFrame(), daily, 95.0)
     assert not cov.passed and cov.severity == dg.AssetCheckSeverity.WARN
+    assert cov.description == "no GPU seen: nothing landed for the day"

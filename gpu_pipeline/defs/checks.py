@@ -46,12 +46,22 @@ def merge(
                 ", ".join(str(x) for x, r in zip(labels, results, strict=True) if not r.passed)
                 or "none"
             )
+    # the failed parts' own words ("no records landed for the day"), with their day
+    said = [
+        (f"{x}: " if labels is not None and len(results) > 1 else "") + r.description
+        for x, r in zip(labels or [None] * len(results), results, strict=True)
+        if r.description and not r.passed
+    ]
     return dg.AssetCheckResult(
         asset_key=first.asset_key,
         check_name=first.check_name,
         passed=all(r.passed for r in results),
         severity=first.severity,
         metadata=meta,
+        description="; ".join(said[:10])
+        + (f" … and {len(said) - 10} more" if len(said) > 10 else "")
+        if said
+        else None,
     )
 
 
@@ -63,7 +73,7 @@ def validation_pass_rate(log: pl.DataFrame, quarantine: pl.DataFrame) -> dg.Asse
     """Share of the day's rows that passed validation, with the failure cases."""
     read = int(log["rows_read"].sum())
     bad = int(log["rows_quarantined"].sum())
-    rate = 1.0 if read == 0 else (read - bad) / read
+    rate = 0.0 if read == 0 else (read - bad) / read  # nothing read: nothing passed
     reasons = (
         quarantine.group_by("reason")
         .agg(pl.len().alias("rows"), pl.col("source_file").n_unique().alias("files"))
@@ -172,6 +182,7 @@ def fleet_coverage(
         asset_key="fleet_daily",
         check_name="fleet_coverage",
         passed=coverage is not None and coverage >= warn_below,  # no GPU seen: nothing covered
+        description="no GPU seen: nothing landed for the day" if coverage is None else None,
         severity=dg.AssetCheckSeverity.WARN,
         metadata={
             **({} if coverage is None else {"coverage_pct": dg.MetadataValue.float(coverage)}),

@@ -167,7 +167,7 @@ def ingest_days(
         pass_rate.append(checks.validation_pass_rate(log, quarantine))
         utilization.append(checks.utilization_present(log))
         context.log.info(
-            f"{day}: {len(files)} landing files, {writers['gpu_samples'].rows[day]} samples in "
+            f"{day}: {log.height} landing files, {writers['gpu_samples'].rows[day]} samples in "
             f"{day_in.chunks} chunk(s), {quarantine.height} quarantined"
         )
     for w in writers.values():

@@ -127,7 +127,9 @@ def staging(context: dg.AssetExecutionContext, lake: LakeResource, reference: Re
             checks.fleet_coverage(fleet, daily, rules.thresholds.coverage_warn_below)
         )
         context.log.info(
-            f"{day}: {tables.minutes_rows} GPU-minutes in {tables.chunks} chunk(s) of at most "
+            # rows: a MIG GPU's minute is a row per instance besides its own (the report's
+            # GPU-minutes count physical GPUs)
+            f"{day}: {tables.minutes_rows} gpu_minutes rows in {tables.chunks} chunk(s) of at most "
             f"{chunking} (split by {chunking.split})"
         )
     for name, w in writers.items():
