@@ -70,7 +70,7 @@ def test_materialize_reports_progress_and_summary(run):
     # progress while the run works: each step's start and end with the elapsed time, per day
     assert re.search(r"^\s+\d+\.\ds  staging started$", stdout, re.M), stdout
     assert re.search(r"^\s+\d+\.\ds  staging done \(\d+\.\ds\)$", stdout, re.M)
-    assert re.search(r"^\s+\d+\.\ds    2024-01-02: \d+ GPU-minutes", stdout, re.M)
+    assert re.search(r"^\s+\d+\.\ds    2024-01-02: \d+ gpu_minutes rows", stdout, re.M)
     assert stdout.index("ingest started") < stdout.index("staging started")
 
 
