@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 NO_NAMESPACE = "(no namespace)"  # GPUs whose series carry no namespace label
 NO_PRICE = "n/a (no price)"  # no minute of the period has a price (model not in the price book)
 NO_WORKLOAD = "(no pod)"  # GPU-minutes whose series carry no pod label: no workload
@@ -16,6 +18,19 @@ def num(v: float | None, fmt: str, none: str = "n/a", unit: str = "") -> str:
 def text(v: object, none: str) -> str:
     """A label from the data, or `none` in its place."""
     return none if v is None else str(v)
+
+
+# what a label from the data must not carry to a reader as it is (the terminal, the digest):
+# control characters (a newline or CR starts a line of the label's choosing; ESC colours the
+# screen or plants a link), format characters, among them the bidi controls (U+202A–U+202E,
+# U+2066–U+2069, U+200E, U+200F, U+061C), which reverse the text after them ("$2,160/month"
+# read "htnom/061,2$"), line and paragraph separators (U+2028, U+2029) and lone surrogates
+UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+
+
+def unsafe(ch: str) -> bool:
+    """Is `ch` a character a label must not show as it is (UNSAFE_CATEGORIES)?"""
+    return unicodedata.category(ch) in UNSAFE_CATEGORIES
 
 
 def usd(v: float | None, fmt: str = ",.2f", none: str = "n/a") -> str:

@@ -29,33 +29,28 @@ without a power reading). Waste: `priced_waste`, summed; the workloads wasting t
 
 from __future__ import annotations
 
-import unicodedata
 from datetime import date, timedelta
 
 import polars as pl
 
-from gpu_pipeline.lib.display import NO_NAMESPACE, NO_PRICE, NO_WORKLOAD, num, text, usd
+from gpu_pipeline.lib.display import NO_NAMESPACE, NO_PRICE, NO_WORKLOAD, num, text, unsafe, usd
 from gpu_pipeline.lib.io.lake import Lake
 from gpu_pipeline.lib.marts.priced_waste import priced_total
 from gpu_pipeline.lib.marts.workload_efficiency import top_workloads
 from gpu_pipeline.lib.rules import EFFICIENCY_CLASSES, HOURS_PER_MONTH, PHASES
 from gpu_pipeline.lib.samples import ratio
 
-# bidi controls (marks, embeddings, overrides, isolates) and the line and paragraph separators:
-# a label holding one reorders or breaks the terminal's line after it
-_INVISIBLE = frozenset("\u061c\u200e\u200f\u2028\u2029") | frozenset(
-    map(chr, (*range(0x202A, 0x202F), *range(0x2066, 0x206A)))
-)
 _NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
 
 
 def _escaped(ch: str) -> str:
-    """A control character as its escape (`\\r`, `\\x1b`, `\\u202e`), any other as itself."""
+    """A character a label must not show (`display.unsafe`) as its escape (`\\r`, `\\x1b`,
+    `\\u202e`), any other as itself."""
     if ch in _NAMED:
         return _NAMED[ch]
-    if unicodedata.category(ch) == "Cc":
-        return f"\\x{ord(ch):02x}"
-    return f"\\u{ord(ch):04x}" if ch in _INVISIBLE else ch
+    if not unsafe(ch):
+        return ch
+    return f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}"
 
 
 def shown(v: object, none: str) -> str:
@@ -65,7 +60,7 @@ def shown(v: object, none: str) -> str:
     cursor, colour the screen, plant a hyperlink (OSC 8) nor reorder the line, and its width is
     the width it is padded to."""
     s = text(v, none)
-    if s.isprintable() and not _INVISIBLE.intersection(s):
+    if s.isprintable():  # neither a control nor a format character, nor a separator
         return s
     return "".join(map(_escaped, s))
 

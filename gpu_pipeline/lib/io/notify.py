@@ -27,7 +27,6 @@ from __future__ import annotations
 import logging
 import re
 import time
-import unicodedata
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -36,7 +35,7 @@ from urllib.parse import unquote_plus, urlsplit
 
 import polars as pl
 
-from gpu_pipeline.lib.display import ACTIONS, NO_NAMESPACE, NO_PRICE, plural, usd
+from gpu_pipeline.lib.display import ACTIONS, NO_NAMESPACE, NO_PRICE, plural, unsafe, usd
 from gpu_pipeline.lib.io.lake import Lake
 from gpu_pipeline.lib.io.report import data
 from gpu_pipeline.lib.io.report.data import MONTHLY, Period
@@ -140,13 +139,8 @@ def build_digest(lake: Lake, day: date, report: str, t: Thresholds = DEFAULT) ->
 # --- the message ---------------------------------------------------------------------------------
 
 
-# what a label from the data must not carry into the message: control characters (a newline
-# ends the code span and starts a line of the sender's choosing; \r, \t, ESC, U+0085 too), line
-# and paragraph separators (U+2028, U+2029), format characters — among them the bidi controls
-# (U+202A–U+202E, U+2066–U+2069, U+200E, U+200F, U+061C), which reverse the text after them
-# ("$2,160/month" read "htnom/061,2$") — and lone surrogates (not JSON Slack takes)
-UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
-# shown instead of each of them: visibly not part of a legitimate label
+# shown instead of each character a label must not carry (`display.unsafe`): visibly not part
+# of a legitimate label
 UNSAFE_MARK = "\N{REPLACEMENT CHARACTER}"
 # Slack's limit of a section's text (and of a context element's): a longer one fails the message
 # (invalid_blocks), every day, whatever else it says
@@ -155,10 +149,9 @@ _ENTITY = re.compile(r"&(?:amp|lt|gt);")
 
 
 def clean(v: object) -> str:
-    """`v` as text without a character of UNSAFE_CATEGORIES: each becomes UNSAFE_MARK."""
-    return "".join(
-        UNSAFE_MARK if unicodedata.category(c) in UNSAFE_CATEGORIES else c for c in str(v)
-    )
+    """`v` as text without a character a label must not carry (`display.unsafe`, a newline or a
+    bidi control among them): each becomes UNSAFE_MARK."""
+    return "".join(UNSAFE_MARK if unsafe(c) else c for c in str(v))
 
 
 def _esc(v: object) -> str:
