@@ -2,8 +2,9 @@
 `ingest_log.py`, the day's other raw tables).
 
 Duplicates (same GPU, instance, field and timestamp; first file in path order wins) are counted,
-the long samples are pivoted to one row per GPU per timestamp, and every line of every file is
-accounted for."""
+a duplicate with another value is a conflict, quarantined (but a MIG GPU's device-level field
+repeated on its instances' label sets is one reading: `_mig_repeats`), the long samples are
+pivoted to one row per GPU per timestamp, and every line of every file is accounted for."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import TypeVar
 
 import polars as pl
 
-from gpu_pipeline.lib.fields import FIELD_COLUMNS
+from gpu_pipeline.lib.fields import DEVICE_LEVEL_COLUMNS, FIELD_COLUMNS
 from gpu_pipeline.lib.ingest.cache import ParsedFile
 from gpu_pipeline.lib.ingest.formats import WIDE_FORMATS
 from gpu_pipeline.lib.ingest.ingest_log import ingest_log as day_ingest_log
@@ -221,13 +222,41 @@ def _with_first_copy(long: pl.DataFrame) -> pl.DataFrame:
     """Duplicates marked (`dup`, the rows in file then line order): each sample's first copy's
     value and file (`_first_value`, `_first_file`), and `_conflict`, a duplicate with another
     value: two exporters disagree. The first file in path order wins; the other value is
-    quarantined with both (`_conflicts`), not counted as a duplicate."""
+    quarantined with both (`_conflicts`), not counted as a duplicate. A MIG GPU's device-level
+    repeats within a file are one reading, not conflicts (`_mig_repeats`)."""
     first = pl.struct(*SAMPLE_KEY)
-    return long.with_columns(
+    long = long.with_columns(
         pl.col("value").first().over(first).alias("_first_value"),
         pl.col("source_file").first().over(first).alias("_first_file"),
     ).with_columns(
         (pl.col("dup") & pl.col("value").ne_missing(pl.col("_first_value"))).alias("_conflict")
+    )
+    return _mig_repeats(long)
+
+
+def _mig_repeats(long: pl.DataFrame) -> pl.DataFrame:
+    """dcgm-exporter writes a MIG GPU's device-level fields (power, temperature, clocks…) on
+    every instance's label set, each a read of its own: the repeats, re-keyed to the physical
+    GPU by the parser (`formats.common.mig_device_level`), may differ slightly (78.174 and
+    78.446 W in one scrape). A file's repeats of one such field at one time are one reading of
+    the device: its first copy (file, then line order: a value read, never a mean of them,
+    which an XID code or a clock-event bitmask would not survive) stands for it, and a repeat
+    is a conflict only when that reading, and the repeat itself, differ from the value kept
+    (another file disagrees on the GPU). The GPU is known to be under MIG at that time by an
+    instance's sample of it (any file). Runs only where conflicts are found."""
+    dev = pl.col("column").is_in(list(DEVICE_LEVEL_COLUMNS)) & pl.col("gpu_instance_id").is_null()
+    mig_here = pl.col("gpu_instance_id").is_not_null().any()
+    if not long.select((pl.col("_conflict") & dev).any() & mig_here).item():
+        return long  # no device-level conflict, or no MIG instance in these GPUs
+    at = ["gpu_uuid", "timestamp"]
+    mig = pl.col("gpu_instance_id").is_not_null().any().over(at)
+    file_reading = pl.col("value").first().over(*SAMPLE_KEY, "source_file")
+    repeat = pl.col("_conflict") & dev & mig
+    return long.with_columns(
+        pl.when(repeat)
+        .then(file_reading.ne_missing(pl.col("_first_value")))
+        .otherwise(pl.col("_conflict"))
+        .alias("_conflict")
     )
 
 
