@@ -923,9 +923,13 @@ def main(argv: list[str] | None = None) -> int:
         settings.current()
         return a.fn(a)
     except ValueError as e:
+        from gpu_pipeline.lib.io.lake import DamagedPartition
         from gpu_pipeline.lib.reference import ReferenceError
         from gpu_pipeline.lib.rules import RulesError
 
+        if isinstance(e, DamagedPartition):  # a lake file that is not Parquet: which, and why
+            _say(f"error: {e}")
+            return 1
         # settings, rules and reference files that do not hold: one line per problem
         if not isinstance(e, settings.SettingsError | RulesError | ReferenceError):
             raise

@@ -131,6 +131,34 @@ def _with_day(lf: pl.LazyFrame, table: str, day: date) -> pl.LazyFrame:
     return lf.select(pl.lit(day, dtype=pl.Date).alias(PARTITION_COLUMN), pl.all())
 
 
+class DamagedPartition(ValueError):
+    """A partition's file that is not readable Parquet (cut short, overwritten, not Parquet at
+    all): the message names the table, the day and the file, and what to do about it. Raised by
+    every read of the lake (`read`, `read_days`, `scan_days`), so a caller never shows the
+    Parquet reader's own error, which names neither."""
+
+    def __init__(self, table: str, day: date, path: Path | str, why: object):
+        self.table, self.day, self.path = table, day, path
+        self.why = " ".join(str(why).split())[:300]  # the reader's words, on one line
+        # what to do comes before the reader's words: a run's one-line failure cuts at 300
+        super().__init__(
+            f"the {table} partition of {day} is damaged: {path} is not readable Parquet; "
+            f"materialize the day again (gpu-pipeline materialize --start {day} "
+            f"--replace-missing) or delete the file (Parquet reader: {self.why})"
+        )
+
+    def __reduce__(self):  # crosses process boundaries (a step's process, a pool) whole
+        return type(self), (self.table, self.day, self.path, self.why)
+
+
+def _unreadable() -> tuple[type[Exception], ...]:
+    """What the Parquet readers raise for a file that is not readable Parquet: Polars'
+    ComputeError (a local file), pyarrow's ArrowInvalid (one in an object store)."""
+    import pyarrow as pa
+
+    return (pl.exceptions.ComputeError, pa.ArrowInvalid)
+
+
 class Lake:
     def __init__(self, root: str | os.PathLike, cache: str | os.PathLike | None = None):
         """`cache`: where parsed landing files are kept (local disk); default beside the lake,
@@ -363,8 +391,25 @@ class Lake:
 
     def read(self, table: str, day: date) -> pl.DataFrame:
         """The day's partition with its `date` (from the folder; a file written before `date`
-        left the files keeps its own)."""
-        return _with_day(self._read(self.partition_file(table, day)).lazy(), table, day).collect()
+        left the files keeps its own). DamagedPartition when its file is not readable Parquet."""
+        path = self.partition_file(table, day)
+        try:
+            return _with_day(self._read(path).lazy(), table, day).collect()
+        except _unreadable() as e:
+            raise DamagedPartition(table, day, path, e) from None
+
+    def _scan(self, table: str, day: date, path: Path | str) -> pl.LazyFrame:
+        """The day's partition as a lazy frame with its `date`; its footer is read now, so a
+        file that is not Parquet (cut short, overwritten) is a DamagedPartition here, not an
+        error of the Parquet reader where the frame is collected. (A file whose footer reads
+        but whose pages do not still fails when collected.)"""
+        try:
+            lf = self._read(path).lazy() if self.remote else pl.scan_parquet(path, glob=False)
+            if table not in TABLES:
+                lf.collect_schema()  # the footer (`_with_day` reads it for a contract's table)
+            return _with_day(lf, table, day)
+        except _unreadable() as e:
+            raise DamagedPartition(table, day, path, e) from None
 
     def read_days(self, table: str, days: list[date]) -> pl.DataFrame:
         """The given days of `table`, read now (one version of each, even if a run replaces a
@@ -382,12 +427,7 @@ class Lake:
         found = [(d, self.partition_file(table, d)) for d in days if self.exists(table, d)]
         if not found:
             return pl.LazyFrame(schema=TABLES[table])
-        frames = [
-            _with_day(
-                self._read(f).lazy() if self.remote else pl.scan_parquet(f, glob=False), table, d
-            )
-            for d, f in found
-        ]
+        frames = [self._scan(table, d, f) for d, f in found]
         # partitions of one version have one schema (a plain concat); older ones may lack columns
         same = all(f.collect_schema() == frames[0].collect_schema() for f in frames[1:])
         return pl.concat(frames, how="vertical" if same else "diagonal_relaxed")
