@@ -702,6 +702,35 @@ def _remove_stale_staging(folder: Path) -> None:
             continue
 
 
+@contextlib.contextmanager
+def _staging(folder: Path, root: Path):
+    """A hidden staging folder beside the day's `folder`, removed at the end with each folder
+    made for it (the cluster's, `_pulled`, the server's, the landing root) that is left empty:
+    a pull that lands nothing (a day the server holds nothing for, a pull that fails) leaves
+    nothing behind, not an empty server folder."""
+    staging = folder.with_name(f".{folder.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.partial")
+    above = [staging.parent]
+    while above[-1] != root and above[-1] != above[-1].parent:
+        above.append(above[-1].parent)
+    made = [d for d in above if not d.exists()]  # deepest first
+    for attempt in range(3):
+        try:
+            staging.mkdir(parents=True)
+            break
+        except FileNotFoundError:  # another pull's clean-up removed a folder above it meanwhile
+            if attempt == 2:
+                raise
+    try:
+        yield staging
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        for d in made:
+            try:
+                d.rmdir()
+            except OSError:  # not empty: the day landed, or another pull's day is there
+                break
+
+
 def _unique(name: str, used: set[str]) -> str:
     """`name`, or with -2, -3 … before its extension when another piece of the day has it
     (two hosts whose names differ only in characters a file name cannot hold)."""
@@ -737,7 +766,6 @@ def pull_day(
     lock = threading.Lock()
     failures: list[Exception] = []
     used: set[str] = set()
-    staging = folder.with_name(f".{day.isoformat()}.{os.getpid()}.{uuid.uuid4().hex[:8]}.partial")
 
     def work(job):
         try:
@@ -779,19 +807,17 @@ def pull_day(
     _remove_stale_staging(folder)
     done = 0
     try:
-        staging.mkdir(parents=True)
-        with ThreadPoolExecutor(max_workers=max(1, server.concurrency)) as pool:
-            for _ in pool.map(work, jobs):
-                done += 1
-                if progress and (done % max(1, len(jobs) // 10) == 0 or done == len(jobs)):
-                    progress(f"{day}: {done}/{len(jobs)} queries, {report.samples:,} samples")
-        report.files, report.written = _publish(staging, folder)
+        with _staging(folder, Path(raw_root)) as staging:
+            with ThreadPoolExecutor(max_workers=max(1, server.concurrency)) as pool:
+                for _ in pool.map(work, jobs):
+                    done += 1
+                    if progress and (done % max(1, len(jobs) // 10) == 0 or done == len(jobs)):
+                        progress(f"{day}: {done}/{len(jobs)} queries, {report.samples:,} samples")
+            report.files, report.written = _publish(staging, folder)
     except Exception:
         if failures:  # the first query that failed, not one it stopped
             raise failures[0] from None
         raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     report.seconds = time.perf_counter() - t0
     return report
 
