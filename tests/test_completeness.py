@@ -507,7 +507,8 @@ def _answer(t: float) -> dict:
 
 def test_several_api_answers_in_one_file_are_read_answer_by_answer(tmp_path):
     """JSON Lines of `query` answers, or an array of them: refused whole ("truncated", one
-    record for 16; adversarial review). A line cut short after them is the file's one reason."""
+    record for 16; adversarial review). A last line cut short after them is one quarantined
+    record (tests/test_prom_json_cut_tail.py)."""
     answers = [_answer(T + 15 * k) for k in range(8)]
     lines = "".join(json.dumps(a) + "\n" for a in answers)
     for name, text in (("a.jsonl", lines), ("b.json", json.dumps(answers))):
@@ -516,7 +517,9 @@ def test_several_api_answers_in_one_file_are_read_answer_by_answer(tmp_path):
         assert out.samples.height == 16 and gpus(out) == 2, name
         assert sorted(set(out.samples["value"])) == [40.0, 41.0]
     _, out = parse(tmp_path, "cut.jsonl", lines + json.dumps(answers[0])[:50])
-    assert out.rejected_whole and "after 8 whole answers" in out.quarantine["reason"][0]
+    assert not out.rejected_whole and out.samples.height == 16
+    assert out.quarantine["line"].to_list() == [17]
+    assert "after 8 whole answers: the last answer cut short" in out.quarantine["reason"][0]
 
 
 DMON_HEAD = [

@@ -39,7 +39,7 @@ from gpu_pipeline.lib.ingest.shared_cache import SharedCache
 from gpu_pipeline.lib.samples import LONG_SCHEMA, SERIES_SCHEMA, ParsedLines
 
 # bump when parsing changes what a file yields, so cached parses are redone
-PARSER_VERSION = "p14"  # p14: nvidia-smi dmon -o DT; a header.csv for rows that do not start with a time; a CSV header written again starts a part read by it; a per-process listing refused; `[N/A]` attributes absent; `instance` tells hosts apart; XML loop logs and several JSON answers in a file; gzipped UTF-16; p13: a line that starts with `}` is quarantined, not skipped; a file in pieces decides its times once; times that name their zone, in CSV or a file name, and a local hour repeated at the end of summer time; p12: of one alias written twice on a series, the first written
+PARSER_VERSION = "p15"  # p15: a JSON Lines file cut short after whole answers keeps them (the tail one quarantined record); p14: nvidia-smi dmon -o DT; a header.csv for rows that do not start with a time; a CSV header written again starts a part read by it; a per-process listing refused; `[N/A]` attributes absent; `instance` tells hosts apart; XML loop logs and several JSON answers in a file; gzipped UTF-16; p13: a line that starts with `}` is quarantined, not skipped; a file in pieces decides its times once; times that name their zone, in CSV or a file name, and a local hour repeated at the end of summer time; p12: of one alias written twice on a series, the first written
 # a cached parse keeps its samples by UTC day, then GPU, then time: a day's run reads only that
 # day's row groups of a file, and assembling a day a range of GPUs at a time
 # (`gpu_samples.DayAssembly`) only the row groups of the range (a GPU-day of 30 s samples of

@@ -40,9 +40,12 @@ def _points(r: dict, rtype: str) -> list:
 
 
 def parse(text: str, ctx: Context) -> ParsedLines:
-    """A query or query_range answer -> its samples; each record stands in for a line."""
-    doc, rtype, results = _response(text)
+    """A query or query_range answer -> its samples; each record stands in for a line. Of
+    answers one after another whose last is cut short, that last is one record, quarantined."""
+    doc, rtype, results, cut = _response(text)
     g = _candidates(len(results), *_records(results, rtype))
+    if cut is not None:
+        g = _with_cut_tail(g, *cut)
     # series that are not GPU telemetry (node_*, up, an exporter's own): skipped, not rejected
     other = ~pl.col("metric").str.to_lowercase().str.starts_with("dcgm") & (pl.col("metric") != "?")
     skipped = int(g.select(other.sum()).item())
@@ -62,14 +65,15 @@ def parse(text: str, ctx: Context) -> ParsedLines:
     return out
 
 
-def _response(text: str) -> tuple[dict, str, list]:
-    """The document, its result type ("matrix" or "vector") and its list of series; WholeFile,
-    with the reason, when `text` is not a query or query_range answer. Several answers, one
-    after another (JSON Lines) or in an array, are one matrix of all their series (refused
-    whole before, with "truncated": adversarial review)."""
-    docs = _documents(text)
+def _response(text: str) -> tuple[dict, str, list, tuple[str, str] | None]:
+    """The document, its result type ("matrix" or "vector"), its list of series and the cut
+    tail (`_concatenated`); WholeFile, with the reason, when `text` is not a query or
+    query_range answer. Several answers, one after another (JSON Lines) or in an array, are
+    one matrix of all their series (refused whole before, with "truncated": adversarial
+    review)."""
+    docs, cut = _documents(text)
     if len(docs) == 1:
-        return docs[0], *_answer(docs[0])
+        return docs[0], *_answer(docs[0]), cut
     results: list = []
     for doc in docs:
         rtype, res = _answer(doc)
@@ -81,11 +85,12 @@ def _response(text: str) -> tuple[dict, str, list]:
                 for r in res
             ]
         results += res
-    return docs[0], "matrix", results
+    return docs[0], "matrix", results, cut
 
 
-def _documents(text: str) -> list[dict]:
-    """The file's JSON objects: one, several one after another, or an array of them."""
+def _documents(text: str) -> tuple[list[dict], tuple[str, str] | None]:
+    """The file's JSON objects (one, several one after another, or an array of them) and the
+    cut tail of those one after another (`_concatenated`)."""
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
@@ -100,26 +105,37 @@ def _documents(text: str) -> list[dict]:
             "not a Prometheus API response: nested too deep (an API answer is a few levels deep)"
         ) from None
     if isinstance(doc, list) and doc and all(isinstance(d, dict) for d in doc):
-        return doc
+        return doc, None
     if not isinstance(doc, dict):
         raise WholeFile(
             "not a Prometheus API response: the top level is not an object "
             '{"status": ..., "data": {...}} (nor an array of them)'
         )
-    return [doc]
+    return [doc], None
 
 
-def _concatenated(text: str) -> list[dict]:
-    """JSON objects written one after another (JSON Lines); WholeFile where one is not."""
+def _concatenated(text: str) -> tuple[list[dict], tuple[str, str] | None]:
+    """JSON objects written one after another (JSON Lines), and the file's tail after the
+    last whole one when it is not JSON (the last answer cut short: a writer stopped while
+    writing it) as (its text, why it is not read): kept as one quarantined record, as a cut
+    last snapshot of nvidia-smi XML is. WholeFile where an object that is not the last one
+    does not decode (a later line holds a whole answer)."""
     dec, docs, i = json.JSONDecoder(), [], 0
     while True:
         while i < len(text) and text[i] in " \t\r\n":
             i += 1
         if i == len(text):
-            return docs
+            return docs, None
         try:
             doc, i = dec.raw_decode(text, i)
         except json.JSONDecodeError as e:
+            if _last_answer(text, i, dec):
+                return docs, (
+                    text[i:],
+                    f"not valid JSON at line {e.lineno} column {e.colno} ({e.msg}) after "
+                    f"{len(docs)} whole answers: the last answer cut short (the writer stopped "
+                    "while writing it), or text that is not an answer; not read",
+                )
             raise WholeFile(
                 f"not valid JSON at line {e.lineno} column {e.colno} ({e.msg}), after "
                 f"{len(docs)} whole answers: truncated or not an API response"
@@ -129,6 +145,33 @@ def _concatenated(text: str) -> list[dict]:
         if not isinstance(doc, dict):
             raise WholeFile(f"answer {len(docs) + 1} of the file is not a JSON object")
         docs.append(doc)
+
+
+def _last_answer(text: str, i: int, dec: json.JSONDecoder) -> bool:
+    """Whether the text from `i`, which does not decode, is the file's last answer: no later
+    line starts a JSON object that decodes whole (one that does: the damage is between
+    answers, and the file is refused whole, as before)."""
+    j = text.find("\n", i)
+    while j != -1:
+        if text.startswith("{", j + 1):
+            try:
+                dec.raw_decode(text, j + 1)
+                return False
+            except (json.JSONDecodeError, RecursionError):
+                pass
+        j = text.find("\n", j + 1)
+    return True
+
+
+def _with_cut_tail(g: pl.DataFrame, tail: str, why: str) -> pl.DataFrame:
+    """The candidate records and, after them, the cut tail as one record: numbered after the
+    last, no series name (so not skipped as another metric's), quarantined for `why`."""
+    line = (g.get_column("line").max() or 0) + 1
+    row = pl.DataFrame(
+        {"line": [line], "metric": ["?"], "raw": [tail], "pre_reason": [why]},
+        schema={"line": pl.Int64, "metric": pl.String, "raw": pl.String, "pre_reason": pl.String},
+    )
+    return pl.concat([g, row], how="diagonal_relaxed")
 
 
 def _answer(doc: dict) -> tuple[str, list]:
