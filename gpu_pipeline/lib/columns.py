@@ -162,7 +162,7 @@ COLUMNS: dict[str, str] = {
     "equivalent_gpus": "GPUs that reaching the target RFU would free",
     "monthly_value_usd": "monthly value of the freed GPUs",
     "pct_active_bottlenecked": "% of active minutes bottlenecked",
-    "dominant_diagnosis": "most frequent diagnosis of bottlenecked minutes",
+    "dominant_diagnosis": "most frequent diagnosis of the active minutes (at or above the idle threshold; idle time is pct_idle)",
     "waste_usd": "total waste",
     # workloads
     "workload": "the pod's owner (Deployment, StatefulSet, Job, CronJob: the pod name without "

@@ -33,7 +33,16 @@ from datetime import date, timedelta
 
 import polars as pl
 
-from gpu_pipeline.lib.display import NO_NAMESPACE, NO_PRICE, NO_WORKLOAD, num, text, unsafe, usd
+from gpu_pipeline.lib.display import (
+    NO_NAMESPACE,
+    NO_PRICE,
+    NO_WORKLOAD,
+    num,
+    plural,
+    text,
+    unsafe,
+    usd,
+)
 from gpu_pipeline.lib.io.lake import Lake
 from gpu_pipeline.lib.marts.priced_waste import priced_total
 from gpu_pipeline.lib.marts.workload_efficiency import top_workloads
@@ -206,13 +215,6 @@ def fleet_summary(lake: Lake, start: date, end: date) -> dict:
         .collect()
     )
     totals = lake.scan_days("priced_waste", days).select(*_priced_sums()).collect()
-    persistent = (
-        lake.scan_days("persistent_bottlenecks", days)
-        .group_by("gpu_uuid", "hostname", "namespace", "gpu_model")
-        .agg(pl.len().alias("days_flagged"), pl.col("bottleneck_share").mean())
-        .sort("days_flagged", "bottleneck_share", descending=True)
-        .collect()
-    )
     return {
         "days": days,
         "days_with_data": head.pop("days_with_data"),
@@ -221,8 +223,27 @@ def fleet_summary(lake: Lake, start: date, end: date) -> dict:
         "waste": waste,
         "totals": totals.row(0, named=True),
         "workloads": _with_unmeasured(lake.scan_days("workload_efficiency", days)),
-        "persistent": persistent,
+        "persistent": persistent_gpus(lake.scan_days("persistent_bottlenecks", days)),
     }
+
+
+def persistent_gpus(rows: pl.LazyFrame) -> pl.DataFrame:
+    """The GPUs of the period's `persistent_bottlenecks` rows: on how many of its days each was
+    a persistent bottleneck (`days_persistent`), and its last such day's row (`date`: its
+    window ends there; `days_bottlenecked` of `window_days`, the days with data in it;
+    `bottleneck_share`, of the window's active minutes), as the day's report shows them. Most
+    days first."""
+    last = ("date", "days_bottlenecked", "window_days", "bottleneck_share")
+    return (
+        rows.group_by("gpu_uuid", "hostname", "namespace", "gpu_model")
+        .agg(pl.len().alias("days_persistent"), pl.col(*last).sort_by("date").last())
+        .sort(
+            ["days_persistent", "days_bottlenecked", "bottleneck_share", "gpu_uuid"],
+            descending=[True, True, True, False],
+            nulls_last=True,
+        )
+        .collect()
+    )
 
 
 def _with_unmeasured(rows: pl.LazyFrame) -> pl.DataFrame:
@@ -332,17 +353,26 @@ def format_summary(s: dict, start: date, end: date) -> str:
             )
         )
     out += _workload_lines(s["workloads"])
-    p = s["persistent"]
-    out += ["", f"  Persistent bottlenecks: {p.height} GPU(s)"]
+    out += persistent_lines(s["persistent"], len(s["days"]))
+    return "\n".join(out)
+
+
+def persistent_lines(p: pl.DataFrame, days: int) -> list[str]:
+    """The persistent bottlenecks (`persistent_gpus`) of a period of `days` days, 10 listed: on
+    how many of its days each was one, and its last window's bottlenecked days and share of
+    active minutes, in the words of the report's table."""
+    out = ["", f"  Persistent bottlenecks: {p.height} GPU(s)"]
     for r in p.head(10).iter_rows(named=True):
+        share = r["bottleneck_share"]
         out.append(
             f"    {shown(r['gpu_uuid'], '?')}  {shown(r['hostname'], '(no hostname)'):<24}"
-            f" {shown(r['namespace'], NO_NAMESPACE):<16} flagged {r['days_flagged']} day(s),"
-            f" {num(r['bottleneck_share'] and 100 * r['bottleneck_share'], '.0f', 'n/a', ' %')}"
-            " of active minutes bottlenecked"
+            f" {shown(r['namespace'], NO_NAMESPACE):<16} persistent on {r['days_persistent']} of"
+            f" {plural(days, 'day')}; window to {r['date']}: bottlenecked days"
+            f" {r['days_bottlenecked']} of {r['window_days']}, active minutes bottlenecked"
+            f" {num(share and 100 * share, '.0f', 'n/a', ' %')}"
         )
     if p.height > 10:
         out.append(
             f"    … and {p.height - 10} more (gpu-pipeline sql -f sql/queries/persistent_offenders.sql)"
         )
-    return "\n".join(out)
+    return out

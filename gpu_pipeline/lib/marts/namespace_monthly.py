@@ -100,11 +100,13 @@ def namespace_monthly(priced: pl.LazyFrame, usage: pl.LazyFrame, month: date) ->
     return to_contract(out, "namespace_monthly").sort(*KEYS, nulls_last=False)
 
 
-def month_to_date(efficiency: pl.LazyFrame) -> pl.LazyFrame:
+def month_to_date(efficiency: pl.LazyFrame, priced: pl.LazyFrame | None = None) -> pl.LazyFrame:
     """The month's days so far of `namespace_efficiency` -> one line per namespace (the daily
     report's month to date, all clusters together): the days with GPU-hours, GPU-hours, cost,
-    waste and energy summed, RFU weighted by GPU-hours."""
-    return (
+    waste and energy summed, RFU weighted by GPU-hours. `priced`: the same days' priced_waste,
+    whose `unmeasured_usd` (the cost no reading could split: a MIG instance's busy minutes) is
+    summed beside the waste, as namespace_monthly has it (null without `priced`)."""
+    out = (
         efficiency.group_by("namespace")
         .agg(
             pl.col("date").n_unique().cast(pl.UInt32).alias("days_covered"),
@@ -117,5 +119,10 @@ def month_to_date(efficiency: pl.LazyFrame) -> pl.LazyFrame:
             pl.when(pl.col("_w") > 0).then(pl.col("_rfu_sum") / pl.col("_w")).alias("avg_rfu_pct")
         )
         .drop("_rfu_sum", "_w")
-        .sort("cost_usd", "namespace", descending=[True, False], nulls_last=True)
     )
+    if priced is None:
+        out = out.with_columns(pl.lit(None, pl.Float64).alias("unmeasured_usd"))
+    else:
+        unmeasured = priced.group_by("namespace").agg(priced_total("unmeasured_usd"))
+        out = out.join(unmeasured, on="namespace", how="left", nulls_equal=True)
+    return out.sort("cost_usd", "namespace", descending=[True, False], nulls_last=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import io
+import textwrap
 import warnings
 from dataclasses import dataclass
 from datetime import date
@@ -85,6 +86,80 @@ def _png(fig) -> bytes:
     fig.savefig(buf, format="png", dpi=110)
     pyplot().close(fig)
     return buf.getvalue()
+
+
+# a bar's tick label: the name wrapped to lines of at most TICK_CHARS characters, never more
+# than TICK_LINES lines (then cut with "…"); fewer characters a line when the slot is narrow,
+# down to TICK_MIN_CHARS, below which the labels stand vertical, on one line each
+TICK_CHARS = 28
+TICK_LINES = 3
+TICK_MIN_CHARS = 8
+# the share of a bar's slot a label may take: the rest is the gap between two labels
+TICK_FILL = 0.9
+
+
+def wrapped(name: str, width: int, lines: int = TICK_LINES) -> str:
+    """`name` broken into lines of at most `width` characters (at spaces and hyphens, inside a
+    longer word when it must), at most `lines` of them, the last cut with "…" when more
+    remains."""
+    parts = textwrap.wrap(name, width, break_on_hyphens=True) or [name.strip() or name]
+    if len(parts) > lines:
+        parts = parts[:lines]
+        parts[-1] = parts[-1][: width - 1].rstrip() + "…"
+    return "\n".join(parts)
+
+
+def bars_width(n: int) -> float:
+    """A bar chart's width in inches for `n` bars (or groups): 8, wider from 19 of them on, so
+    that a vertical label (a line's height) always has room."""
+    return max(8.0, 1.5 + 0.35 * n)
+
+
+def _slot_px(ax, n: int) -> float:
+    """The width in pixels between two bars' centres (x = 0, 1, …), or the axes' for one bar."""
+    if n < 2:
+        return ax.bbox.width
+    return abs(ax.transData.transform((1, 0))[0] - ax.transData.transform((0, 0))[0])
+
+
+def fit_xticks(ax, names: list[str], under: list[str] | None = None, fontsize: float = 8) -> None:
+    """Tick labels for bars at x = 0 … n-1 (`names`, and a line `under` each) that never overlap:
+    each name wrapped to the most characters a line (at most TICK_CHARS) with which every label,
+    measured with the figure's renderer, fits TICK_FILL of a bar's slot; a slot too narrow for
+    TICK_MIN_CHARS a line: vertical labels, on one line each. The slot is measured with the
+    widest labels laid out (the axes never grow narrower once they are shorter). The chart's
+    table gives the whole names."""
+    from matplotlib.font_manager import FontProperties
+
+    fig, n = ax.figure, len(names)
+    if not n:
+        return
+    under = under or [""] * n
+    prop = FontProperties(size=fontsize)
+    renderer = fig.canvas.get_renderer()
+
+    def width(text: str) -> float:
+        lines = text.split("\n")
+        return max(renderer.get_text_width_height_descent(s, prop, ismath=False)[0] for s in lines)
+
+    def texts(chars: int) -> list[str]:
+        return [
+            wrapped(m, chars) + (f"\n{u}" if u else "") for m, u in zip(names, under, strict=True)
+        ]
+
+    widest = texts(TICK_CHARS)
+    ax.set_xticks(range(n), widest, fontsize=fontsize)
+    fig.tight_layout()  # where the axes stand: the slot's width
+    room = TICK_FILL * _slot_px(ax, n)
+    longest = max(len(m) for m in names)
+    for chars in range(min(TICK_CHARS, max(longest, TICK_MIN_CHARS)), TICK_MIN_CHARS - 1, -1):
+        labels = widest if chars == TICK_CHARS else texts(chars)
+        if max(map(width, labels)) <= room:
+            ax.set_xticks(range(n), labels, fontsize=fontsize)
+            return
+    # vertical: a label's width is its line's height
+    labels = [f"{wrapped(m, TICK_CHARS, 1)} {u}".strip() for m, u in zip(names, under, strict=True)]
+    ax.set_xticks(range(n), labels, fontsize=fontsize, rotation=90)
 
 
 NO_PIF = "No GPU-minute of this day has a PIF:\nits GPUs report no power, or no max power is known"
@@ -190,7 +265,7 @@ def timeseries(h: pl.DataFrame) -> Chart:
 
 def models(g: pl.DataFrame) -> Chart:
     """Per model (`data.model_figures`): mean utilization vs RFU, and its GPUs."""
-    fig, ax = pyplot().subplots(figsize=(8, 4))
+    fig, ax = pyplot().subplots(figsize=(bars_width(g.height), 4))
     x = range(g.height)
     ax.bar(
         [i - 0.2 for i in x],
@@ -200,18 +275,16 @@ def models(g: pl.DataFrame) -> Chart:
         color="#1e88e5",
     )
     ax.bar([i + 0.2 for i in x], _f(g["rfu_pct"]), width=0.4, label="RFU %", color="#43a047")
-    ax.set_xticks(
-        list(x),
-        [
-            f"{label(mdl, 28)}\n({plural(n, 'GPU')})"
-            for mdl, n in zip(g["gpu_model"], g["gpus"], strict=True)
-        ],
-        fontsize=8,
-    )
     ax.set_ylabel("percent")
     ax.set_ylim(0, 100)
     ax.legend(fontsize=8)
     ax.set_title("GPU models: reported utilization vs RFU")
+    # long model names side by side overlapped (issue: the capacity chart): wrapped to fit
+    fit_xticks(
+        ax,
+        _labels(g["gpu_model"], 200),
+        [f"({plural(n, 'GPU')})" for n in g["gpus"]],
+    )
     return Chart("GPU model comparison", _png(fig))
 
 
@@ -344,9 +417,9 @@ def roi(table: pl.DataFrame, period: Period = MONTHLY) -> Chart:
         return Chart(
             "Efficiency ROI", b"", empty=f"Nothing to gain by raising RFU to {target:.0f} %: {why}."
         )
-    fig, ax = pyplot().subplots(figsize=(8, 4))
+    fig, ax = pyplot().subplots(figsize=(bars_width(g.height), 4))
     ax.bar(
-        _labels(g["label"], 28),
+        range(g.height),
         _f(g["equivalent_gpus"].fill_null(0.0)),
         color=["#8e24aa" if s == "fleet" else "#ab47bc" for s in g["scope"]],
     )
@@ -364,8 +437,8 @@ def roi(table: pl.DataFrame, period: Period = MONTHLY) -> Chart:
         )
     ax.margins(y=0.2)  # room above the tallest bar for its two-line label, under the title
     ax.set_ylabel(f"equivalent GPUs gained at {target:.0f} % RFU")
-    ax.tick_params(axis="x", labelsize=8)
     ax.set_title("What raising RFU to the target is worth")
+    fit_xticks(ax, _labels(g["label"], 200))
     return Chart(
         "Efficiency ROI",
         _png(fig),

@@ -348,13 +348,17 @@ class MonthToDate:
 
 def namespaces_month_to_date(lake: Lake, day: date) -> MonthToDate | None:
     """The day's month from its first day to the day, per namespace (namespace_efficiency of
-    the days the lake holds; None without any). The report says how many days that is: a
-    backfill may not have written the month's earlier days yet."""
+    the days the lake holds, with the unmeasured dollars of their priced_waste; None without
+    any). The report says how many days that is: a backfill may not have written the month's
+    earlier days yet."""
     days = [d for d in month_days(day) if d <= day and lake.exists("namespace_efficiency", d)]
     if not days:
         return None
     frame = lake.read_days("namespace_efficiency", days).lazy()
-    return MonthToDate(month_days(day)[0], days, collect_stable(month_to_date(frame)))
+    # the cost no reading could split (`unmeasured_usd`, a MIG tenant's): the table says so, as
+    # the day's namespaces table does, not $0.00 of waste
+    priced = lake.read_days("priced_waste", days).lazy()
+    return MonthToDate(month_days(day)[0], days, collect_stable(month_to_date(frame, priced)))
 
 
 # --- the fleet over the day and over the week ----------------------------------------------------

@@ -94,8 +94,8 @@ LABELS = {
     "gpus": "GPUs",
     "gpu_hours": "GPU-hours",
     "gpu_minutes": "GPU-minutes",
-    "days_bottlenecked": "days bottlenecked",
-    "bottleneck_share": "share bottlenecked",
+    "days_bottlenecked": "bottlenecked days",
+    "bottleneck_share": "active minutes bottlenecked",
     "measured_waste_frac": "measured waste",
     "naive_sum_frac": "naive sum",
     "utilization_savings_frac": "waste actions' savings",
@@ -108,8 +108,10 @@ LABELS = {
     "rfu": "RFU %",
     "pct_idle": "idle %",
     "pct_active_bottlenecked": "active minutes bottlenecked %",
-    "dominant_diagnosis": "main diagnosis",
-    "main_diagnosis": "main diagnosis",
+    # two definitions, each header saying which: namespace_efficiency's mode of the active
+    # minutes (idle left out), workload_efficiency's (SPEC) most of the GPU-time, idle included
+    "dominant_diagnosis": "main diagnosis of active minutes",
+    "main_diagnosis": "main diagnosis (idle included)",
     "top_action": "top action",
     "total_waste_usd": "waste $/day",
     "monthly_waste_per_gpu": "waste $/GPU-month",
@@ -352,12 +354,14 @@ def first(rec: pl.DataFrame, period: Period) -> dict:
     return {"items": items, "note": period.note, "cls": "caveat" if period.caveat else "note"}
 
 
-def price(rec: pl.DataFrame, period: Period) -> Table | None:
-    """Paying less for the same work: spot, per namespace, on the cost left after the waste."""
+def price(rec: pl.DataFrame, period: Period) -> dict | None:
+    """Paying less for the same work: spot, per namespace, on the cost left after the waste
+    (`table`), and the cost its footnote multiplies (`cost`): the month's, or the observed
+    day's when the column is per day (`period`)."""
     p = data.price_actions(rec)
     if p.height == 0:
         return None
-    return table(
+    t = table(
         p,
         ["namespace", "monthly_usd", "rate_savings_frac", "cost_usd", "remaining_usd"],
         {
@@ -368,6 +372,10 @@ def price(rec: pl.DataFrame, period: Period) -> Table | None:
         },
         heads={"monthly_usd": f"spot saves {period.unit}", "rate_savings_frac": "spot discount"},
     )
+    cost = (
+        "monthly cost" if period.monthly else "the day's observed cost (not projected to a month)"
+    )
+    return {"table": t, "cost": cost}
 
 
 def bottlenecked_today(daily: pl.DataFrame) -> list[tuple[Label | str, str]]:
@@ -430,9 +438,13 @@ def persistent(pb: pl.DataFrame, daily: pl.DataFrame, t: Thresholds) -> dict | N
     """Persistent bottlenecks, each saying what it did on this day; how many sent no data."""
     if pb.height == 0:
         return None
-    p = data.persistent_on_day(pb, daily)
+    p = data.persistent_on_day(pb, daily).with_columns(
+        # the bottlenecked days of the window's days with data (the summary's words too)
+        pl.format("{} of {}", "days_bottlenecked", "window_days").alias("_days")
+    )
     unseen = p.filter(~pl.col("seen")).height
-    cols = ["gpu_uuid", "hostname", "namespace", "gpu_model", "days_bottlenecked"]
+    cols = ["gpu_uuid", "hostname", "namespace", "gpu_model", "_days"]
+    w = t.window_days
     return {
         "min_days": t.persistent_min_days,
         "window": t.window_days,
@@ -441,7 +453,11 @@ def persistent(pb: pl.DataFrame, daily: pl.DataFrame, t: Thresholds) -> dict | N
         "table": table(
             p,
             [*cols, "bottleneck_share", "on_day"],
-            {"bottleneck_share": lambda v: f"{100 * v:.0f} %"},
+            {"bottleneck_share": lambda v: f"{100 * v:.0f} %", "_days": str},
+            heads={
+                "_days": f"bottlenecked days (last {w})",
+                "bottleneck_share": f"active minutes bottlenecked (last {w} days)",
+            },
         ),
     }
 
@@ -560,23 +576,25 @@ def workloads_table(we: pl.DataFrame) -> Table:
 
 
 def month_table(m: data.MonthToDate | None, day) -> dict | None:
-    """The month to date, one line per namespace: days, GPU-hours, cost, waste, energy, RFU."""
+    """The month to date, one line per namespace: days, GPU-hours, cost, waste, energy, RFU; a
+    namespace whose cost is all unmeasured (MIG) says so, as in the namespaces table, not $0.00."""
     if m is None or not m.namespaces.height:
         return None
-    cols = ["namespace", "days_covered", "gpu_hours", "cost_usd", "waste_usd", "energy_kwh"]
+    ns = m.namespaces
+    unmeasured = ns.select("namespace", "unmeasured_usd")  # month_to_date's, from priced_waste
+    cols = ["namespace", "days_covered", "gpu_hours", "cost_usd", "_waste", "energy_kwh"]
     return {
         "note": f"{m.first:%B %Y} from {m.first} to {day}: {plural(len(m.days), 'day')} of it "
         "in the lake. All clusters together; gpu-pipeline showback writes the month per "
         "cluster and namespace.",
         "table": table(
-            m.namespaces,
+            with_waste_text(ns, unmeasured, ["namespace"], "waste_usd"),
             [*cols, "avg_rfu_pct"],
             {"gpu_hours": one, "energy_kwh": one, "avg_rfu_pct": one}
-            | dict.fromkeys(("cost_usd", "waste_usd"), dollars),
-            dict.fromkeys(("cost_usd", "waste_usd"), NO_PRICE)
-            | {"energy_kwh": NO_POWER, "avg_rfu_pct": "n/a"},
+            | {"cost_usd": dollars, "_waste": str},
+            {"cost_usd": NO_PRICE, "energy_kwh": NO_POWER, "avg_rfu_pct": "n/a"},
             # the month's totals, not per day (LABELS' cost is the day's)
-            heads={"days_covered": "days", "cost_usd": "cost", "waste_usd": "waste"}
+            heads={"days_covered": "days", "cost_usd": "cost", "_waste": "waste"}
             | {"energy_kwh": "kWh"},
             cls="month",
         ),
