@@ -185,6 +185,41 @@ def _writable(folder: Path) -> None:
         raise ValueError(f"cannot write in {here}: {e.strerror}") from None
 
 
+_FROM_ENV = (
+    "the store's credentials, endpoint and region come from environment variables "
+    "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, AWS_DEFAULT_REGION), "
+    "never from the URI"
+)
+
+
+def _store_uri(rest: str) -> None:
+    """ValueError for an object-store URI (`rest`: after `scheme://`) that holds more than a
+    bucket and a prefix: user info (credentials) or a port, ?options or a #fragment. pyarrow
+    would read some of them and the lock's S3 client none (a second endpoint), and the URI is
+    shown in logs and kept in Dagster's event log (a secret in it would be too)."""
+    bucket = rest.partition("/")[0].partition("?")[0].partition("#")[0]
+    if "@" in bucket or ":" in bucket:
+        raise ValueError(f"holds credentials (user:password@) or a port: {_FROM_ENV}")
+    if "?" in rest or "#" in rest:
+        raise ValueError(f"holds ?options or a #fragment: {_FROM_ENV}")
+    if not bucket:
+        raise ValueError("names no bucket (s3://bucket/prefix)")
+
+
+def _shown_location(v: str) -> str:
+    """A folder or store URI as an error line shows it: never a URI's user info (credentials),
+    ?options or #fragment (they may hold secrets)."""
+    scheme, sep, rest = v.partition("://")
+    if sep:
+        if "@" in rest:  # everything up to the last '@': a password may hold '/', '?', '#'
+            rest = "<hidden>@" + rest.rpartition("@")[2]
+        for mark in "?#":
+            if mark in rest:
+                rest = rest.partition(mark)[0] + mark + "<hidden>"
+        v = f"{scheme}{sep}{rest}"
+    return shlex.quote(v)
+
+
 def _folder(uri_schemes: tuple[str, ...] = (), writable: bool = False) -> Callable[[str], str]:
     def parse(v: str) -> str:
         if "://" in v:
@@ -193,6 +228,7 @@ def _folder(uri_schemes: tuple[str, ...] = (), writable: bool = False) -> Callab
                 raise ValueError(
                     "not a local folder" + (" or a known store" if uri_schemes else "")
                 )
+            _store_uri(rest)
             return v
         p = Path(v)
         if p.exists() and not p.is_dir():
@@ -330,14 +366,15 @@ _CSV = "a readable CSV file"
 # one is read by its type alone, and tests/test_config_errors.py fails until it has one)
 CHECKS: dict[str, Check] = {
     "GPU_PIPELINE_RAW": Check(
-        "a local folder (not a file) or s3://bucket/prefix", _folder(("s3",))
+        "a local folder (not a file) or s3://bucket/prefix", _folder(("s3",)), show=_shown_location
     ),
     "GPU_PIPELINE_LAKE": Check(
-        "a local folder (not a file) or s3://bucket/prefix", _folder(("s3",))
+        "a local folder (not a file) or s3://bucket/prefix", _folder(("s3",)), show=_shown_location
     ),
     "GPU_PIPELINE_CACHE": Check(
         "a local folder this user can write, made if missing; unset: beside the lake",
         _folder(writable=True),
+        show=_shown_location,
     ),
     "GPU_PIPELINE_PRICES": Check(f"{_CSV}: the price book", _file),
     "GPU_PIPELINE_CATALOG": Check(f"{_CSV}: GPU catalog rows", _file),

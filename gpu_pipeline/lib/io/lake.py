@@ -211,6 +211,10 @@ class Lake:
         tmp = staging / f"{uuid.uuid4().hex}.parquet"
         try:
             write(tmp)
+            if self.uri.startswith("s3://"):  # a day's lock lost meanwhile: stop, publish nothing
+                from gpu_pipeline.lib.io.s3lock import check_held
+
+                check_held(self.uri)
             self.fs.create_dir(final.rsplit("/", 1)[0], recursive=True)
             with open(tmp, "rb") as src, self.fs.open_output_stream(final) as dst:
                 shutil.copyfileobj(src, dst, 8 << 20)
