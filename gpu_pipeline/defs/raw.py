@@ -128,7 +128,8 @@ def ingest_days(
     except LandingRootError as e:
         raise dg.Failure(description=str(e)) from None
     for key in refused:
-        context.log.warning(f"{landing.root}: object {key!r} not read: not a plain relative path")
+        why = getattr(key, "why", "not a plain relative path")  # remote.Unmirrored
+        context.log.warning(f"{landing.root}: object {key!r} not read: {why}")
     files = list_landing(root, hash_memo(store.cache_dir))
     opts, max_rows = landing.parse_options(), lake.chunking().rows
     days = partition_days(context)

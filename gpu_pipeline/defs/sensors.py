@@ -2,10 +2,12 @@
 freshness.
 
 A sensor decides; runs work. A tick only lists the landing zone (hashes are remembered by path,
-size and mtime) and reads the parse cache. Files it has not seen parsed get a `parse_landing`
-run first; once they are parsed, the tick knows the UTC days their samples touch and launches
-one asset backfill: every daily asset for those days, and `persistent_bottlenecks` and
-`daily_report` for the six days after each (their 7-day window reads the late day). Dagster's
+size and mtime) and reads the parse cache's meta files — beside a lake in an object store, the
+cache's copy there too, as runs do (on Kubernetes the code server does not share the run pods'
+disk). Files it has not seen parsed get a `landing_files` run first; once they are parsed, the
+tick knows the UTC days their samples touch and launches one asset backfill: every daily asset
+for those days, and `persistent_bottlenecks` and `daily_report` for the six days after each
+(their 7-day window reads the late day). Dagster's
 backfill daemon runs it in dependency order, so a window day waits for the late day's
 `gpu_daily`, and the end state is the one a clean backfill of the same files gives.
 """
@@ -37,6 +39,7 @@ from gpu_pipeline.lib.ingest.landing import (
     list_landing,
 )
 from gpu_pipeline.lib.ingest.remote import landing_root
+from gpu_pipeline.lib.io.lake import DamagedPartition
 
 # what a late day changes after itself: persistence of D+1..D+6 reads D's GPU-day
 WINDOW_ASSETS = [dg.AssetKey("persistent_bottlenecks"), dg.AssetKey("daily_report")]
@@ -49,9 +52,11 @@ def landing_files(context: dg.AssetExecutionContext, landing: LandingResource, l
     store, opts = lake.open(), landing.parse_options()
     cache, shared = store.cache_dir, store.shared_cache
     try:
-        root, _ = landing_root(landing.root, cache)
+        root, refused = landing_root(landing.root, cache)
     except LandingRootError as e:
         raise dg.Failure(description=str(e)) from None
+    for key in refused:  # objects of a store the mirror could not hold: the run says which
+        context.log.warning(f"{landing.root}: object {key!r} not read: {key.why}")
     files = list_landing(root, hash_memo(cache))
     todo = [f for f in files if not is_cached(f, cache, opts, shared)]
 
@@ -118,7 +123,10 @@ def plan_landing(
 ):
     """One tick of the landing-zone sensor (`build_landing_sensor`)."""
     seen: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
-    cache, opts = lake.open().cache_dir, landing.parse_options()
+    store, opts = lake.open(), landing.parse_options()
+    # the parse cache as the runs see it: beside a lake in an object store, its copy there (the
+    # code server's disk is not the run pods': a parse a run made is found there, not here)
+    cache, shared = store.cache_dir, store.shared_cache
     try:
         root, _ = landing_root(landing.root, cache)
     except LandingRootError as e:
@@ -130,7 +138,7 @@ def plan_landing(
     token = hashlib.sha256(
         "".join(sorted(f"{f.source_file}:{f.sha256}" for f in changed)).encode()
     ).hexdigest()[:16]
-    unparsed = [f for f in changed if not is_cached(f, cache, opts)]
+    unparsed = [f for f in changed if not is_cached(f, cache, opts, shared)]
     if unparsed:
         # the parsing is a run's work; the next tick plans from the cache
         return dg.SensorResult(
@@ -143,7 +151,8 @@ def plan_landing(
             ],
             skip_reason=None,
         )
-    parsed = {f.source_file: load_or_parse(f, cache, opts) for f in changed}  # reads meta.json only
+    # no day is read: each parse's meta.json (and quarantine), neither its samples nor a hash
+    parsed = {f.source_file: load_or_parse(f, cache, opts, (), shared) for f in changed}
     fresh = _not_in_lake(lake, changed, parsed)
     stale = _replaced_days(lake, changed)
     cursor = json.dumps({f.source_file: f.sha256 for f in files})
@@ -167,7 +176,7 @@ def _replaced_days(lake: LakeResource, changed: list[LandingFile]) -> set[date]:
     for d in store.days("ingest_log") if now else []:
         try:
             log = store.read("ingest_log", d).filter(pl.col("source_file").is_in(list(now)))
-        except (OSError, pl.exceptions.PolarsError):
+        except (OSError, DamagedPartition, pl.exceptions.PolarsError):
             continue  # a damaged partition does not stop the sensor: its day's run says so
         out |= {
             d for src, sha in zip(log["source_file"], log["sha256"], strict=True) if sha != now[src]

@@ -35,7 +35,7 @@ from gpu_pipeline.lib.ingest.landing import (
     merge_pieces,
     parse_landing_file,
 )
-from gpu_pipeline.lib.ingest.shared_cache import SharedCache
+from gpu_pipeline.lib.ingest.shared_cache import SharedCache, plain_name
 from gpu_pipeline.lib.samples import LONG_SCHEMA, SERIES_SCHEMA, ParsedLines
 
 # bump when parsing changes what a file yields, so cached parses are redone
@@ -529,6 +529,85 @@ def _touches(meta: dict, days: Collection[date] | None) -> bool:
     return not touched.isdisjoint(d.isoformat() for d in days)
 
 
+def _day(text: object) -> bool:
+    """An ISO date as `_meta` writes it (`date.isoformat`, nothing else)."""
+    try:
+        return isinstance(text, str) and date.fromisoformat(text).isoformat() == text
+    except ValueError:
+        return False
+
+
+def _count(n: object) -> bool:
+    return isinstance(n, int) and not isinstance(n, bool) and n >= 0
+
+
+def _counts(by_day: object, blank: bool = False) -> bool:
+    """Counts by ISO day (and by "": timeless records, when `blank`)."""
+    return isinstance(by_day, dict) and all(
+        (_day(d) or (blank and d == "")) and _count(n) for d, n in by_day.items()
+    )
+
+
+def _strings(v: object) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+def _meta_ok(meta: object) -> bool:
+    """Whether `meta` is a cached parse's meta.json as `_meta` writes it: every field of its
+    type (days ISO dates, counts whole numbers), and every file it lists a plain file name of
+    its folder whose hash it records (`_cache_intact` checks exactly what is read). A copy from
+    the object store, or a file damaged on disk, is not trusted otherwise."""
+    if not isinstance(meta, dict):
+        return False
+    m, hashes = meta, meta.get("sha256")
+    if not (
+        isinstance(hashes, dict) and hashes and all(isinstance(h, str) for h in hashes.values())
+    ):
+        return False
+    samples, series, quarantine = m.get("samples"), m.get("series"), m.get("quarantine")
+    if not (_strings(samples) and _strings(series) and _strings(quarantine) and quarantine):
+        return False
+    listed = [*samples, *(s for s in series if s), *quarantine]
+    return (
+        len(series) == len(samples)
+        and all(plain_name(n) and n in hashes for n in listed)
+        and all(plain_name(n) for n in hashes)
+        and all(isinstance(m.get(k), str) for k in ("format", "time_basis"))
+        and all(_count(m.get(k)) for k in ("lines_total", "lines_skipped"))
+        and _day(m.get("home_day"))
+        and _strings(m.get("days"))
+        and all(_day(d) for d in m["days"])
+        and _counts(m.get("rows_by_day"))
+        and _counts(m.get("records_by_day"), blank=True)
+        and isinstance(m.get("origin"), str | None)
+        and all(_strings(m.get(k, [])) for k in ("columns_ignored", "fields"))
+        and isinstance(m.get("rejected_whole", False), bool)
+    )
+
+
+def _read_meta(meta_path: Path) -> dict | None:
+    """A cached parse's meta.json, None when it cannot be read or is not one (`_meta_ok`)."""
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError):
+        return None
+    return meta if _meta_ok(meta) else None
+
+
+def _usable(cdir: Path, meta: dict | None, days: Collection[date] | None, shared) -> bool:
+    """Whether the cached parse `cdir` (its `meta`, None when unusable) can be read by a run
+    of `days`: intact when it holds one of them (fetched first from `shared`, the object
+    store's copy); otherwise its quarantine there (every run lists the files rejected whole:
+    a scan is never made of a file that is not on disk)."""
+    if meta is None:
+        return False
+    if not _touches(meta, days):  # not read by this run beyond its quarantine: not hashed
+        return all((cdir / name).is_file() for name in meta["quarantine"])
+    if shared is not None:  # what the run reads of a parse fetched as its meta.json alone
+        shared.fetch_files(cdir.name, cdir, list(meta["sha256"]))
+    return _cache_intact(cdir, meta)
+
+
 def load_or_parse(
     lf: LandingFile,
     cache_root: str | os.PathLike,
@@ -540,8 +619,9 @@ def load_or_parse(
     before and the cached parse is intact (its Parquet files still have the hashes recorded
     beside them). With `days`, a cached parse with nothing on those days is not checked: the
     run will not read it (a day's run checks what it reads; its work does not grow with the
-    landing zone's history: issue 35). `shared`: the cache's copy in the lake's object store,
-    looked up before a parse and given each new one (`shared_cache`)."""
+    landing zone's history: issue 35), beyond its meta.json and that its quarantine is there.
+    `shared`: the cache's copy in the lake's object store, looked up before a parse and given
+    each new one (`shared_cache`). A damaged, missing or forged parse is parsed again."""
     if lf.problem or lf.skipped:  # nothing to cache: the file is never opened
         fmt, parsed = parse_landing_file(lf, opts)
         return _uncached(lf, fmt, parsed)
@@ -561,21 +641,22 @@ def load_or_parse(
             meta_path = cdir / "meta.json"
             if shared is not None:
                 shared.put(cdir.name, cdir)
-        meta = json.loads(meta_path.read_text())
-        if written is not None and not attempt:  # parsed just now: its files not hashed again
-            if (stamp := _stamp(cdir, meta)) is not None:
+        meta = _read_meta(meta_path)
+        if meta is not None and written is not None and not attempt:  # parsed just now
+            if (stamp := _stamp(cdir, meta)) is not None:  # its files not hashed again
                 _CHECKED[cdir] = stamp
             break
-        if not _touches(meta, days):
-            break  # not read by this run
-        if shared is not None:  # what the run reads of a parse fetched as its meta.json alone
-            shared.fetch_files(cdir.name, cdir, list(meta.get("sha256") or {}))
-        if _cache_intact(cdir, meta):
+        if _usable(cdir, meta, days, shared):
             break
-        # altered or damaged since it was written: parse the file again rather than trust it
+        # altered, damaged or missing since it was written: parse the file again, never trust it
         shutil.rmtree(cdir, ignore_errors=True)
         if attempt:
             raise RuntimeError(f"ingest cache {cdir} cannot be written intact")
+    return _from_meta(lf, cdir, meta)
+
+
+def _from_meta(lf: LandingFile, cdir: Path, meta: dict) -> ParsedFile:
+    """The parse of `lf` cached in `cdir`, as its meta.json (checked: `_meta_ok`) says."""
     return ParsedFile(
         file=lf,
         format=meta["format"],

@@ -7,7 +7,9 @@ hash, its name and the parse options), and downloads instead of parsing. A parse
 none of the run's days is not downloaded at all: its `meta.json` says which days it holds.
 
 What comes down is checked as a local cache is: the hashes in `meta.json` of every Parquet file
-it lists (`cache._cache_intact`); a damaged or partial copy is parsed again and uploaded over.
+it lists (`cache._cache_intact`), every field of `meta.json` (`cache._meta_ok`), and for a parse
+of other days, that its quarantine came down; a damaged, partial or forged copy is parsed
+again and uploaded over.
 `meta.json` is uploaded last, so a parse is found only once every file it lists is there. The
 copy only saves work: a store that cannot be read or written this run means a local parse, never
 a failed run.
@@ -41,7 +43,9 @@ class SharedCache:
     def fetch_meta(self, key: str, cdir: Path) -> bool:
         """Bring the parse's meta.json and its quarantine (small; every run lists the files
         rejected whole) into a new local folder `cdir`, renamed into place whole as a local
-        parse is; whether it was there."""
+        parse is; whether it came down whole (a file missing or unreadable in the store: not
+        installed, and the run parses the file here). `cache.load_or_parse` checks every field
+        of the meta.json before it reads anything by it."""
         tmp = cdir.parent / f".fetch-{uuid.uuid4().hex}"
         tmp.mkdir(parents=True)
         try:
@@ -50,8 +54,10 @@ class SharedCache:
             names = _listed_files(tmp / META)
             if names is None:  # unreadable, or naming a file outside its folder: parse here
                 return False
-            for name in names["quarantine"]:
-                self._get(f"{key}/{name}", tmp / name)
+            # installed only whole: a meta.json without its quarantine would be read as a
+            # cached parse whose files are missing (every run scans the quarantine)
+            if not all(self._get(f"{key}/{name}", tmp / name) for name in names["quarantine"]):
+                return False
             # cached meanwhile by this machine: same content, keep it
             with contextlib.suppress(OSError):
                 tmp.rename(cdir)
@@ -67,7 +73,7 @@ class SharedCache:
         beside its place and renamed: a file is there whole or not at all; a name that is not a
         plain file name is never fetched)."""
         for name in names:
-            if _plain(name) and not (cdir / name).is_file():
+            if plain_name(name) and not (cdir / name).is_file():
                 self._get(f"{key}/{name}", cdir / name)
 
     def put(self, key: str, cdir: Path) -> bool:
@@ -99,7 +105,7 @@ class SharedCache:
             return False
 
 
-def _plain(name: object) -> bool:
+def plain_name(name: object) -> bool:
     """A file name of the parse's own folder: no separator, not `.` or `..`, not hidden."""
     return (
         isinstance(name, str)
@@ -124,6 +130,6 @@ def _listed_files(meta_path: Path) -> dict[str, list[str]] | None:
         }
     except (ValueError, KeyError, TypeError, AttributeError, OSError):
         return None
-    if not all(_plain(n) for names in lists.values() for n in names):
+    if not all(plain_name(n) for names in lists.values() for n in names):
         return None
     return lists
