@@ -45,18 +45,30 @@ MEANS = {"gpu_util_pct": "avg_gpu_util_pct", "rfu_pct": "avg_rfu_pct"}
 # the characters Kubernetes draws generated names from (k8s.io/apimachinery util/rand: no
 # vowels, no 0, 1 or 3, so that no word is spelled): ReplicaSet hashes and random suffixes
 _K8S = "[bcdfghjklmnpqrstvwxz2456789]"
-# (owner, pattern of its pod names): tried in this order, the first that matches is stripped,
-# once; group 1 is the owner's name
-POD_NAME_RULES: tuple[tuple[str, str], ...] = (
-    # CronJob: its Job is named <cronjob>-<scheduled time, minutes since the epoch>, the
-    # Job's pod <job>-<5 random>
-    ("CronJob", rf"^(.+)-[0-9]{{8,}}-{_K8S}{{5}}$"),
-    # Deployment: its ReplicaSet is <deployment>-<pod-template-hash>, the pod <rs>-<5 random>
-    ("Deployment", rf"^(.+)-{_K8S}{{5,10}}-{_K8S}{{5}}$"),
+# a pod named by generateName is `<generateName><5 random>`, its generateName cut to this many
+# characters first (names are at most 63): a longer `<replicaset>-` loses its end, dash included
+GENERATE_NAME_MAX = 58
+TRUNCATED_NAME = GENERATE_NAME_MAX + 5
+# (owner, pattern of its pod names, the length the whole name must have or None): tried in this
+# order, the first that matches is stripped, once; group 1 is the owner's name
+POD_NAME_RULES: tuple[tuple[str, str, int | None], ...] = (
+    # CronJob: its Job is named <cronjob>-<scheduled time, minutes since the epoch>, the Job's
+    # pod <job>-<5 random>, or <job>-<index>-<5 random> when the Job is Indexed
+    ("CronJob", rf"^(.+)-[0-9]{{8,}}(?:-[0-9]{{1,5}})?-{_K8S}{{5}}$", None),
+    # Deployment: its ReplicaSet is <deployment>-<pod-template-hash>, the pod <rs>-<5 random>;
+    # the hash is a uint32's decimal digits, one character each: 8 to 10 of them for all but
+    # 0.2 % of hashes (below 10^7), so a shorter word (`convert-ckpts-x7k2p`) is not one
+    ("Deployment", rf"^(.+)-{_K8S}{{8,10}}-{_K8S}{{5}}$", None),
+    # Indexed Job (Kubernetes >= 1.22): <job>-<completion index>-<5 random>
+    ("Indexed Job", rf"^(.+)-[0-9]{{1,5}}-{_K8S}{{5}}$", None),
+    # a Deployment whose `<replicaset>-` is longer than GENERATE_NAME_MAX: the hash's first
+    # characters (all of them when only the dash is cut), then the 5 random with no dash
+    # between (a name of TRUNCATED_NAME characters)
+    ("Deployment", rf"^(.+)-{_K8S}{{6,15}}$", TRUNCATED_NAME),
     # Job (and DaemonSet, ReplicaSet, anything named by generateName): <owner>-<5 random>
-    ("Job", rf"^(.+)-{_K8S}{{5}}$"),
+    ("Job", rf"^(.+)-{_K8S}{{5}}$", None),
     # StatefulSet: <statefulset>-<ordinal> (and the replicas of PyTorchJob, MPIJob, Volcano)
-    ("StatefulSet", r"^(.+)-[0-9]+$"),
+    ("StatefulSet", r"^(.+)-[0-9]+$", None),
 )
 
 
@@ -64,19 +76,32 @@ def pod_owner(pod: pl.Expr) -> pl.Expr:
     """The workload a pod belongs to: its name without the suffix Kubernetes generated.
 
     `web-7d9f8c6b5d-x2kq9` (Deployment) -> `web`; `db-3` (StatefulSet) -> `db`;
-    `train-x7k2p` (Job) -> `train`; `nightly-28458960-bq7zd` (CronJob) -> `nightly`; a bare
+    `train-x7k2p` (Job) -> `train`; `train-0-x7k2p` (Indexed Job) -> `train`;
+    `nightly-28458960-bq7zd` and `nightly-28458960-0-bq7zd` (CronJob) -> `nightly`; a bare
     pod `mypod` -> `mypod`; no pod -> null. Only one suffix is stripped (the first rule of
     `POD_NAME_RULES` that matches), so `resnet-50-7d9f8c6b5d-x2kq9` -> `resnet-50`. Generated
     suffixes use Kubernetes' alphabet only (no vowels, no 0, 1, 3): `bert-large` and
-    `train-abcde` keep their last word. A bare pod whose name ends in a number reads as a
-    StatefulSet replica (`resnet-50` -> `resnet`): the telemetry carries no owner reference to
-    tell the two apart.
+    `train-abcde` keep their last word, and a ReplicaSet hash has 8 to 10 characters, so
+    `eval-gpt4v-x7k2p` -> `eval-gpt4v`. A 63-character Deployment pod whose generateName was
+    cut (`<deployment>-7d9f8c6bx2kq9`) -> the Deployment.
+
+    What a name cannot tell (the telemetry carries no owner reference): a bare pod whose name
+    ends in a number reads as a StatefulSet replica (`resnet-50` -> `resnet`), a Job's pod
+    whose name ends in one as an Indexed Job's (`resnet-50-x7k2p` -> `resnet`), and a bare pod
+    whose last word is 5 characters of the alphabet as a Job's pod (`dump-pgsql` -> `dump`:
+    a fifth of real suffixes have no digit either, so the digits cannot tell them apart).
     """
-    (_, first), *rest = POD_NAME_RULES
-    out = pl.when(pod.str.contains(first)).then(pod.str.replace(first, "$1"))
-    for _, rx in rest:
-        out = out.when(pod.str.contains(rx)).then(pod.str.replace(rx, "$1"))
+    (_, rx, length), *rest = POD_NAME_RULES
+    out = pl.when(_named_so(pod, rx, length)).then(pod.str.replace(rx, "$1"))
+    for _, rx, length in rest:
+        out = out.when(_named_so(pod, rx, length)).then(pod.str.replace(rx, "$1"))
     return out.otherwise(pod)
+
+
+def _named_so(pod: pl.Expr, rx: str, length: int | None) -> pl.Expr:
+    """The pod's name matches a rule of `POD_NAME_RULES`: its pattern (and length, if any)."""
+    hit = pod.str.contains(rx)
+    return hit if length is None else hit & (pod.str.len_chars() == length)
 
 
 def with_workload(minutes: pl.LazyFrame) -> pl.LazyFrame:
