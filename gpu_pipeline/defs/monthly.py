@@ -28,10 +28,8 @@ from gpu_pipeline.lib.io.lake import Lake
 from gpu_pipeline.lib.marts.namespace_monthly import (
     MONTH_FORMAT,
     month_days,
-    namespace_usage,
+    month_of_days,
 )
-from gpu_pipeline.lib.marts.namespace_monthly import namespace_monthly as compute_namespace_monthly
-from gpu_pipeline.lib.samples import collect_stable
 from gpu_pipeline.lib.schemas import validate
 from gpu_pipeline.lib.staging.chunked import DEFAULT_CHUNKING, Chunking
 
@@ -70,13 +68,8 @@ def compute_month(
     the day's usage."""
     days = [d for d in month_days(month) if lake.exists("priced_waste", d)]
     priced = lake.read_days("priced_waste", days).lazy()
-    usage = [
-        collect_stable(namespace_usage(lake.scan_days("gpu_minutes", [d]), chunking)) for d in days
-    ]
-    if not usage:  # no day yet: an empty, typed usage
-        usage = [collect_stable(namespace_usage(lake.scan_days("gpu_minutes", []), chunking))]
-    df = collect_stable(compute_namespace_monthly(priced, pl.concat(usage).lazy(), month))
-    return df, days
+    minutes = (lake.scan_days("gpu_minutes", [d]) for d in days)
+    return month_of_days(priced, minutes, month, chunking), days
 
 
 def month_metadata(month: date, days: list[date], today: date) -> dict:

@@ -117,6 +117,8 @@ COLUMNS: dict[str, str] = {
     "bottleneck_share": "bottlenecked / active minutes over the window",
     # money
     "gpu_hours": "GPU-hours paid for (physical GPUs x hours)",
+    "unpriced_gpu_hours": "the part of gpu_hours on a model the price book lacks: no cost or "
+    "waste is counted for it (null money, not $0)",
     "cost_usd": "what the GPU-hours cost at the price book; null: no minute has a price",
     "productive_usd": "cost of the work done (rfu share of non-idle minutes)",
     "idle_waste_usd": "cost of idle minutes",
@@ -190,7 +192,8 @@ BY_TABLE: dict[tuple[str, str], str] = {
     ("workload_efficiency", "gpus"): "distinct physical GPUs the workload ran on",
     ("workload_efficiency", "gpu_hours"): "GPU-hours paid for (a MIG instance: its slices' share)",
     ("namespace_monthly", "date"): "first UTC day of the month (the partition)",
-    ("namespace_monthly", "avg_rfu_pct"): "mean RFU over the month's GPU-hours, %",
+    ("namespace_monthly", "avg_rfu_pct"): "mean RFU over the month's GPU-hours that have one "
+    "(a power reading and a max power), %",
     ("namespace_monthly", "energy_kwh"): "energy drawn over the month, kWh (a MIG instance: its "
     "slices' share); null: no power reading",
 }

@@ -336,6 +336,8 @@ NAMESPACE_MONTHLY_SCHEMA: dict[str, pl.DataType] = {
     "total_waste_usd": pl.Float64,
     "energy_kwh": pl.Float64,
     "avg_rfu_pct": pl.Float64,
+    # the part of gpu_hours without a price (a model the price book lacks): its money is null
+    "unpriced_gpu_hours": pl.Float64,
 }
 
 ACTION = pl.Struct(
@@ -601,9 +603,10 @@ NAMESPACE_MONTHLY_MODEL = _model(
         "month": [pa.Check.str_matches(r"^\d{4}-\d{2}$")],
         "days_covered": [pa.Check.in_range(1, 31)],
         "gpu_hours": [pa.Check.ge(0)],
+        "unpriced_gpu_hours": [pa.Check.ge(0)],
         "avg_rfu_pct": _PCT,
     },
-    {"date", "month", "cluster", "days_covered", "gpu_hours"},
+    {"date", "month", "cluster", "days_covered", "gpu_hours", "unpriced_gpu_hours"},
     ["cluster", "namespace"],
 )
 

@@ -4,7 +4,8 @@ the marts, computed by none of its own rules.
 The fleet's figures are the `fleet_daily` mart's (made in the staging pass with the rules in
 force, GPU_PIPELINE_RULES: phases, the active threshold, classes). One day prints its row as it
 is; a range weights each day's figure by the GPU-minutes it is over (docs/metrics.md, "The
-fleet's day"), recovered from the row itself:
+fleet's day" and "Months and ranges"), recovered from the row itself (RFU and the gap: from the
+day's minutes):
 
 - GPU-hours: the days' `gpu_hours` summed;
 - phase shares (`pct_<phase>`, over the observed GPU-minutes): weighted by
@@ -13,9 +14,11 @@ fleet's day"), recovered from the row itself:
   those minutes, observed x (100 - `pct_unknown`) / 100 (a minute is `unknown` exactly when it
   has no utilization);
 - RFU and the gap (`avg_rfu_pct`, `avg_efficiency_gap_pct`, over the minutes that have them, a
-  count the row does not keep): weighted by the minutes with a utilization reading, which
-  they need (exact when every such minute also has a power reading, or the share that has one
-  is the same each day);
+  count the row does not keep): weighted by the day's physical GPU-minutes with an RFU, and
+  with both an RFU and a utilization (the gap's), counted in its `gpu_minutes` (`rfu_weights`),
+  so a range's RFU is the mean over its minutes with an RFU, what `rfu_minutes` gives; a day
+  without `gpu_minutes` (a lake of marts only) falls back to its minutes with a utilization
+  reading (exact only when each of them has a power reading too);
 - the bottlenecked share of active minutes (`pct_active_bottlenecked`): weighted by the active
   minutes, observed x (100 - `pct_idle` - `pct_unknown`) / 100 (active: utilization at or above
   the rules' `phases.idle_below`, the minutes neither idle nor unknown).
@@ -23,8 +26,10 @@ fleet's day"), recovered from the row itself:
 A day without a figure (null: nothing to average) weighs nothing in it. What `fleet_daily`
 cannot give for a range comes from `gpu_daily` (physical GPUs' rows, same rules): the GPUs seen
 (a GPU seen on two days is one GPU) and how many active minutes have no efficiency class (busy
-without a power reading). Waste: `priced_waste`, summed; the workloads wasting the most:
-`workload_efficiency` (`top_workloads`); persistent bottlenecks: `persistent_bottlenecks`.
+without a power reading). Waste: `priced_waste`, summed, with the GPU-hours of its rows
+without a price (`unpriced_gpu_hours`: their cost is unknown, not $0); the workloads wasting
+the most: `workload_efficiency` (`top_workloads`); persistent bottlenecks:
+`persistent_bottlenecks`.
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ from gpu_pipeline.lib.io.lake import Lake
 from gpu_pipeline.lib.marts.priced_waste import priced_total
 from gpu_pipeline.lib.marts.workload_efficiency import top_workloads
 from gpu_pipeline.lib.rules import EFFICIENCY_CLASSES, HOURS_PER_MONTH, PHASES
-from gpu_pipeline.lib.samples import ratio
+from gpu_pipeline.lib.samples import PHYSICAL, ratio
 
 _NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
 
@@ -83,6 +88,13 @@ def _priced_sums() -> list[pl.Expr]:
     return [priced_total(c) for c in ("cost_usd", "total_waste_usd")]
 
 
+def _unpriced_hours() -> list[pl.Expr]:
+    """priced_waste's GPU-hours, and those of its rows without a price (no cost: a model the
+    price book lacks), as namespace_monthly's `unpriced_gpu_hours`."""
+    h = pl.col("gpu_hours")
+    return [h.sum(), h.filter(pl.col("cost_usd").is_null()).sum().alias("unpriced_gpu_hours")]
+
+
 # under half a cent: what rounds to $0.00
 CENT = 0.005
 
@@ -109,19 +121,38 @@ def _weighted(value: str, weight: pl.Expr) -> pl.Expr:
     return pl.when(w.sum() > 0).then((pl.col(value) * w).sum() / w.sum()).alias(value)
 
 
+def rfu_weights(minutes: pl.LazyFrame) -> pl.LazyFrame:
+    """Per day, the physical GPUs' minutes with an RFU (`_rfu_minutes`) and with both an RFU
+    and a utilization (`_gap_minutes`): what `fleet_daily`'s `avg_rfu_pct` and
+    `avg_efficiency_gap_pct` are means over (a count the row does not keep)."""
+    util, rfu = pl.col("gpu_util_pct"), pl.col("rfu_pct")
+    return (
+        minutes.filter(PHYSICAL)
+        .group_by("date")
+        .agg(
+            rfu.count().cast(pl.Float64).alias("_rfu_minutes"),
+            (util.is_not_null() & rfu.is_not_null()).sum().cast(pl.Float64).alias("_gap_minutes"),
+        )
+    )
+
+
 def fleet_figures(lake: Lake, days: list[date]) -> dict:
     """The range's fleet figures from its `fleet_daily` rows (see the module's docstring), with
     the days that have data; `gpus` 0 when none has."""
     minutes = pl.col("observed_gpu_minutes").cast(pl.Float64)
     with_util = minutes * (100.0 - pl.col("pct_unknown")) / 100.0
     active = minutes * (100.0 - pl.col("pct_idle") - pl.col("pct_unknown")) / 100.0
-    rows = lake.scan_days("fleet_daily", days).filter(pl.col("observed_gpu_minutes") > 0)
+    rows = (
+        lake.scan_days("fleet_daily", days)
+        .filter(pl.col("observed_gpu_minutes") > 0)
+        .join(rfu_weights(lake.scan_days("gpu_minutes", days)), on="date", how="left")
+    )
     head = (
         rows.select(
             pl.col("gpu_hours").sum(),
             _weighted("avg_gpu_util_pct", with_util),
-            _weighted("avg_rfu_pct", with_util),
-            _weighted("avg_efficiency_gap_pct", with_util),
+            _weighted("avg_rfu_pct", pl.coalesce("_rfu_minutes", with_util)),
+            _weighted("avg_efficiency_gap_pct", pl.coalesce("_gap_minutes", with_util)),
             *[_weighted(f"pct_{p}", minutes) for p in PHASES],
             _weighted("pct_active_bottlenecked", active),
             pl.col("date").sort().implode().alias("days_with_data"),
@@ -214,7 +245,9 @@ def fleet_summary(lake: Lake, start: date, end: date) -> dict:
         .head(5)
         .collect()
     )
-    totals = lake.scan_days("priced_waste", days).select(*_priced_sums()).collect()
+    totals = (
+        lake.scan_days("priced_waste", days).select(*_priced_sums(), *_unpriced_hours()).collect()
+    )
     return {
         "days": days,
         "days_with_data": head.pop("days_with_data"),
@@ -305,6 +338,16 @@ def _workload_lines(w: pl.DataFrame) -> list[str]:
     return out
 
 
+def unpriced_note(t: dict) -> str:
+    """` (over 20.0 of 60.0 GPU-hours: 40.0 have no price)` for totals with GPU-hours of a model
+    the price book lacks, whose cost is unknown and in neither figure; else ""."""
+    u = t.get("unpriced_gpu_hours") or 0.0
+    if u <= 0:
+        return ""
+    h = t["gpu_hours"]
+    return f" (over {h - u:,.1f} of {h:,.1f} GPU-hours: {u:,.1f} have no price in the price book)"
+
+
 def format_summary(s: dict, start: date, end: date) -> str:
     h = s["head"]
     if not h["gpus"]:
@@ -314,6 +357,7 @@ def format_summary(s: dict, start: date, end: date) -> str:
     priced = t["cost_usd"] is not None  # a sum over no priced minute is null
     cost = (
         f"  cost ${t['cost_usd']:,.2f}, of which waste ${t['total_waste_usd'] or 0:,.2f}"
+        + unpriced_note(t)
         if priced
         else f"  cost {NO_PRICE}: no GPU-minute of the period has a price (price book)"
     )

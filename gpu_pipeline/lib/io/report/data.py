@@ -20,7 +20,7 @@ import polars as pl
 from gpu_pipeline.lib.display import NO_PRICE
 from gpu_pipeline.lib.io.lake import Lake
 from gpu_pipeline.lib.marts.fleet_daily import fleet_daily
-from gpu_pipeline.lib.marts.namespace_monthly import month_days, month_to_date
+from gpu_pipeline.lib.marts.namespace_monthly import month_days, month_to_date, rfu_sums
 from gpu_pipeline.lib.marts.priced_waste import priced_total
 from gpu_pipeline.lib.rules import DAYS_PER_MONTH, DEFAULT, RULES, Rules, Thresholds
 from gpu_pipeline.lib.samples import MINUTES_PER_DAY, collect_stable, ratio
@@ -358,7 +358,10 @@ def namespaces_month_to_date(lake: Lake, day: date) -> MonthToDate | None:
     # the cost no reading could split (`unmeasured_usd`, a MIG tenant's): the table says so, as
     # the day's namespaces table does, not $0.00 of waste
     priced = lake.read_days("priced_waste", days).lazy()
-    return MonthToDate(month_days(day)[0], days, collect_stable(month_to_date(frame, priced)))
+    # the RFU's weight (the GPU-hours that have one) is in no daily mart: from the minutes
+    rfu = collect_stable(rfu_sums(lake.scan_days("gpu_minutes", days)))
+    month = month_to_date(frame, priced, rfu=rfu.lazy())
+    return MonthToDate(month_days(day)[0], days, collect_stable(month))
 
 
 # --- the fleet over the day and over the week ----------------------------------------------------
