@@ -12,6 +12,7 @@ import threading
 import time
 from datetime import date
 from pathlib import Path
+from urllib.parse import quote
 
 from gpu_pipeline import settings
 
@@ -104,7 +105,10 @@ def cmd_materialize(a: argparse.Namespace) -> int:
     _print_ledger(run)
     _say_rejected_elsewhere(run.rejected_elsewhere)
     _say_window_after(s, run)
-    _say(f"done in {time.perf_counter() - t0:.1f}s; lake {s.lake}, views {run.views}")
+    _say_lake_behind(a, s, run.behind)
+    # a lake in an object store has no views file (lib/io/warehouse.py): the line says so
+    views = "none (gpu-pipeline sql --lake says how to read it)" if "://" in s.lake else run.views
+    _say(f"done in {time.perf_counter() - t0:.1f}s; lake {s.lake}, views {views}")
     _say_reports(s, run.days)
     if a.summary:
         _print_summary(run.lake, req.start, req.end)
@@ -133,6 +137,42 @@ def _say_window_after(s: settings.Settings, run) -> None:
             f"{window}-day window and were not run again: {_cli_command()} materialize "
             f"--start {later[0]} --end {later[-1]}"
         )
+
+
+def _say_lake_behind(a: argparse.Namespace, s: settings.Settings, behind: list[date]) -> None:
+    """The days already in the lake that landing files this run read hold records of, and that
+    did not ingest them (`runs.lake_days_behind`: a late file of the run's first day with the
+    last hour of the day before): one line, with the command that runs them again (a command
+    per span of consecutive days; this run's --raw, --lake and --prices repeated)."""
+    from datetime import timedelta
+
+    if not behind:
+        return
+    import shlex
+
+    flags = "".join(
+        f" --{n} {shlex.quote(str(getattr(s, n)))}"
+        for n in ("raw", "lake", "prices")
+        if getattr(a, n, None)
+    )
+    spans: list[list[date]] = []
+    for d in behind:
+        if spans and d - spans[-1][-1] == timedelta(days=1):
+            spans[-1].append(d)
+        else:
+            spans.append([d])
+    cmds = [
+        f"{_cli_command()} materialize --start {sp[0]}"
+        + (f" --end {sp[-1]}" if len(sp) > 1 else "")
+        + flags
+        for sp in spans
+    ]
+    one = len(behind) == 1
+    _say(
+        f"  note: {', '.join(map(str, behind))} {'is' if one else 'are'} in the lake and "
+        f"{'was' if one else 'were'} not run again, but landing files this run read hold records "
+        f"of {'it' if one else 'them'} that the lake has not ingested: {' ; '.join(cmds)}"
+    )
 
 
 def _say_outcome(run) -> bool:
@@ -165,6 +205,11 @@ def _say_outcome(run) -> bool:
 def _say_hints(s: settings.Settings, end: date, views: Path, lake_flag: bool) -> None:
     """Where to look further, after the summary: the hints query the lake this run wrote."""
     me, queries = _cli_command(), _queries_dir()
+    if "://" in s.lake:  # no DuckDB over the store here: how to read it instead
+        from gpu_pipeline.lib.io.warehouse import object_store_note
+
+        _say(f"\nLook further:\n  {object_store_note(s.lake)}\n  make dev")
+        return
     lake_opt = f" --lake {s.lake}" if lake_flag else ""
     _say(
         "\nLook further:\n"
@@ -528,7 +573,7 @@ def _sql_query(a: argparse.Namespace) -> str:
 
 def cmd_sql(a: argparse.Namespace) -> int:
     s = _settings(a)
-    from gpu_pipeline.lib.io.warehouse import SqlError, is_lake
+    from gpu_pipeline.lib.io.warehouse import SqlError, is_lake, is_object_store, object_store_note
 
     try:
         query = _sql_query(a)
@@ -536,7 +581,10 @@ def cmd_sql(a: argparse.Namespace) -> int:
         _say(f"error: {e}")
         return 2
     lake = s.lake
-    if "://" in lake or not is_lake(lake):
+    if is_object_store(lake):  # DuckDB cannot read the store here: how to read it instead
+        _say(f"error: {object_store_note(lake)}")
+        return 2
+    if not is_lake(lake):
         _say(
             f"error: {lake} is not a gpu_pipeline lake (a folder of table folders with date= "
             "partitions); materialize some days first, or point --lake at one"
@@ -676,7 +724,7 @@ def _month(s: str) -> date:
 def cmd_showback(a: argparse.Namespace) -> int:
     """The month's namespace_monthly as the showback file (CSV or xlsx)."""
     from gpu_pipeline.lib.io.lake import Lake, is_uri
-    from gpu_pipeline.lib.io.showback import NoMonth, write_showback
+    from gpu_pipeline.lib.io.showback import NoMonth, showback_lines, write_showback
 
     s = _settings(a)
     if not is_uri(s.lake) and not Path(s.lake).is_dir():
@@ -696,9 +744,8 @@ def cmd_showback(a: argparse.Namespace) -> int:
     except OSError as e:
         _say(f"error: cannot write {out}: {e.strerror or e}")
         return 2
-    covered = f"{about['days_in_lake']} of {about['days_in_month']} days"
-    to_date = ", month to date" if about["month_to_date"] else ""
-    _say(f"wrote {out} ({df.height} rows; {label}: {covered}{to_date})")
+    for line in showback_lines(out, df, about):
+        _say(line)
     return 0
 
 
@@ -916,8 +963,81 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _quiet_db_retries(record) -> bool:
+    """Drops dagster-postgres's warning per failed connection attempt (four lines each, with
+    SQLAlchemy's link): a database that cannot be reached is said once, in `main`."""
+    return not str(record.msg).startswith("Retrying failed database connection")
+
+
+def _postgres_of_instance() -> dict[str, str] | None:
+    """The Postgres the Dagster instance (DAGSTER_HOME/dagster.yaml) keeps its runs in: host,
+    port, database, user and password (`{env: NAME}` values read from the environment), or None
+    when it has none (SQLite) or its file cannot be read."""
+    import yaml
+
+    try:
+        cfg = yaml.safe_load((settings.dagster_home() / "dagster.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    if not isinstance(cfg, dict):
+        return None
+    found = [(cfg.get("storage") or {}).get("postgres")]
+    found += [(cfg.get(k) or {}).get("config") for k in ("run_storage", "event_log_storage")]
+    pg = next((c for c in found if isinstance(c, dict)), None)
+    if pg is None:
+        return None
+
+    def value(v) -> str:
+        return os.environ.get(v["env"], "") if isinstance(v, dict) and "env" in v else str(v or "")
+
+    if "postgres_url" in pg:
+        from sqlalchemy.engine import make_url
+
+        try:
+            url = make_url(value(pg["postgres_url"]))
+        except Exception:  # noqa: BLE001 - a URL SQLAlchemy cannot read: nothing to name
+            return {"host": "?", "port": "?", "db": "?", "user": "?", "password": ""}
+        return {"host": url.host or "", "port": str(url.port or 5432), "db": url.database or "",
+                "user": url.username or "", "password": url.password or ""}  # fmt: skip
+    db = pg.get("postgres_db") or {}
+    fields = {"host": "hostname", "port": "port", "db": "db_name", "user": "username"}
+    out = {k: value(db.get(f)) for k, f in fields.items()} | {"password": value(db.get("password"))}
+    return out | {"port": out["port"] or "5432"}
+
+
+def _instance_db_error(e: BaseException) -> str | None:
+    """One line for an error that is the Dagster instance's Postgres not answering or refusing
+    the login (after dagster-postgres's retries): where (host, port, database, user, never the
+    password) and the server's or driver's first line. None for any other error."""
+    chain, cur = [], e
+    while cur is not None and len(chain) < 32:
+        chain.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    pg_error = getattr(sys.modules.get("dagster_postgres.utils"), "DagsterPostgresException", ())
+    sa = sys.modules.get("sqlalchemy.exc")
+    op = next((x for x in chain if sa and isinstance(x, sa.OperationalError)), None)
+    if op is None and not any(pg_error and isinstance(x, pg_error) for x in chain):
+        return None
+    pg = _postgres_of_instance()
+    if pg is None:
+        return None  # a SQLite instance's error: not this one
+    why = str(getattr(op, "orig", None) or op or e).strip().splitlines()
+    why = " ".join(why[0].split()) if why else type(e).__name__
+    for secret in {pg["password"], quote(pg["password"], safe="")} - {""}:
+        why = why.replace(secret, "***")
+    return (
+        f"the Dagster instance's Postgres database {pg['db']!r} at {pg['host']}:{pg['port']} "
+        f"(user {pg['user']!r}) cannot be used: {why} (DAGSTER_HOME={settings.dagster_home()}; "
+        "check DAGSTER_PG_HOST, DAGSTER_PG_PORT, DAGSTER_PG_DB, DAGSTER_PG_USERNAME and "
+        "DAGSTER_PG_PASSWORD)"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
+    import logging
+
     a = parser().parse_args(argv)
+    logging.getLogger().addFilter(_quiet_db_retries)
     try:
         # every GPU_PIPELINE_* variable, checked once before any command reads one
         settings.current()
@@ -938,6 +1058,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except BrokenPipeError:  # `gpu-pipeline sql ... | head`: the reader has gone, not an error
         return 0
+    except Exception as e:
+        line = _instance_db_error(e)  # Postgres down, or a wrong password: one line, not ~190
+        if line is None:
+            raise
+        _say(f"error: {line}")
+        return 1
 
 
 def run() -> None:

@@ -106,6 +106,9 @@ class RangeRun:
     rejected_whole: list[tuple[str, str]] = field(default_factory=list)
     rejected_whole_total: int = 0
     rejected_elsewhere: list[tuple[str, str]] = field(default_factory=list)  # (file, its days)
+    # days already in the lake, outside the run, that landing files it read hold records of
+    # and the lake has not ingested them on (`lake_days_behind`): not run again by this run
+    behind: list[date] = field(default_factory=list)
 
     @property
     def only_digest_failed(self) -> bool:
@@ -205,7 +208,8 @@ def warm_parse_cache(landing, lake, say: Say, days: list[date] | None = None, ah
             raise Refused(1, str(e)) from None
         root, refused = Path(landing.root), []  # the refusal is check_records' to word
     for key in refused:
-        say(f"warning: {landing.root}: object {key!r} not read: not a plain relative path")
+        why = getattr(key, "why", "not a plain relative path")  # remote.Unmirrored
+        say(f"warning: {landing.root}: object {key!r} not read: {why}")
     return parse_new(
         Path(root), store.cache_dir, landing.parse_options(), say, days, store.shared_cache
     )
@@ -273,6 +277,9 @@ def _materialize(s: settings.Settings, req: Request, say: Say, days: list[date],
         # the run's instance, opened while the files are parsed (`ahead`), resolves the
         # resources too
         instance = stack.enter_context(_open_instance())
+        from gpu_pipeline.defs.orphans import heartbeat  # the runs' liveness tag, refreshed
+
+        stack.enter_context(heartbeat(instance))
         with run_resources(defs, instance) as res:
             ref, landing, lake = res["reference"], res["landing"], res["lake"]
             # the reference files the run will read, checked before it starts (a ReferenceError:
@@ -299,6 +306,7 @@ def _materialize(s: settings.Settings, req: Request, say: Say, days: list[date],
         _refresh_views(defs, instance, run, root)
     run.ledger = run_ledger(result)
     _rejected_files(parsed, days, run)
+    run.behind = lake_days_behind(s, lake, parsed, days)
     return run
 
 
@@ -460,6 +468,44 @@ def _rejected_files(parsed: list, days: list[date], run: RangeRun) -> None:
     run.rejected_elsewhere = rejected_elsewhere(parsed, days)
 
 
+def lake_days_behind(s: settings.Settings, lake, parsed: list, days: list[date]) -> list[date]:
+    """The days outside `days` that the lake holds (their `ingest_log` is written, within
+    GPU_PIPELINE_START_DATE..yesterday) and that landing files the run read hold records of
+    without the day having ingested them with their content: the landing-zone sensor's test
+    (`sensors._not_in_lake`), asked of each such day on its own, after the run. A late file of
+    02-01 with records of 01-31 names 01-31. Days not in the lake yet are not named (their first
+    run reads the file), nor days without a partition, nor a day whose ingest_log is damaged
+    (its own run names the file). `lake`: the run's `LakeResource`."""
+    from gpu_pipeline.defs.sensors import _not_in_lake
+    from gpu_pipeline.lib.io.lake import DamagedPartition
+
+    run, first = set(days), date.fromisoformat(s.start_date)
+    read = [pf for pf in parsed if run & set(pf.touched_days())]
+    store = lake.open()
+    candidates = {d for pf in read for d in pf.record_days()} - run
+    behind = []
+    for d in sorted(candidates):
+        if not (first <= d <= settings.last_day() and store.exists("ingest_log", d)):
+            continue
+        files = [pf.file for pf in read if d in pf.record_days()]
+        try:
+            if _not_in_lake(lake, files, {f.source_file: _OnDay(d) for f in files}):
+                behind.append(d)
+        except (OSError, DamagedPartition):  # a damaged ingest_log: its day's run says so
+            continue
+    return behind
+
+
+@dataclass(frozen=True)
+class _OnDay:
+    """A landing file's parse as `_not_in_lake` sees it, narrowed to one day it touches."""
+
+    day: date
+
+    def touched_days(self) -> list[date]:
+        return [self.day]
+
+
 class Progress:
     """Says a run's progress while it works: each step's start and end with the elapsed time,
     and the per-day lines the assets log, read from the run's event log every half second (so a
@@ -523,24 +569,41 @@ def first_line(text: str, limit: int = 300) -> str:
 
 
 def step_failures(events) -> list[tuple[str, str]]:
-    """(step, root cause) for each failed step: the innermost error of its chain, one line."""
+    """(step, root cause) for each failed step: the innermost error of its chain, one line. A
+    resource that failed to start (the S3 day lock, the store) fails its step before the step
+    starts, with no step failure: it is named by its step; a run that failed with neither, by
+    the run's own error ("run")."""
+    import dagster as dg
+
     out = []
+    failed_run = None
     for ev in events:
-        if not ev.is_step_failure:
+        if ev.event_type == dg.DagsterEventType.RUN_FAILURE:
+            failed_run = ev
+        if not (ev.is_step_failure or ev.event_type == dg.DagsterEventType.RESOURCE_INIT_FAILURE):
             continue
-        err = ev.step_failure_data.error
-        while err.cause is not None:
-            err = err.cause
-        msg = err.message.strip()
-        # a blocking check's message lists the checks on the lines after its first
-        if "asset check" in msg:
-            msg = " ".join(ln.strip() for ln in msg.splitlines() if ln.strip())
-        cls = err.cls_name or "Error"
-        # a class of a package's is named with its module (dagster._core…events.Failure: …)
-        msg = re.sub(rf"^[\w.]+\.{re.escape(cls)}: ", f"{cls}: ", msg)
-        text = msg if msg.startswith(cls) else f"{cls}: {msg}"
-        out.append((ev.step_key, first_line(text, 400)))
+        failure = (ev.step_key or "run", _root_cause(ev.event_specific_data.error))
+        if failure not in out:  # a step's resource failure may be its step failure too
+            out.append(failure)
+    run_error = getattr(failed_run and failed_run.event_specific_data, "error", None)
+    if not out and run_error is not None:
+        out.append(("run", _root_cause(run_error)))
     return out
+
+
+def _root_cause(err) -> str:
+    """The innermost error of `err`'s chain (a SerializableErrorInfo), one line."""
+    while err.cause is not None:
+        err = err.cause
+    msg = err.message.strip()
+    # a blocking check's message lists the checks on the lines after its first
+    if "asset check" in msg:
+        msg = " ".join(ln.strip() for ln in msg.splitlines() if ln.strip())
+    cls = err.cls_name or "Error"
+    # a class of a package's is named with its module (dagster._core…events.Failure: …)
+    msg = re.sub(rf"^[\w.]+\.{re.escape(cls)}: ", f"{cls}: ", msg)
+    text = msg if msg.startswith(cls) else f"{cls}: {msg}"
+    return first_line(text, 400)
 
 
 def run_ledger(res) -> dict[date, dict]:

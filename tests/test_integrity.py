@@ -442,6 +442,8 @@ def test_a_run_waits_for_the_day_another_writer_holds(tmp_path):
     out = p.communicate(timeout=300)[0]
     assert p.returncode == 0, out
     assert lake.read("gpu_minutes", D).height == 30
+    # the wait is said without --verbose (a silent terminal looked hung)
+    assert f"{D}: waiting for another run writing this day in {lake.root} to finish" in out, out
 
 
 def test_a_run_left_started_by_a_killed_process_is_marked_failed(tmp_path):

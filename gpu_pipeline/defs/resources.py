@@ -96,7 +96,11 @@ class LakeResource(dg.ConfigurableResource):
             return
 
         def waiting(day: date) -> None:
-            context.log.info(f"waiting for another run writing {day} in {self.root}")
+            # said as a day's line ("D: …"), which the CLI's progress shows without --verbose
+            context.log.info(
+                f"{day}: waiting for another run writing this day in {self.root} to finish "
+                "(one writer per day)"
+            )
 
         with self.open().day_locks(days, waiting):
             yield self

@@ -24,6 +24,11 @@ refused (`LakeError`).
   longer matches its lake is rebuilt (`materialize`, the `warehouse_views` asset).
 
 The `.duckdb` file holds only views, so it is rebuilt freely; analysts open it read-only.
+
+A lake in an object store (`s3://…`) has neither: DuckDB reads object storage only through its
+`httpfs` extension, which cannot be downloaded here. `scan_partitions` (so `gpu-pipeline sql` and
+`build_views_file`) refuses such a lake with `object_store_note`, which says how to read it
+instead (Polars); the `warehouse_views` asset records that note and writes no file.
 """
 
 from __future__ import annotations
@@ -83,7 +88,25 @@ class SqlError(ValueError):
 
 
 class LakeError(SqlError):
-    """A lake the analyst interface refuses to read (a link out of it)."""
+    """A lake the analyst interface refuses to read (a link out of it, an object store)."""
+
+
+def is_object_store(lake: str | os.PathLike) -> bool:
+    """Is `lake` a URI (`s3://bucket/prefix`), not a local folder?"""
+    return "://" in str(lake)
+
+
+def object_store_note(lake: str | os.PathLike) -> str:
+    """One line: why an object-store lake has no DuckDB views (file or `gpu-pipeline sql`), and
+    how to read it instead."""
+    lake = str(lake).rstrip("/")
+    return (
+        f"{lake} is a lake in an object store: `gpu-pipeline sql` and the DuckDB views file serve "
+        "local lakes only (DuckDB reads object storage only through its httpfs extension, not "
+        f'available here); read it with Polars, pl.scan_parquet("{lake}/<table>/date=*/'
+        'data.parquet", hive_partitioning=True), or with a DuckDB that has httpfs '
+        "(docs/deploy.md, Object storage)"
+    )
 
 
 _NOT_IN_PATHS = "\n\r\x00*?[]{}"  # line breaks, NUL and what DuckDB reads as a glob
@@ -185,7 +208,11 @@ def scan_partitions(lake_root: str | Path) -> Partitions:
     a `date=` folder or a `data.parquet` is a link to outside the lake.
 
     Links are resolved only where there are links (a `date=` folder or `data.parquet` that is
-    one): a lake without links costs one open and two small reads per partition."""
+    one): a lake without links costs one open and two small reads per partition. A lake in an
+    object store is refused (LakeError, `object_store_note`): read as a local path, it would be
+    an empty folder below the working directory, and every view empty."""
+    if is_object_store(lake_root):
+        raise LakeError(object_store_note(lake_root))
     root = _real(lake_root)
     _quote_path(root)
     parts = Partitions(root)
@@ -393,7 +420,10 @@ def views_current(db_path: str | Path, lake_root: str | Path) -> bool:
     """Does the views file hold exactly what this version would write for the lake now: the
     same views (reading the same tables and files), with the same state comment, and nothing
     else (a file whose comment was kept while a view was changed or a macro added is not: an
-    analyst opening it would read what it says, not the lake; adversarial review)."""
+    analyst opening it would read what it says, not the lake; adversarial review). For a lake in
+    an object store, which has no views file, it is current when there is none."""
+    if is_object_store(lake_root):
+        return not os.path.lexists(db_path)
     if not Path(db_path).is_file():
         return False
     try:
@@ -414,7 +444,10 @@ def build_views_file(
 ) -> Path:
     """(Re)write the views-only DuckDB file for `lake_root`: written under a unique name and
     renamed into place, so readers keep the version they opened and two writers never meet.
-    `warn` gets one line per skipped file or folder."""
+    `warn` gets one line per skipped file or folder. LakeError for a lake in an object store
+    (before anything is written)."""
+    if is_object_store(lake_root):
+        raise LakeError(object_store_note(lake_root))
     db_path = Path(db_path)
     db_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = db_path.with_name(f".{db_path.name}.{uuid.uuid4().hex}.tmp")
@@ -428,6 +461,16 @@ def build_views_file(
     for path, why in parts.skipped if warn else ():
         warn(f"skipped {path}: {why}")
     return db_path
+
+
+def remove_views_file(db_path: str | Path) -> bool:
+    """Remove a views file (and its write-ahead log): one an earlier version wrote for a lake in
+    an object store held only empty views. Whether there was one."""
+    db_path = Path(db_path)
+    there = os.path.lexists(db_path)
+    db_path.unlink(missing_ok=True)
+    db_path.with_name(db_path.name + ".wal").unlink(missing_ok=True)
+    return there
 
 
 @dataclass(frozen=True)
@@ -585,7 +628,10 @@ def statements(con: duckdb.DuckDBPyConnection, sql: str) -> list:
 
 
 def is_lake(root: str | Path) -> bool:
-    """Is `root` a gpu_pipeline lake: a folder with at least one table folder of partitions?"""
+    """Is `root` a gpu_pipeline lake: a folder with at least one table folder of partitions?
+    (A lake in an object store is not looked at here: `is_object_store`.)"""
+    if is_object_store(root):
+        return False
     root = Path(root)
     return root.is_dir() and any(
         (root / t).is_dir() and any((root / t).glob("date=*/data.parquet")) for t in TABLES
