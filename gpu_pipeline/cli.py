@@ -104,7 +104,7 @@ def cmd_materialize(a: argparse.Namespace) -> int:
         return 1
     _print_ledger(run)
     _say_rejected_elsewhere(run.rejected_elsewhere)
-    _say_window_after(s, run)
+    _say_window_after(a, s, run)
     _say_lake_behind(a, s, run.behind)
     # a lake in an object store has no views file (lib/io/warehouse.py): the line says so
     views = "none (gpu-pipeline sql --lake says how to read it)" if "://" in s.lake else run.views
@@ -116,7 +116,19 @@ def cmd_materialize(a: argparse.Namespace) -> int:
     return 0
 
 
-def _say_window_after(s: settings.Settings, run) -> None:
+def _rerun_flags(a: argparse.Namespace, s: settings.Settings) -> str:
+    """This run's --raw, --lake and --prices, for a command it advises (run with --lake X, the
+    advice without it would run against the default lake)."""
+    import shlex
+
+    return "".join(
+        f" --{n} {shlex.quote(str(getattr(s, n)))}"
+        for n in ("raw", "lake", "prices")
+        if getattr(a, n, None)
+    )
+
+
+def _say_window_after(a: argparse.Namespace, s: settings.Settings, run) -> None:
     """The later days in the lake whose persistence window reads the run's days: a run of a
     late day does not run them again (the landing-zone sensor does), so their
     persistent_bottlenecks keep the day as it was (adversarial review); the command that
@@ -135,7 +147,7 @@ def _say_window_after(s: settings.Settings, run) -> None:
         _say(
             f"  note: persistent_bottlenecks of {later[0]}..{later[-1]} read these days in their "
             f"{window}-day window and were not run again: {_cli_command()} materialize "
-            f"--start {later[0]} --end {later[-1]}"
+            f"--start {later[0]} --end {later[-1]}{_rerun_flags(a, s)}"
         )
 
 
@@ -148,13 +160,7 @@ def _say_lake_behind(a: argparse.Namespace, s: settings.Settings, behind: list[d
 
     if not behind:
         return
-    import shlex
-
-    flags = "".join(
-        f" --{n} {shlex.quote(str(getattr(s, n)))}"
-        for n in ("raw", "lake", "prices")
-        if getattr(a, n, None)
-    )
+    flags = _rerun_flags(a, s)
     spans: list[list[date]] = []
     for d in behind:
         if spans and d - spans[-1][-1] == timedelta(days=1):

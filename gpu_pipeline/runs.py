@@ -215,18 +215,20 @@ def warm_parse_cache(landing, lake, say: Say, days: list[date] | None = None, ah
     )
 
 
-def check_records(parsed: list, days: list[date], req: Request, raw: Path, say: Say) -> None:
+def check_records(parsed: list, days: list[date], req: Request, raw: str, say: Say) -> None:
     """Refuse (exit 1) a range the landing files hold no record of, unless the request allows
     empty days or pulls them; note the days without records of a range that has some."""
     from gpu_pipeline.lib.ingest.ingest_log import rejected_elsewhere
 
     if req.pull:
         return  # the run's first step fetches the days; its ledger says what came
+    remote = "://" in str(raw)  # an object store's prefix: named as given, never as a path
+    where = str(raw) if remote else Path(raw).resolve()
     if not parsed and not req.allow_empty:
-        why = "does not exist" if not raw.is_dir() else "holds no files"
+        why = "holds no files" if remote or Path(raw).is_dir() else "does not exist"
         raise Refused(
             1,
-            f"the landing zone {raw.resolve()} {why}: nothing to materialize. Land exports there "
+            f"the landing zone {where} {why}: nothing to materialize. Land exports there "
             "(or generate a fleet: gpu-pipeline generate), point --raw at them, or pass "
             "--allow-empty to write empty partitions",
         )
@@ -241,7 +243,7 @@ def check_records(parsed: list, days: list[date], req: Request, raw: Path, say: 
         raise Refused(
             1,
             f"no records for {days[0]}..{days[-1]} in the {len(parsed)} landing file(s) of "
-            f"{raw.resolve()}{have}. Pass --allow-empty to write empty partitions",
+            f"{where}{have}. Pass --allow-empty to write empty partitions",
             rejected_elsewhere(parsed, days),
         )
     say(f"note: no records for {len(empty)} of the days: {', '.join(map(str, empty))}")
@@ -289,7 +291,7 @@ def _materialize(s: settings.Settings, req: Request, say: Say, days: list[date],
             if req.pull and not s.prom_url:
                 raise Refused(2, "--pull needs a server: --url URL or GPU_PIPELINE_PROM_URL")
             parsed = warm_parse_cache(landing, lake, say, days, ahead)
-            check_records(parsed, days, req, Path(landing.root), say)
+            check_records(parsed, days, req, landing.root, say)
             say(
                 f"materializing {len(days)} day(s) {req.start}..{req.end}: raw={s.raw} lake={s.lake}"
             )

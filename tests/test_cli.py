@@ -251,7 +251,9 @@ def test_a_late_day_names_the_later_days_whose_window_reads_it(run):
         "  note: persistent_bottlenecks of 2024-01-02..2024-01-02 read these days in their "
         "7-day window and were not run again: "
     ) in p.stdout
-    assert "materialize --start 2024-01-02 --end 2024-01-02\n" in p.stdout
+    # with this run's --raw and --lake: without them the advice would run the default lake
+    flags = f"--raw {tmp / 'raw'} --lake {tmp / 'lake'}"
+    assert f"materialize --start 2024-01-02 --end 2024-01-02 {flags}\n" in p.stdout
     p = cli("materialize", "--start", "2024-01-02", *args, env=env)
     assert "note: persistent_bottlenecks" not in p.stdout
 

@@ -347,3 +347,26 @@ def test_a_fresh_machine_reads_the_parses_another_left_beside_the_lake(s3, tmp_p
     assert "parsing" not in run("c", days[1])
     assert lake.read("gpu_samples", days[1]).equals(from_b["gpu_samples"])
     assert client.get_object(Bucket=bucket, Key=key)["Body"].read() == good  # replaced
+
+
+def test_an_empty_s3_landing_prefix_is_an_empty_landing_zone(s3, tmp_path):
+    """An object store has no empty folders: a landing prefix without objects (a fresh deploy,
+    retention emptied it) is an empty landing zone, named by its URI; a bucket that does not
+    exist cannot be listed."""
+    from helpers import cli, cli_env
+
+    env = {**cli_env(tmp_path), **{k: v for k, v in os.environ.items() if k.startswith("AWS_")}}
+    args = ["materialize", "--start", str(START), "--raw", "s3://gpu-lake/nothing-yet"]
+    args += ["--lake", str(tmp_path / "lake")]
+    out = cli(*args, env=env, check=False)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "the landing zone s3://gpu-lake/nothing-yet holds no files: nothing to materialize" in (
+        out.stdout + out.stderr
+    )
+    ok = cli(*args, "--allow-empty", env=env, check=False)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert Lake(tmp_path / "lake").read("ingest_log", START).height == 0
+    gone = cli(*args[:4], "s3://no-such-bucket/landing", *args[5:], "--allow-empty", env=env,
+               check=False)  # fmt: skip
+    assert gone.returncode != 0
+    assert "landing zone s3://no-such-bucket/landing cannot be listed" in gone.stdout + gone.stderr

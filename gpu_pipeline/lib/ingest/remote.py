@@ -69,7 +69,13 @@ def mirror(uri: str, cache_dir: Path) -> tuple[Path, list[Unmirrored]]:
     try:
         fs, base = pafs.FileSystem.from_uri(uri)
         base = base.rstrip("/")
-        infos = fs.get_file_info(pafs.FileSelector(base, recursive=True))
+        # a prefix without objects is an empty landing zone (a fresh deploy, retention emptied
+        # it: an object store has no empty folders), not one that cannot be listed; a bucket
+        # that does not exist is
+        infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+        bucket = base.split("/", 1)[0]
+        if not infos and fs.get_file_info(bucket).type == pafs.FileType.NotFound:
+            raise FileNotFoundError(f"bucket {bucket!r} does not exist")
     except (OSError, ValueError) as e:
         raise RemoteLandingError(
             f"landing zone {uri} cannot be listed: {str(e).splitlines()[0]}: nothing was read "
