@@ -458,13 +458,31 @@ def test_a_gzipped_utf16_export_is_read_as_the_plain_one_is(tmp_path):
         assert out.samples.height == 2 * 720
 
 
+_XML_GPU = """  <gpu id="00000000:{bus}:00.0">
+    <product_name>NVIDIA RTX A5000</product_name>
+    <uuid>GPU-{uuid}</uuid>
+    <utilization><gpu_util>{util} %</gpu_util><memory_util>1 %</memory_util></utilization>
+    <gpu_power_readings><power_draw>{power} W</power_draw>
+      <current_power_limit>230.00 W</current_power_limit></gpu_power_readings>
+  </gpu>
+"""
+_XML_SNAPSHOT = (
+    '<?xml version="1.0" ?>\n<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v13.dtd">\n'
+    "<nvidia_smi_log>\n  <timestamp>Fri Nov 20 10:00:00 2025</timestamp>\n"
+    "  <driver_version>580.65.06</driver_version>\n  <attached_gpus>2</attached_gpus>\n"
+    + _XML_GPU.format(bus="01", uuid="8a0c1a1e-0000-4000-8000-000000000001", util=40, power="95.20")
+    + _XML_GPU.format(bus="02", uuid="8a0c1a1e-0000-4000-8000-000000000002", util=7, power="31.05")
+    + "</nvidia_smi_log>\n"
+)
+
+
 def test_an_xml_loop_log_is_read_snapshot_by_snapshot(tmp_path):
     """`nvidia-smi -q -x -l 10 > loop.xml` appends a whole document per snapshot: refused whole
     as "junk after document element", one record for 24 (adversarial review). A last snapshot
     cut short is one quarantined record."""
     import re
 
-    tmpl = (SAMPLES / "nvidia-smi_q-x_2x-rtx-a5000_v13dtd.xml").read_text()
+    tmpl = _XML_SNAPSHOT  # two GPUs, as nvidia-smi -q -x writes them (not ../shared/samples: CI)
     snaps = [
         re.sub(
             r"<timestamp>.*?</timestamp>",

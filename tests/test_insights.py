@@ -477,7 +477,7 @@ def test_report_trend_and_capacity_by_hand(tmp_path):
     """The 7-day trend reads the days the lake holds (their fleet_daily row, and the waste of
     their priced_waste summed); capacity is theoretical vs achievable vs realized TFLOPS per
     model, all computed here by hand."""
-    from gpu_pipeline.lib.io.lake import Lake
+    from gpu_pipeline.lib.io.lake import DamagedPartition, Lake
     from gpu_pipeline.lib.io.report import build_report
     from gpu_pipeline.lib.io.report.data import fleet_capacity, fleet_trend, gpu_figures
     from gpu_pipeline.lib.schemas import TABLES
@@ -515,7 +515,7 @@ def test_report_trend_and_capacity_by_hand(tmp_path):
     part = lake.partition_file("fleet_daily", d2)
     part.write_bytes(part.read_bytes()[: part.stat().st_size // 2])
     assert fleet_trend(lake, d3)["date"].to_list() == [d1, d3]
-    with pytest.raises(pl.exceptions.PolarsError):
+    with pytest.raises(DamagedPartition, match="the fleet_daily partition of 2024-01-06"):
         fleet_trend(lake, d2)
 
     # two H100s, two minutes each, at PIF 0.5 and 0.25: realized 323 and 161.5 TFLOPS

@@ -18,7 +18,7 @@ from datetime import date, timedelta
 import polars as pl
 
 from gpu_pipeline.lib.display import NO_PRICE
-from gpu_pipeline.lib.io.lake import Lake
+from gpu_pipeline.lib.io.lake import DamagedPartition, Lake
 from gpu_pipeline.lib.marts.fleet_daily import fleet_daily
 from gpu_pipeline.lib.marts.namespace_monthly import month_days, month_to_date, rfu_sums
 from gpu_pipeline.lib.marts.priced_waste import priced_total
@@ -416,7 +416,7 @@ def trend_days(
     for d in [day - timedelta(days=i) for i in range(days - 1, -1, -1)]:
         try:
             row = _trend_row(lake, d, fleet if d == day else None)
-        except (OSError, pl.exceptions.PolarsError, KeyError) as e:
+        except (OSError, pl.exceptions.PolarsError, DamagedPartition, KeyError) as e:
             if d == day:
                 raise
             # another day's damaged partition leaves a gap in the trend, not a failed report
