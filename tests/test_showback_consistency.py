@@ -22,6 +22,7 @@ Planted fleets (A100-SXM4-40GB: $2.50 per GPU-hour, 400 W max power; RFU = power
 from __future__ import annotations
 
 import csv
+import math
 import random
 import shutil
 from datetime import date
@@ -266,6 +267,12 @@ def test_cents_of_the_parts_add_up_to_the_cent_of_the_total():
     got = cents_adding_up(4.0353, parts)
     assert got == [1.35, 0.0, 1.89, 0.8, 0.0]
     assert round(sum(got), 2) == 4.04
+    # a NaN amount (not a number the lake should hold) is shown as it is, not an error
+    nan = float("nan")
+    got = cents_adding_up(nan, [1.0, 2.0])
+    assert got == [1.0, 2.0]
+    got = cents_adding_up(3.0, [nan, 2.004])
+    assert math.isnan(got[0]) and got[1] == 2.0
     # parts already in cents stay as they are; a rounding error off a cent is that cent
     assert cents_adding_up(10.0, [7.25, 0.0, 1.5, 1.25, 0.0]) == [7.25, 0.0, 1.5, 1.25, 0.0]
     assert cents_adding_up(0.3, [0.1 + 0.2 - 0.1, 0.1 - 1e-13, 0.0]) == [0.2, 0.1, 0.0]

@@ -150,8 +150,12 @@ def cents_adding_up(total: float | None, parts: list[float | None]) -> list[floa
     each part rounded down, then the cents left given one each to the parts with the largest
     remainders, the first on a tie). Parts that cannot add up to it (a null one, or sums more
     than a cent a part apart) are each rounded on their own."""
-    if total is None or any(p is None for p in parts):
-        return [None if p is None else round(p, 2) for p in parts]
+    if (
+        total is None
+        or not math.isfinite(total)
+        or any(p is None or not math.isfinite(p) for p in parts)
+    ):
+        return [None if p is None else round(p, 2) for p in parts]  # NaN stays NaN, not an error
     scaled = [round(p * 100.0, 6) for p in parts]  # a rounding error off a cent is that cent
     floors = [math.floor(x) for x in scaled]
     left = round(total * 100.0) - sum(floors)
