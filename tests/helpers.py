@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -143,3 +145,29 @@ def assemble_day(files: list, day: date, max_rows: int | None = None) -> DayInge
     return DayIngest(
         gpu_samples=samples, quarantine=quarantine, ingest_log=a.ingest_log(quarantine)
     )
+
+
+@contextmanager
+def moto_s3(monkeypatch, bucket: str) -> Iterator[str]:
+    """An S3-compatible server (moto) on loopback for one test, the AWS_* variables pointing at
+    it, `bucket` created; yields its endpoint URL and stops the server."""
+    from moto import server as moto_server
+
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        for k, v in {
+            "AWS_ACCESS_KEY_ID": "test",
+            "AWS_SECRET_ACCESS_KEY": "test",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }.items():
+            monkeypatch.setenv(k, v)
+        import boto3
+
+        boto3.client("s3").create_bucket(Bucket=bucket)
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()

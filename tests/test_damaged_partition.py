@@ -123,22 +123,12 @@ def test_a_damaged_file_read_lazily_fails_where_it_is_scanned(tmp_path):
 
 def test_a_damaged_file_in_an_object_store_lake_is_named_too(monkeypatch, tmp_path):
     """The same error from a lake on S3 (a local S3-compatible server), where pyarrow reads."""
-    moto_server = pytest.importorskip("moto.server")
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        for k, v in {
-            "AWS_ACCESS_KEY_ID": "test",
-            "AWS_SECRET_ACCESS_KEY": "test",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-            "AWS_EC2_METADATA_DISABLED": "true",
-        }.items():
-            monkeypatch.setenv(k, v)
+    pytest.importorskip("moto.server")
+    from helpers import moto_s3
+
+    with moto_s3(monkeypatch, "gpu-lake"):
         import boto3
 
-        boto3.client("s3").create_bucket(Bucket="gpu-lake")
         lake = Lake("s3://gpu-lake/fleet", cache=tmp_path / "cache")
         for day in (D, D + timedelta(days=1)):
             lake.write("gpu_daily", day, _gpu_day(day, bottlenecked=True))
@@ -153,8 +143,6 @@ def test_a_damaged_file_in_an_object_store_lake_is_named_too(monkeypatch, tmp_pa
         with pytest.raises(DamagedPartition, match="2024-03-11 is damaged: gpu-lake/fleet/"):
             lake.scan_days("gpu_daily", [D, D + timedelta(days=1)])
         assert lake.read_days("gpu_daily", [D])["bottlenecked_minutes"].to_list() == [400, 0]
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")

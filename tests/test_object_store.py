@@ -10,7 +10,7 @@ import pytest
 
 moto_server = pytest.importorskip("moto.server")
 
-from helpers import MODELS, expo_lines, write_file  # noqa: E402
+from helpers import MODELS, expo_lines, moto_s3, write_file  # noqa: E402
 
 from gpu_pipeline.defs import marts, raw, report, staging  # noqa: E402
 from gpu_pipeline.defs.resources import LakeResource, LandingResource, ReferenceResource  # noqa: E402
@@ -21,24 +21,8 @@ START = date(2024, 1, 1)
 
 @pytest.fixture()
 def s3(monkeypatch, tmp_path):
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    for k, v in {
-        "AWS_ACCESS_KEY_ID": "test",
-        "AWS_SECRET_ACCESS_KEY": "test",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }.items():
-        monkeypatch.setenv(k, v)
-    import boto3
-
-    boto3.client("s3").create_bucket(Bucket="gpu-lake")
-    try:
+    with moto_s3(monkeypatch, "gpu-lake"):
         yield "s3://gpu-lake/fleet"
-    finally:
-        server.stop()
 
 
 def test_lake_round_trip_on_s3(s3, tmp_path):

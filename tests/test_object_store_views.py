@@ -15,7 +15,7 @@ import pytest
 
 moto_server = pytest.importorskip("moto.server")
 
-from helpers import MODELS, cli_env, expo_lines, write_file  # noqa: E402
+from helpers import MODELS, cli_env, expo_lines, moto_s3, write_file  # noqa: E402
 
 from gpu_pipeline import settings  # noqa: E402
 from gpu_pipeline.cli import main  # noqa: E402
@@ -33,24 +33,8 @@ LAKE = "s3://lake1/fleet"
 
 @pytest.fixture()
 def s3(monkeypatch):
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    for k, v in {
-        "AWS_ACCESS_KEY_ID": "test",
-        "AWS_SECRET_ACCESS_KEY": "test",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }.items():
-        monkeypatch.setenv(k, v)
-    import boto3
-
-    boto3.client("s3").create_bucket(Bucket="lake1")
-    try:
+    with moto_s3(monkeypatch, "lake1"):
         yield LAKE
-    finally:
-        server.stop()
 
 
 def _cli(cwd, env, *args) -> subprocess.CompletedProcess:

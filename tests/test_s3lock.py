@@ -12,6 +12,8 @@ import pytest
 
 moto_server = pytest.importorskip("moto.server")
 
+from helpers import moto_s3  # noqa: E402
+
 from gpu_pipeline.lib.io import s3lock  # noqa: E402
 from gpu_pipeline.lib.io.lake import Lake  # noqa: E402
 
@@ -23,24 +25,8 @@ D1, D2 = START, START + timedelta(days=1)
 def s3(monkeypatch):
     """A lake URI on a moto server of this test: a prefix of its own (moto's store is the
     process's, shared by the tests' servers)."""
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    for k, v in {
-        "AWS_ACCESS_KEY_ID": "test",
-        "AWS_SECRET_ACCESS_KEY": "test",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }.items():
-        monkeypatch.setenv(k, v)
-    import boto3
-
-    boto3.client("s3").create_bucket(Bucket="gpu-lake")
-    try:
+    with moto_s3(monkeypatch, "gpu-lake"):
         yield f"s3://gpu-lake/locks-{uuid.uuid4().hex[:8]}"
-    finally:
-        server.stop()
 
 
 def _prefix(uri: str) -> str:
