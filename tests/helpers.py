@@ -171,3 +171,49 @@ def moto_s3(monkeypatch, bucket: str) -> Iterator[str]:
         yield f"http://{host}:{port}"
     finally:
         server.stop()
+
+
+def dead_pid() -> int:
+    """The pid of a process that has ended (for runs whose runner is gone)."""
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def started_run(instance, job, tags: dict):
+    """A run of `job` recorded as STARTED in `instance` with `tags` (as a killed runner left it)."""
+    import dagster as dg
+
+    run = instance.create_run_for_job(job, tags=tags)
+    instance.handle_new_event(
+        dg.EventLogEntry(
+            error_info=None,
+            level="debug",
+            user_message="",
+            run_id=run.run_id,
+            timestamp=0.0,
+            dagster_event=dg.DagsterEvent(dg.DagsterEventType.RUN_START.value, job_name=job.name),
+        )
+    )
+    return instance.get_run_by_id(run.run_id)
+
+
+def api_answer(t: float) -> dict:
+    """A Prometheus `query` answer: GPU-0 at 40 %, GPU-1 at 41 % utilization at time t."""
+    return {
+        "status": "success",
+        "data": {
+            "resultType": "vector",
+            "result": [
+                {
+                    "metric": {
+                        "__name__": "DCGM_FI_DEV_GPU_UTIL",
+                        "UUID": f"GPU-{g}",
+                        "Hostname": "n1",
+                    },
+                    "value": [t, str(40 + g)],
+                }
+                for g in (0, 1)
+            ],
+        },
+    }

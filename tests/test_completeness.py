@@ -13,7 +13,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from helpers import assemble_day, cli, cli_env, expo_lines, write_file
+from helpers import api_answer, assemble_day, cli, cli_env, expo_lines, write_file
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -503,31 +503,11 @@ def test_an_xml_loop_log_is_read_snapshot_by_snapshot(tmp_path):
     assert "cut short" in out.quarantine["reason"][0]
 
 
-def _answer(t: float) -> dict:
-    return {
-        "status": "success",
-        "data": {
-            "resultType": "vector",
-            "result": [
-                {
-                    "metric": {
-                        "__name__": "DCGM_FI_DEV_GPU_UTIL",
-                        "UUID": f"GPU-{g}",
-                        "Hostname": "n1",
-                    },
-                    "value": [t, str(40 + g)],
-                }
-                for g in (0, 1)
-            ],
-        },
-    }
-
-
 def test_several_api_answers_in_one_file_are_read_answer_by_answer(tmp_path):
     """JSON Lines of `query` answers, or an array of them: refused whole ("truncated", one
     record for 16; adversarial review). A last line cut short after them is one quarantined
     record (tests/test_prom_json_cut_tail.py)."""
-    answers = [_answer(T + 15 * k) for k in range(8)]
+    answers = [api_answer(T + 15 * k) for k in range(8)]
     lines = "".join(json.dumps(a) + "\n" for a in answers)
     for name, text in (("a.jsonl", lines), ("b.json", json.dumps(answers))):
         fmt, out = parse(tmp_path, name, text)

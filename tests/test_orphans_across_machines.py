@@ -9,13 +9,12 @@ it gone and marked the run failed (A then recorded its success on a failed run).
 its machine and boot; its pid is judged only on that machine, boot and PID namespace."""
 
 import os
-import subprocess
-import sys
 import time
 from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 import pytest
+from helpers import dead_pid, started_run
 
 from gpu_pipeline.defs import orphans
 from gpu_pipeline.defs.orphans import (
@@ -42,27 +41,6 @@ def j():
     noop()
 
 
-def _dead_pid() -> int:
-    p = subprocess.Popen([sys.executable, "-c", "pass"])
-    p.wait()
-    return p.pid
-
-
-def _run(instance, tags) -> dg.DagsterRun:
-    run = instance.create_run_for_job(j, tags=tags)
-    instance.handle_new_event(
-        dg.EventLogEntry(
-            error_info=None,
-            level="debug",
-            user_message="",
-            run_id=run.run_id,
-            timestamp=0.0,
-            dagster_event=dg.DagsterEvent(dg.DagsterEventType.RUN_START.value, job_name=j.name),
-        )
-    )
-    return instance.get_run_by_id(run.run_id)
-
-
 NOW = datetime(2026, 11, 28, 9, 0, 0, tzinfo=UTC)
 
 
@@ -81,9 +59,9 @@ def test_a_killed_run_of_another_host_is_failed_once_its_heartbeat_is_old(monkey
     with dg.DagsterInstance.ephemeral() as instance:
         laptop = {HOST_TAG: "ops-laptop", PID_TAG: "4242", NS_TAG: "pid:[4026531836]",
                   START_TAG: "123", MACHINE_TAG: "laptop-machine-id/laptop-boot-id"}  # fmt: skip
-        killed = _run(instance, {**laptop, BEAT_TAG: _ago(7 * 60 + 12, NOW)})
-        alive = _run(instance, {**laptop, PID_TAG: "4243", BEAT_TAG: _ago(40, NOW)})
-        older = _run(instance, {k: v for k, v in laptop.items() if k != MACHINE_TAG})
+        killed = started_run(instance, j, {**laptop, BEAT_TAG: _ago(7 * 60 + 12, NOW)})
+        alive = started_run(instance, j, {**laptop, PID_TAG: "4243", BEAT_TAG: _ago(40, NOW)})
+        older = started_run(instance, j, {k: v for k, v in laptop.items() if k != MACHINE_TAG})
         said: list[str] = []
         assert fail_orphaned_runs(instance, said.append, sure=True) == 1
         assert [_status(instance, r) for r in (killed, alive, older)] == [FAILED, STARTED, STARTED]
@@ -104,10 +82,10 @@ def test_a_clone_with_the_same_hostname_does_not_judge_another_machines_pid():
     """Machine A (this hostname, the initial PID namespace, a pid that is dead here) is live:
     its heartbeat is fresh. B must not mark its run failed; this machine's own killed run is."""
     with dg.DagsterInstance.ephemeral() as instance:
-        me, dead = who_runs(), str(_dead_pid())
-        clone = _run(instance, {**me, PID_TAG: dead, START_TAG: "77",
+        me, dead = who_runs(), str(dead_pid())
+        clone = started_run(instance, j, {**me, PID_TAG: dead, START_TAG: "77",
                                 MACHINE_TAG: "other-machine/other-boot", BEAT_TAG: _ago(5)})  # fmt: skip
-        mine = _run(instance, {**me, PID_TAG: dead, START_TAG: "77", BEAT_TAG: _ago(5)})
+        mine = started_run(instance, j, {**me, PID_TAG: dead, START_TAG: "77", BEAT_TAG: _ago(5)})
         said: list[str] = []
         assert fail_orphaned_runs(instance, said.append, sure=True) == 1
         assert [_status(instance, r) for r in (clone, mine)] == [STARTED, FAILED]
@@ -123,8 +101,12 @@ def test_the_heartbeat_keeps_this_process_runs_fresh(monkeypatch):
         assert BEAT_TAG not in who_runs()  # no heartbeat running: an earlier version's tags
         with orphans.heartbeat(instance, every=0.2):
             tags = who_runs()
-            run = _run(instance, {**tags, BEAT_TAG: _ago(3600)})  # as if its beat were old
-            other = _run(instance, {**tags, PID_TAG: str(os.getpid() + 1), BEAT_TAG: _ago(3600)})
+            run = started_run(
+                instance, j, {**tags, BEAT_TAG: _ago(3600)}
+            )  # as if its beat were old
+            other = started_run(
+                instance, j, {**tags, PID_TAG: str(os.getpid() + 1), BEAT_TAG: _ago(3600)}
+            )
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:
                 beat = instance.get_run_by_id(run.run_id).tags[BEAT_TAG]
@@ -151,7 +133,13 @@ def test_a_killed_materialize_is_failed_from_another_machine_by_its_heartbeat(
     import signal
     from datetime import date
 
-    from helpers import MODELS, cli_env, expo_lines, start_materialize, write_file
+    from helpers import (
+        MODELS,
+        cli_env,
+        expo_lines,
+        start_materialize,
+        write_file,
+    )
 
     from gpu_pipeline.runs import init_instance
 

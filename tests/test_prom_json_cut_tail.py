@@ -7,7 +7,7 @@ import json
 from datetime import UTC, date, datetime
 
 import polars as pl
-from helpers import assemble_day
+from helpers import api_answer, assemble_day
 
 from gpu_pipeline.lib.ingest.cache import load_or_parse
 from gpu_pipeline.lib.ingest.landing import LandingFile, list_landing, parse_landing_file
@@ -21,28 +21,7 @@ CUT_WHY = (
 )
 
 
-def _answer(t: float) -> dict:
-    """A `query` answer: GPU-0 at 40 %, GPU-1 at 41 % at time t."""
-    return {
-        "status": "success",
-        "data": {
-            "resultType": "vector",
-            "result": [
-                {
-                    "metric": {
-                        "__name__": "DCGM_FI_DEV_GPU_UTIL",
-                        "UUID": f"GPU-{g}",
-                        "Hostname": "n1",
-                    },
-                    "value": [t, str(40 + g)],
-                }
-                for g in (0, 1)
-            ],
-        },
-    }
-
-
-ANSWERS = [_answer(T + 15 * k) for k in range(8)]
+ANSWERS = [api_answer(T + 15 * k) for k in range(8)]
 LINES = "".join(json.dumps(a) + "\n" for a in ANSWERS)
 TAIL = json.dumps(ANSWERS[0])[:50]  # the ninth answer, cut after 50 characters
 
@@ -127,7 +106,7 @@ def test_a_single_answer_cut_short_is_still_refused_whole(tmp_path):
 
 def test_the_days_are_those_of_the_whole_answers(tmp_path):
     """The cut record has no time of its own: it is filed on the file's day, not a new one."""
-    late = [_answer(T + 86400 - 36000 - 5 + k) for k in range(2)]  # 23:59:55, 23:59:56
+    late = [api_answer(T + 86400 - 36000 - 5 + k) for k in range(2)]  # 23:59:55, 23:59:56
     text = "".join(json.dumps(a) + "\n" for a in late) + TAIL
     _, out = _parse(tmp_path, "late_2024-01-01.jsonl", text)
     assert out.samples["timestamp"].dt.date().unique().to_list() == [D]
