@@ -177,7 +177,8 @@ def _say_lake_behind(a: argparse.Namespace, s: settings.Settings, behind: list[d
     _say(
         f"  note: {', '.join(map(str, behind))} {'is' if one else 'are'} in the lake and "
         f"{'was' if one else 'were'} not run again, but landing files this run read hold records "
-        f"of {'it' if one else 'them'} that the lake has not ingested: {' ; '.join(cmds)}"
+        f"of {'it' if one else 'them'} that the lake has not ingested (or it holds their earlier "
+        f"content): {' ; '.join(cmds)}"
     )
 
 

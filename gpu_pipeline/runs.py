@@ -477,25 +477,30 @@ def lake_days_behind(s: settings.Settings, lake, parsed: list, days: list[date])
     (`sensors._not_in_lake`), asked of each such day on its own, after the run. A late file of
     02-01 with records of 01-31 names 01-31. Days not in the lake yet are not named (their first
     run reads the file), nor days without a partition, nor a day whose ingest_log is damaged
-    (its own run names the file). `lake`: the run's `LakeResource`."""
-    from gpu_pipeline.defs.sensors import _not_in_lake
+    (its own run names the file). `lake`: the run's `LakeResource`.
+
+    Also the days whose ingest_log lists a file the run read with another content (the
+    sensor's `_replaced_days`): a file replaced by one that no longer reaches such a day left
+    its earlier records there, billed, until the day runs again (adversarial review). That
+    reads each day's ingest_log (small files, a few ms a day)."""
+    from gpu_pipeline.defs.sensors import _not_in_lake, _replaced_days
     from gpu_pipeline.lib.io.lake import DamagedPartition
 
     run, first = set(days), date.fromisoformat(s.start_date)
     read = [pf for pf in parsed if run & set(pf.touched_days())]
     store = lake.open()
     candidates = {d for pf in read for d in pf.record_days()} - run
-    behind = []
-    for d in sorted(candidates):
-        if not (first <= d <= settings.last_day() and store.exists("ingest_log", d)):
+    behind = set(_replaced_days(lake, [pf.file for pf in read]) if read else ()) - run
+    for d in sorted(candidates - behind):
+        if not store.exists("ingest_log", d):
             continue
         files = [pf.file for pf in read if d in pf.record_days()]
         try:
             if _not_in_lake(lake, files, {f.source_file: _OnDay(d) for f in files}):
-                behind.append(d)
+                behind.add(d)
         except (OSError, DamagedPartition):  # a damaged ingest_log: its day's run says so
             continue
-    return behind
+    return sorted(d for d in behind if first <= d <= settings.last_day())
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,11 @@ NOTE = re.compile(
 )
 
 
+def _command(note: str) -> str:
+    """The command a note line advises."""
+    return note.split("earlier content): ", 1)[1]
+
+
 def _late_gpu_hours(lake: Path, table: str, key) -> float:
     """The `late` namespace's GPU-hours in one partition of `table` (0 when it has none)."""
     rows = Lake(lake).read(table, key).filter(pl.col("namespace") == LATE)
@@ -74,9 +79,10 @@ def test_the_run_names_the_lake_day_the_late_file_holds_records_of(late):
     (line,) = [ln for ln in out.splitlines() if ln.startswith("  note: 2024-01-31 ")]
     assert line.startswith(
         "  note: 2024-01-31 is in the lake and was not run again, but landing files this run "
-        "read hold records of it that the lake has not ingested: "
+        "read hold records of it that the lake has not ingested (or it holds their earlier "
+        "content): "
     )
-    command = line.split("not ingested: ", 1)[1]
+    command = _command(line)
     assert command.endswith(f"materialize --start 2024-01-31 {shlex.join(flags)}")
     assert "2024-01-30" not in out and "2024-02-02" not in out
 
@@ -103,7 +109,7 @@ def test_the_named_command_brings_the_day_and_its_month_up_to_date(late):
     tmp, env, flags, _, out = late
     lake = tmp / "lake"
     (line,) = [ln for ln in out.splitlines() if ln.startswith("  note: 2024-01-31 ")]
-    argv = shlex.split(line.split("not ingested: ", 1)[1])
+    argv = shlex.split(_command(line))
     args = argv[argv.index("materialize") :]  # after how this user calls the CLI
     assert args == ["materialize", "--start", "2024-01-31", *flags]
     again = cli(*args, env=env).stdout
@@ -115,4 +121,26 @@ def test_the_named_command_brings_the_day_and_its_month_up_to_date(late):
     )
     assert monthly["gpu_hours"].to_list() == pytest.approx([1.0])
     # and the day the note was about is caught up: running 02-01 again names nothing
+    assert NOTE.findall(cli("materialize", "--start", "2024-02-01", *flags, env=env).stdout) == []
+
+
+def test_a_file_replaced_by_one_that_no_longer_reaches_a_lake_day_names_it(late):
+    """A landing file the lake ingested on 01-31 and 02-01, replaced under the same name by one
+    with 02-01's records only: the run of 02-01 names 01-31, which still bills the earlier
+    content's hour (the sensor's `_replaced_days`), and its command takes that hour out."""
+    tmp, env, flags, *_ = late
+    raw, lake = Path(flags[1]), Path(flags[3])
+    cli("materialize", "--start", "2024-01-31", "--end", "2024-02-01", *flags, env=env)
+    assert _late_gpu_hours(lake, "priced_waste", date(2024, 1, 31)) == pytest.approx(1.0)
+    lines = expo_lines(
+        "GPU-late", MODELS["H100"], "late-node", LATE, date(2024, 2, 1), range(60), 90, 500.0
+    )
+    write_file(raw / "us-east-train" / "late-node_2024-02-01.prom", lines)
+    out = cli("materialize", "--start", "2024-02-01", *flags, env=env).stdout
+    assert NOTE.findall(out) == ["2024-01-31"], out
+    assert _late_gpu_hours(lake, "priced_waste", date(2024, 1, 31)) == pytest.approx(1.0)
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("  note: 2024-01-31 ")]
+    argv = shlex.split(_command(line))
+    cli(*argv[argv.index("materialize") :], env=env)
+    assert _late_gpu_hours(lake, "priced_waste", date(2024, 1, 31)) == 0.0
     assert NOTE.findall(cli("materialize", "--start", "2024-02-01", *flags, env=env).stdout) == []
