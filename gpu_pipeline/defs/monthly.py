@@ -13,9 +13,20 @@ The daily job cannot hold it (one job, one partitioning): it has a job of its ow
 
 A month's partition is `<lake>/namespace_monthly/date=<first day>/data.parquet`, with `date`
 and `month` columns: the lake's and the views' globs read it like any table.
+
+A month is read and written holding the lake's lock on every day of it (`Lake.day_locks`: a
+file lock, or on an S3 lake an S3 lock), so it never reads a day while a daily run rewrites it
+(the day's priced_waste of one ingest, its gpu_minutes of another), and two runs of one month
+write it one after the other (both hold all its days, its first one the day its partition is
+named after). The days are taken in date order, as the daily runs take theirs, each run's set
+in one go: no two runs deadlock. A month's run holds no day lock before (`resources.run_days`:
+none for a month), and a run that holds days never builds a month inside it (the CLI runs the
+months after its days' run has ended): a process never waits for a lock it holds itself.
 """
 
+from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
 
 import dagster as dg
 import polars as pl
@@ -72,6 +83,36 @@ def compute_month(
     return month_of_days(priced, minutes, month, chunking), days
 
 
+def write_month(
+    lake: Lake,
+    month: date,
+    chunking: Chunking = DEFAULT_CHUNKING,
+    waiting: Callable[[date], None] | None = None,
+) -> tuple[pl.DataFrame, list[date], Path | str]:
+    """Make the month's namespace_monthly from its days and write it, holding the lock of every
+    day of the month (`Lake.day_locks`, in date order: a daily run of one of them waits, or is
+    waited for; `waiting(day)` when a day is held by another run). The rows, the days they
+    cover and the file."""
+    with lake.day_locks(month_days(month), waiting):
+        df, days = compute_month(lake, month, chunking)
+        df = validate(TABLE, df)
+        return df, days, lake.write(TABLE, month, df)
+
+
+def waiting_line(
+    context: dg.AssetExecutionContext, month: date, root: str
+) -> Callable[[date], None]:
+    """What a month's run says when a day of it is held by another run (`write_month`)."""
+
+    def waiting(day: date) -> None:
+        context.log.info(
+            f"{month.strftime(MONTH_FORMAT)}: waiting for another run writing {day} in {root} "
+            "to finish (one writer per day; a month reads its days under their locks)"
+        )
+
+    return waiting
+
+
 def month_metadata(month: date, days: list[date], today: date) -> dict:
     """What the UI shows of a month: how many of its days it covers, and whether it is the
     month to date (the days so far) or a month that is over."""
@@ -99,10 +140,9 @@ def namespace_monthly(context: dg.AssetExecutionContext, lake: LakeResource):
     """Month x cluster x namespace showback: GPU-hours, cost, waste by kind, energy, RFU, days covered (the current month: to date)."""
     store = lake.open()
     today = datetime.now(UTC).date()
-    for month in partition_months(context):
-        df, days = compute_month(store, month, lake.chunking())
-        df = validate(TABLE, df)
-        path = store.write(TABLE, month, df)
+    for month in partition_months(context):  # one month's days locked at a time
+        waiting = waiting_line(context, month, lake.root)
+        df, days, path = write_month(store, month, lake.chunking(), waiting)
         meta = table_metadata(df.head(10), path, df.height) | month_metadata(month, days, today)
         context.add_asset_metadata(meta, partition_key=month.strftime(MONTH_FORMAT))
         context.log.info(f"{month.strftime(MONTH_FORMAT)}: {len(days)} day(s), {df.height} rows")

@@ -50,8 +50,8 @@ def described(cls: type[R], descriptions: Mapping[str, str]) -> type[R]:
 
 def run_days(tags: dict[str, str]) -> list[date]:
     """The UTC days a run's partition tags name (a partition, or a range of them); none for a
-    run of months (`2024-01`: namespace_monthly writes its month's file only, read by no
-    other run's day)."""
+    run of months (`2024-01`: the month's asset takes its days' locks itself, around its read
+    and write, `monthly.write_month`)."""
     if "dagster/partition" in tags:
         try:
             return [date.fromisoformat(tags["dagster/partition"])]
