@@ -43,10 +43,13 @@ def from_minutes(
     check: Callable[[pl.DataFrame], dg.AssetCheckResult] | None = None,
     rules: Rules | None = None,
 ):
-    """Run `fn` on each day's gpu_minutes, write `table`, and evaluate `check` on every day."""
+    """Run `fn` on each day's gpu_minutes, write `table`, and evaluate `check` on every day. A
+    page of the minutes that does not decode fails the day, named (`Lake.reading`)."""
     out, results = DayWriter(lake, table, source="gpu_minutes"), []
     for day in partition_days(context):
-        df = out.write(day, fn(lake.scan_days("gpu_minutes", [day])))
+        with lake.reading("gpu_minutes", [day]):
+            computed = fn(lake.scan_days("gpu_minutes", [day]))
+        df = out.write(day, computed)
         if check:
             results.append(check(df))
     yield out.result(context, rules)
@@ -114,8 +117,10 @@ def gpu_health(context: dg.AssetExecutionContext, lake: LakeResource, reference:
     store, catalog, rules = lake.open(), reference.load_catalog(), reference.load_rules()
     out = DayWriter(store, "gpu_health", source="gpu_samples")
     for day in partition_days(context):
-        samples = store.scan_days("gpu_samples", [day])
-        out.write(day, gpu_health_by_chunk(samples, catalog, rules.health, lake.chunking()))
+        with store.reading("gpu_samples", [day]):
+            samples = store.scan_days("gpu_samples", [day])
+            health = gpu_health_by_chunk(samples, catalog, rules.health, lake.chunking())
+        out.write(day, health)
     return out.result(context, rules)
 
 

@@ -80,7 +80,8 @@ def compute_month(
     days = [d for d in month_days(month) if lake.exists("priced_waste", d)]
     priced = lake.read_days("priced_waste", days).lazy()
     minutes = (lake.scan_days("gpu_minutes", [d]) for d in days)
-    return month_of_days(priced, minutes, month, chunking), days
+    with lake.reading("gpu_minutes", days):  # a page that does not decode is named
+        return month_of_days(priced, minutes, month, chunking), days
 
 
 def write_month(

@@ -113,12 +113,16 @@ def staging(context: dg.AssetExecutionContext, lake: LakeResource, reference: Re
             chunking=chunking,
             footer=store.footer("gpu_samples", day),
         )
-        writers["gpu_minutes"].write_frames(day, _checked(chunks, tables))
+        # the chunks are read as they are written: a page of the samples that does not decode
+        # fails here, named (`Lake.reading`)
+        with store.reading("gpu_samples", [day]):
+            writers["gpu_minutes"].write_frames(day, _checked(chunks, tables))
         daily = writers["gpu_daily"].write(day, tables.gpu_daily())
         results["minutes"].append(checks.minutes_add_up(store.row_count("gpu_minutes", day), daily))
         hourly = writers["hourly_fleet_metrics"].write(day, tables.hourly_fleet_metrics())
         waste = writers["priced_waste"].write(day, tables.priced_waste())
-        used = prices_used(store.scan_days("gpu_minutes", [day]), reference.prices)
+        with store.reading("gpu_minutes", [day]):
+            used = prices_used(store.scan_days("gpu_minutes", [day]), reference.prices)
         priced_with[day] = pricing_metadata(used, waste, energy, reference.prices, reference.energy)
         fleet = writers["fleet_daily"].write(day, tables.fleet_daily())
         results["hourly"].append(checks.phase_shares_sum_to_100(hourly))

@@ -231,8 +231,24 @@ def minutes_lines(m: dict) -> list[str]:
 TOP_WORKLOADS = 5
 
 
+# what `fleet_summary` scans: a page of them that does not decode is named (`Lake.reading`)
+_SCANNED = (
+    "fleet_daily",
+    "gpu_minutes",
+    "gpu_daily",
+    "priced_waste",
+    "workload_efficiency",
+    "persistent_bottlenecks",
+)
+
+
 def fleet_summary(lake: Lake, start: date, end: date) -> dict:
     days = _days(start, end)
+    with lake.reading(_SCANNED, days):
+        return _fleet_summary(lake, days)
+
+
+def _fleet_summary(lake: Lake, days: list[date]) -> dict:
     head = fleet_figures(lake, days)
     waste = (
         lake.scan_days("priced_waste", days)

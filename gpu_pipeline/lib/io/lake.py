@@ -133,9 +133,10 @@ def _with_day(lf: pl.LazyFrame, table: str, day: date) -> pl.LazyFrame:
 
 class DamagedPartition(ValueError):
     """A partition's file that is not readable Parquet (cut short, overwritten, not Parquet at
-    all): the message names the table, the day and the file, and what to do about it. Raised by
-    every read of the lake (`read`, `read_days`, `scan_days`), so a caller never shows the
-    Parquet reader's own error, which names neither."""
+    all, or pages that do not decode behind a sound footer): the message names the table, the
+    day and the file, and what to do about it. Raised by every read of the lake (`read`,
+    `read_days`, `scan_days`, and the collection of a scan inside `Lake.reading`), so a caller
+    never shows the Parquet reader's own error, which names neither."""
 
     def __init__(self, table: str, day: date, path: Path | str, why: object):
         self.table, self.day, self.path = table, day, path
@@ -157,6 +158,15 @@ def _unreadable() -> tuple[type[Exception], ...]:
     import pyarrow as pa
 
     return (pl.exceptions.ComputeError, pa.ArrowInvalid)
+
+
+def _read_errors() -> tuple[type[BaseException], ...]:
+    """What reading a file of the lake may raise, damaged pages among other causes (a query's
+    own error, a file gone, an unreachable store): Polars' errors and panics (a panic is no
+    Exception), pyarrow's, and OSError. Which it is, `Lake.reading` finds out."""
+    import pyarrow as pa
+
+    return (pl.exceptions.PolarsError, pl.exceptions.PanicException, pa.ArrowException, OSError)
 
 
 class Lake:
@@ -393,27 +403,88 @@ class Lake:
         except (OSError, ValueError):
             return None
 
+    def _undecodable(self, path: Path | str) -> BaseException | None:
+        """The reader's error if a page of the file does not decode, found by decoding every
+        column of every row group, nothing kept (Polars' streaming engine on a local file; for
+        one in an object store, its bytes fetched once, then pyarrow a row group at a time);
+        None when all decode, or when the file cannot be had at all (gone, an unreachable
+        store): then it is not known to be damaged. Only ever after a read failed."""
+        if not self.remote:
+            try:
+                pl.scan_parquet(path, glob=False).select(pl.all().null_count()).collect(
+                    engine="streaming"
+                )
+            except (pl.exceptions.PolarsError, pl.exceptions.PanicException) as e:
+                return e
+            except OSError:
+                return None  # gone, unreadable disk: not a file whose bytes do not decode
+            return None
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            with self.fs.open_input_file(path) as f:
+                data = f.read()
+        except OSError:
+            return None  # the store, not the file
+        try:
+            pf = pq.ParquetFile(pa.BufferReader(data))
+            for i in range(pf.num_row_groups):
+                pf.read_row_group(i)
+        except (pa.ArrowException, OSError) as e:
+            return e
+        return None
+
+    @contextmanager
+    def reading(self, table: str | tuple[str, ...], days: Iterable[date]):
+        """Collect frames that scan these days of `table` (`scan_days`) inside this block: a
+        file whose footer reads but whose pages do not decode (bytes overwritten inside a
+        column chunk) fails only there, with the Parquet reader's error, which names no file
+        (nor which file of a scan of several days). Such an error becomes the DamagedPartition
+        of the first of the days whose file does not decode (each read again, only after the
+        failure: a read that succeeds costs nothing more); an error no file explains (a
+        query's own, an unreachable store) passes as it is. `table`: one, or the tables the
+        block scans (each day's file of each is checked, in that order)."""
+        days = list(days)
+        try:
+            yield
+        except DamagedPartition:
+            raise
+        except _read_errors():
+            for name in (table,) if isinstance(table, str) else table:
+                for day in days:
+                    if not self.exists(name, day):
+                        continue
+                    path = self.partition_file(name, day)
+                    why = self._undecodable(path)
+                    if why is not None:
+                        raise DamagedPartition(name, day, path, why) from None
+            raise
+
     def read(self, table: str, day: date) -> pl.DataFrame:
         """The day's partition with its `date` (from the folder; a file written before `date`
         left the files keeps its own). DamagedPartition when its file is not readable Parquet."""
         path = self.partition_file(table, day)
-        try:
-            return _with_day(self._read(path).lazy(), table, day).collect()
-        except _unreadable() as e:
-            raise DamagedPartition(table, day, path, e) from None
+        with self.reading(table, [day]):  # pages pyarrow (an object store) cannot decode
+            try:
+                return _with_day(self._read(path).lazy(), table, day).collect()
+            except _unreadable() as e:
+                raise DamagedPartition(table, day, path, e) from None
 
     def _scan(self, table: str, day: date, path: Path | str) -> pl.LazyFrame:
         """The day's partition as a lazy frame with its `date`; its footer is read now, so a
         file that is not Parquet (cut short, overwritten) is a DamagedPartition here, not an
-        error of the Parquet reader where the frame is collected. (A file whose footer reads
-        but whose pages do not still fails when collected.)"""
-        try:
-            lf = self._read(path).lazy() if self.remote else pl.scan_parquet(path, glob=False)
-            if table not in TABLES:
-                lf.collect_schema()  # the footer (`_with_day` reads it for a contract's table)
-            return _with_day(lf, table, day)
-        except _unreadable() as e:
-            raise DamagedPartition(table, day, path, e) from None
+        error of the Parquet reader where the frame is collected. (A local file whose footer
+        reads but whose pages do not fails only when collected: see `reading`; a file in an
+        object store is read now, its pages too.)"""
+        with self.reading(table, [day]):
+            try:
+                lf = self._read(path).lazy() if self.remote else pl.scan_parquet(path, glob=False)
+                if table not in TABLES:
+                    lf.collect_schema()  # the footer (`_with_day` reads it for a contract's table)
+                return _with_day(lf, table, day)
+            except _unreadable() as e:
+                raise DamagedPartition(table, day, path, e) from None
 
     def read_days(self, table: str, days: list[date]) -> pl.DataFrame:
         """The given days of `table`, read now (one version of each, even if a run replaces a
@@ -427,7 +498,8 @@ class Lake:
 
     def scan_days(self, table: str, days: list[date]) -> pl.LazyFrame:
         """The given days of `table` that exist, as one frame (an empty, typed frame if none do),
-        each with its `date` (see `read`)."""
+        each with its `date` (see `read`). Collected inside `reading(table, days)`, a file
+        whose pages do not decode is a DamagedPartition too."""
         found = [(d, self.partition_file(table, d)) for d in days if self.exists(table, d)]
         if not found:
             return pl.LazyFrame(schema=TABLES[table])

@@ -135,7 +135,8 @@ def month_rows(
     if stale is None:
         return stored, None
     minutes = (lake.scan_days("gpu_minutes", [d]) for d in days)
-    rows = month_of_days(priced.lazy(), minutes, month, chunking)
+    with lake.reading("gpu_minutes", days):  # a page that does not decode is named
+        rows = month_of_days(priced.lazy(), minutes, month, chunking)
     if stored is None:
         why = f"the lake has no {TABLE} for {label}"
     else:  # made before a day was written (or written again), or before a column was added

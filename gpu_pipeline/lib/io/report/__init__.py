@@ -20,6 +20,7 @@ from gpu_pipeline.lib.io.lake import Lake
 from gpu_pipeline.lib.io.report import charts, data, view
 from gpu_pipeline.lib.io.report.charts import Chart
 from gpu_pipeline.lib.io.report.data import InForce
+from gpu_pipeline.lib.marts.namespace_monthly import month_days
 from gpu_pipeline.lib.rules import DEFAULT, RULES, Thresholds
 
 __all__ = ["Chart", "InForce", "Report", "build_report"]
@@ -82,15 +83,18 @@ def build_report(
     # matplotlib is imported (a Python-bound ~0.4 s) while the marts are read (Polars, which
     # releases the GIL): the run does not wait for both one after the other
     threading.Thread(target=charts.pyplot, name="import-pyplot", daemon=True).start()
-    d = data.report_data(lake, day, t, catalog)
-    if d is None:
-        rep.html = render(day=day, no_data=view.no_data(data.ingest_of_day(lake, day)))
-        return rep
-    drawn = charts.draw(d)
-    rep.charts = [c for c in drawn if not c.empty]  # what is drawn
-    rep.bottlenecked_namespaces = [
-        ns.text if isinstance(ns, view.Label) else ns
-        for ns, _ in view.bottlenecked_today(d.marts.daily)
-    ]
-    rep.html = render(**view.context(d, drawn, in_force))
+    # the day's minutes and the month's so far are scanned lazily: a page of them that does
+    # not decode is named (`Lake.reading`), not Polars' error where a chart collects it
+    with lake.reading("gpu_minutes", [m for m in month_days(day) if m <= day]):
+        d = data.report_data(lake, day, t, catalog)
+        if d is None:
+            rep.html = render(day=day, no_data=view.no_data(data.ingest_of_day(lake, day)))
+            return rep
+        drawn = charts.draw(d)
+        rep.charts = [c for c in drawn if not c.empty]  # what is drawn
+        rep.bottlenecked_namespaces = [
+            ns.text if isinstance(ns, view.Label) else ns
+            for ns, _ in view.bottlenecked_today(d.marts.daily)
+        ]
+        rep.html = render(**view.context(d, drawn, in_force))
     return rep
