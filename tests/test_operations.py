@@ -302,6 +302,29 @@ def test_a_replaced_file_runs_again_the_days_its_old_content_was_on(tmp_path):
     assert plan["gpu_samples"] == plan["priced_waste"] == [str(D), str(nxt)]
 
 
+def test_a_file_over_midnight_runs_only_the_day_that_has_not_ingested_it(tmp_path):
+    """A file over midnight whose first day a CLI backfill ran: the sensor runs the second day
+    (and its window) only, not the first again; a damaged or missing ingest_log of the second
+    day is a day to run, not a failed tick."""
+    instance = dg.DagsterInstance.ephemeral()
+    raw, nxt = tmp_path / "raw", D + timedelta(days=1)
+    plant_day(raw, D, name="n1.prom", minutes=range(1380, 1500))  # 23:00 to 01:00
+    assert dg.materialize(
+        ASSETS, partition_key=D.isoformat(), resources=resources(tmp_path), instance=instance
+    ).success
+    lake = Lake(tmp_path / "lake")
+    assert lake.exists("ingest_log", D) and not lake.exists("ingest_log", nxt)
+    window = [(nxt + timedelta(days=k)).isoformat() for k in range(7)]
+    for damaged in (False, True):
+        if damaged:  # an ingest_log of the second day that is not Parquet
+            bad = lake.partition_file("ingest_log", nxt)
+            bad.parent.mkdir(parents=True, exist_ok=True)
+            bad.write_bytes(b"PAR1 not parquet PAR1")
+        plan = backfill_plan(tick(tmp_path, None, instance))
+        assert plan["gpu_samples"] == plan["priced_waste"] == [str(nxt)], damaged
+        assert plan["persistent_bottlenecks"] == plan["daily_report"] == window, damaged
+
+
 class _AnySha(str):
     def __eq__(self, other):
         return isinstance(other, str) and len(other) == 64

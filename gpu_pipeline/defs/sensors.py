@@ -6,8 +6,9 @@ size and mtime) and reads the parse cache's meta files — beside a lake in an o
 cache's copy there too, as runs do (on Kubernetes the code server does not share the run pods'
 disk). Files it has not seen parsed get a `landing_files` run first; once they are parsed, the
 tick knows the UTC days their samples touch and launches one asset backfill: every daily asset
-for those days, and `persistent_bottlenecks` and `daily_report` for the six days after each
-(their 7-day window reads the late day). Dagster's
+of the days whose `ingest_log` does not list the file with this content yet (a day a CLI
+backfill already ingested it on does not run again), and `persistent_bottlenecks` and
+`daily_report` for the six days after each (their 7-day window reads the late day). Dagster's
 backfill daemon runs it in dependency order, so a window day waits for the late day's
 `gpu_daily`, and the end state is the one a clean backfill of the same files gives.
 """
@@ -108,8 +109,9 @@ def build_landing_sensor(p: Partitioning) -> dg.SensorDefinition:
     def landing_zone_sensor(
         context: dg.SensorEvaluationContext, landing: LandingResource, lake: LakeResource
     ):
-        """New or changed landing files: backfill exactly the UTC days their samples touch, and
-        the persistence window after them (late data), in dependency order."""
+        """New or changed landing files: backfill exactly the UTC days their samples touch that
+        have not ingested them yet, and the persistence window after them (late data), in
+        dependency order."""
         return plan_landing(context, landing, lake, p)
 
     return landing_zone_sensor
@@ -153,7 +155,7 @@ def plan_landing(
         )
     # no day is read: each parse's meta.json (and quarantine), neither its samples nor a hash
     parsed = {f.source_file: load_or_parse(f, cache, opts, (), shared) for f in changed}
-    fresh = _not_in_lake(lake, changed, parsed)
+    fresh = _days_not_in_lake(lake, changed, parsed, damaged_runs=True)
     stale = _replaced_days(lake, changed)
     cursor = json.dumps({f.source_file: f.sha256 for f in files})
     if not fresh and not stale:
@@ -161,7 +163,7 @@ def plan_landing(
             skip_reason=f"{len(changed)} file(s) new to the sensor are already in the lake",
             cursor=cursor,
         )
-    requests = _backfill_requests(context, p, fresh, parsed, token, stale)
+    requests = _backfill_requests(context, p, fresh, token, stale)
     return dg.SensorResult(run_requests=requests, cursor=cursor)
 
 
@@ -184,44 +186,67 @@ def _replaced_days(lake: LakeResource, changed: list[LandingFile]) -> set[date]:
     return out
 
 
-def _not_in_lake(
-    lake: LakeResource, changed: list[LandingFile], parsed: dict[str, ParsedFile]
-) -> list[LandingFile]:
-    """The changed files some day they touch has not ingested with this content: a file the
-    lake already ingested (a UI or CLI backfill before the sensor was turned on) is not news.
-    `parsed`: each changed file's parse, by source file."""
+def _days_not_in_lake(
+    lake: LakeResource,
+    changed: list[LandingFile],
+    parsed: dict[str, ParsedFile],
+    damaged_runs: bool = False,
+) -> dict[str, list[date]]:
+    """Per changed file (by source file), the days it touches whose `ingest_log` does not list
+    it with this content (a day without an ingest_log has not run: every file is news to it);
+    files every such day has ingested are left out. A day a UI or CLI backfill already ingested
+    the file on is not news, even if another day the file touches is. `parsed`: each changed
+    file's parse, by source file. A damaged ingest_log: with `damaged_runs`, its day holds
+    nothing (its run says why), else DamagedPartition."""
     store = lake.open()
     logged: set[tuple[date, str, str]] = set()
     for d in {d for pf in parsed.values() for d in pf.touched_days()}:
-        if store.exists("ingest_log", d):
+        if not store.exists("ingest_log", d):
+            continue
+        try:
             log = store.read("ingest_log", d)
-            logged |= {
-                (d, src, sha) for src, sha in zip(log["source_file"], log["sha256"], strict=True)
-            }
-    return [
-        f
-        for f in changed
-        if any(
-            (d, f.source_file, f.sha256) not in logged for d in parsed[f.source_file].touched_days()
-        )
-    ]
+        except DamagedPartition:
+            if damaged_runs:
+                continue
+            raise
+        logged |= {
+            (d, src, sha) for src, sha in zip(log["source_file"], log["sha256"], strict=True)
+        }
+    out: dict[str, list[date]] = {}
+    for f in changed:
+        days = [
+            d
+            for d in parsed[f.source_file].touched_days()
+            if (d, f.source_file, f.sha256) not in logged
+        ]
+        if days:
+            out[f.source_file] = days
+    return out
+
+
+def _not_in_lake(
+    lake: LakeResource, changed: list[LandingFile], parsed: dict[str, ParsedFile]
+) -> list[LandingFile]:
+    """The changed files some day they touch has not ingested with this content
+    (`_days_not_in_lake`; a damaged ingest_log raises DamagedPartition)."""
+    days = _days_not_in_lake(lake, changed, parsed)
+    return [f for f in changed if f.source_file in days]
 
 
 def _backfill_requests(
     context: dg.SensorEvaluationContext,
     p: Partitioning,
-    fresh: list[LandingFile],
-    parsed: dict[str, ParsedFile],
+    fresh: dict[str, list[date]],
     token: str,
     stale: set[date] = frozenset(),
 ) -> list[dg.RunRequest]:
-    """One asset backfill (`plan_backfill`) of the days the `fresh` files touch and the `stale`
-    days (a replaced file's earlier content is on them), none when no day has a partition
-    yet; tagged with the files' `token`."""
+    """One asset backfill (`plan_backfill`) of the days the `fresh` files have not been
+    ingested on with their content (`_days_not_in_lake`: by source file) and the `stale` days
+    (a replaced file's earlier content is on them), none when no day has a partition yet;
+    tagged with the files' `token`."""
     days: set[date] = set(stale)
-    for f in fresh:
-        pf = parsed[f.source_file]
-        days |= set(pf.touched_days())
+    for file_days in fresh.values():
+        days |= set(file_days)
     first = date.fromisoformat(p.daily.get_first_partition_key())
     last_key = p.daily.get_last_partition_key()  # yesterday: today is not complete yet
     plan = (
@@ -236,7 +261,8 @@ def _backfill_requests(
         else {}
     )
     context.log.info(
-        f"{len(fresh)} new/changed file(s) touch {sorted(map(str, days))}: "
+        f"{len(fresh)} new/changed file(s) not ingested on every day they touch, "
+        f"{len(stale)} day(s) of replaced content: days {sorted(map(str, days))}: "
         f"backfill of {sum(map(len, plan.values()))} asset partition(s)"
     )
     if not plan:
