@@ -73,6 +73,11 @@ def _f(series: pl.Series) -> list[float]:
     return series.cast(pl.Float64).fill_null(float("nan")).to_list()
 
 
+def _drawn(v: float | None) -> bool:
+    """A value a bar is drawn for: not null, not NaN."""
+    return v is not None and v == v
+
+
 def _labels(series: pl.Series, n: int = 40, none: str = "(none)") -> list[str]:
     return [label(v, n, none) for v in series.to_list()]
 
@@ -275,8 +280,17 @@ def models(g: pl.DataFrame) -> Chart:
         color="#1e88e5",
     )
     ax.bar([i + 0.2 for i in x], _f(g["rfu_pct"]), width=0.4, label="RFU %", color="#43a047")
+    for i, (u, r) in enumerate(zip(g["gpu_util_pct"], g["rfu_pct"], strict=True)):
+        # a model without the figure (no catalog entry, no power limit: no RFU) has no bar
+        # there: the slot says so
+        for dx, v in ((-0.2, u), (0.2, r)):
+            if not _drawn(v):
+                ax.text(i + dx, 1, "n/a", ha="center", va="bottom", rotation=90, fontsize=7)
     ax.set_ylabel("percent")
     ax.set_ylim(0, 100)
+    # every model's slot, bars or not: from the bars alone, a last model without one stood at
+    # the axes' edge (autoscaling leaves NaN bars out)
+    ax.set_xlim(-0.6, g.height - 0.4)
     ax.legend(fontsize=8)
     ax.set_title("GPU models: reported utilization vs RFU")
     # long model names side by side overlapped (issue: the capacity chart): wrapped to fit
@@ -360,17 +374,19 @@ def waste(w: pl.DataFrame) -> Chart:
 
 
 def recommendations(r: pl.DataFrame, period: Period = MONTHLY) -> Chart:
-    g = r.sort("total_savings_frac")
-    names = _labels(g["namespace"], 24, NO_NAMESPACE)
+    # a namespace without a price (a model the price book lacks: SPEC keeps it) has no
+    # savings: its row is the lowest, and says why
+    g = r.sort("total_savings_frac", nulls_last=False)
+    rows = list(range(g.height))
     fig, ax = pyplot().subplots(figsize=(10, 4))  # wider: the legend stands beside the bars
     ax.barh(
-        names,
+        rows,
         _f(100 * g["utilization_savings_frac"]),
         color="#1e88e5",
         label="waste actions (capped by the measured waste)",
     )
     ax.barh(
-        names,
+        rows,
         _f(100 * (g["total_savings_frac"] - g["utilization_savings_frac"])),
         left=_f(100 * g["utilization_savings_frac"]),
         color="#fb8c00",
@@ -380,7 +396,12 @@ def recommendations(r: pl.DataFrame, period: Period = MONTHLY) -> Chart:
         zip(g["total_savings_frac"], g["monthly_savings_usd"], strict=True)
     ):
         # a namespace without a price: no bar, and the label says why
-        ax.text(100 * (t or 0.0) + 1, i, period.usd(usd), va="center", fontsize=8)
+        ax.text(100 * (t if _drawn(t) else 0.0) + 1, i, period.usd(usd), va="center", fontsize=8)
+    # a row a namespace, by position: its bars are NaN when it has no price, and autoscaling
+    # from the bars left its row (label and all) out, its "n/a" text on the x axis (adversarial
+    # review); names as categories also merged two cut to the same label
+    ax.set_yticks(rows, _labels(g["namespace"], 24, NO_NAMESPACE))
+    ax.set_ylim(-0.6, g.height - 0.4)
     ax.set_xlim(0, 115)
     ax.set_xlabel("savings, % of the namespace's cost")
     # beside the bars: inside, in the lower right corner, it covered the lowest namespace's bar
