@@ -30,6 +30,12 @@ def _say(msg: str) -> None:
     print(msg, flush=True)
 
 
+def _say_error(msg: str) -> None:
+    """An error of `sql`, whose standard output is the results (a CSV or JSON file): on
+    standard error."""
+    print(msg, file=sys.stderr, flush=True)
+
+
 def cmd_generate(a: argparse.Namespace) -> int:
     from gpu_pipeline.lib.generate import generate
 
@@ -518,7 +524,7 @@ class _Watchdog(threading.Thread):
             self.session.con.interrupt()
             over = memory and _rss_bytes() - self.base > self.memory_cap(mb) + (mb << 20)
             if over or time.monotonic() > hard:
-                _say(f"error: {self.reason}")
+                _say_error(f"error: {self.reason}")
                 os._exit(2)
 
 
@@ -548,16 +554,16 @@ def run_sql_session(session: SqlSession, query: str, fmt: str) -> int:
         sys.stdout.flush()
         msg = str(e)
         if watch.reason:
-            _say(f"error: {watch.reason}")
+            _say_error(f"error: {watch.reason}")
         elif msg.startswith("Out of Memory Error"):  # DuckDB's hints (SET …) do not apply here
             s = session.settings
-            _say(
+            _say_error(
                 f"error: {msg.splitlines()[0]}\n  the limits: GPU_PIPELINE_SQL_MEMORY_MB="
                 f"{s.sql_memory_mb}, GPU_PIPELINE_SQL_SPILL_MB={s.sql_spill_mb} "
                 f"{'(spilling)' if session.spill else '(no spill files)'}"
             )
         else:
-            _say(f"error: {msg}")
+            _say_error(f"error: {msg}")
         return 2
     finally:
         watch.stop.set()
@@ -585,14 +591,14 @@ def cmd_sql(a: argparse.Namespace) -> int:
     try:
         query = _sql_query(a)
     except SqlError as e:
-        _say(f"error: {e}")
+        _say_error(f"error: {e}")
         return 2
     lake = s.lake
     if is_object_store(lake):  # DuckDB cannot read the store here: how to read it instead
-        _say(f"error: {object_store_note(lake)}")
+        _say_error(f"error: {object_store_note(lake)}")
         return 2
     if not is_lake(lake):
-        _say(
+        _say_error(
             f"error: {lake} is not a gpu_pipeline lake (a folder of table folders with date= "
             "partitions); materialize some days first, or point --lake at one"
         )
@@ -600,7 +606,7 @@ def cmd_sql(a: argparse.Namespace) -> int:
     try:
         session = open_sql_session(s)
     except SqlError as e:
-        _say(f"error: {e}")
+        _say_error(f"error: {e}")
         return 2
     try:
         return run_sql_session(session, query, a.format)
@@ -886,7 +892,9 @@ def _add_queries(sub) -> None:
         "--format",
         choices=["table", "csv", "json"],
         default="table",
-        help="output format (default %(default)s; CSV encodes nested columns as JSON)",
+        help="output format (default %(default)s; CSV encodes nested columns as JSON; JSON "
+        "writes NaN and infinite numbers as null; a value Polars cannot hold exactly, e.g. a "
+        "HUGEINT, is written as DuckDB's text of it; errors go to standard error)",
     )
     s.set_defaults(fn=cmd_sql)
     su = _command(sub, "summary", help="print the fleet summary for a range of days")

@@ -185,7 +185,7 @@ def test_bad_requests_fail_with_one_clear_line(run):
     p = cli("sql", "--lake", str(tmp / "lake"), "DELETE FROM gpu_minutes", env=env, check=False)
     assert (
         p.returncode == 2
-        and p.stdout.strip() == "error: only read queries are allowed here, not DELETE"
+        and p.stderr.strip() == "error: only read queries are allowed here, not DELETE"
     )
     p = cli("materialize", "--start", "2024-01-05", "--end", "2024-01-01", env=env, check=False)
     assert p.returncode == 2 and "before --start" in p.stdout and "Traceback" not in p.stderr

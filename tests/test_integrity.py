@@ -162,7 +162,7 @@ def test_the_sql_command_refuses_writes_and_the_lake_is_unchanged(lake, sql):
     root = lake / "lake"
     before = tree_digest(root)
     p = cli("sql", "--lake", str(root), sql.format(lake=root), env=cli_env(lake), check=False)
-    assert p.returncode == 2 and p.stdout.startswith("error: only read queries"), p.stdout
+    assert p.returncode == 2 and p.stderr.startswith("error: only read queries"), p.stderr
     assert tree_digest(root) == before
 
 

@@ -77,7 +77,7 @@ def test_an_s3_lake_gets_no_views_file_and_sql_says_how_to_read_it(s3, tmp_path)
     assert got.select("date").unique().collect()["date"].to_list() == [DAY]
     assert got.collect().height == 100
     sql = _cli(tmp_path, env, "sql", "--lake", LAKE, "SELECT count(*) FROM gpu_minutes")
-    assert (sql.returncode, sql.stdout, sql.stderr) == (2, f"error: {note}\n", "")
+    assert (sql.returncode, sql.stdout, sql.stderr) == (2, "", f"error: {note}\n")
 
 
 def test_nothing_builds_views_over_an_object_store_lake(tmp_path, capsys, monkeypatch):
@@ -94,4 +94,4 @@ def test_nothing_builds_views_over_an_object_store_lake(tmp_path, capsys, monkey
     (tmp_path / "w.duckdb").write_bytes(b"")
     assert not views_current(tmp_path / "w.duckdb", "s3://b/p")
     assert main(["sql", "--lake", "s3://b/p", "SELECT 1"]) == 2
-    assert capsys.readouterr().out == f"error: {object_store_note('s3://b/p')}\n"
+    assert capsys.readouterr().err == f"error: {object_store_note('s3://b/p')}\n"

@@ -38,6 +38,7 @@ import json
 import os
 import re
 import stat
+import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -66,7 +67,9 @@ READ_PRAGMAS = {
     "storage_info",
     "functions",
 }
-_LEADING = re.compile(r"^(\s+|--[^\n]*\n?|/\*.*?\*/)*", re.S)
+# the words an EXPLAIN option list may hold: FORMAT and its names (ANALYZE, in any spelling or
+# quoting, runs the statement explained)
+EXPLAIN_OPTION_WORDS = {"format", "text", "json", "html", "graphviz", "yaml", "mermaid", ","}
 # the views file's record of its lake, kept in the comment of one table's view: a view of its
 # own would show in SHOW TABLES
 STATE_ON = "gpu_samples"
@@ -389,23 +392,40 @@ def lake_state(parts: Partitions) -> str:
 
 
 # everything a database file can hold that an analyst opening it would read or run: its views
-# (with their SQL and comments), tables, macros, sequences, indexes, types and schemas
+# (with their SQL and comments), tables, macros, sequences, indexes, types and schemas. The
+# catalog functions are DuckDB's own (`system.main.`): a file of table macros named like them
+# answered for them, with the genuine file's catalog (adversarial review).
 _CATALOG_SQL = """
-SELECT 'view', schema_name, view_name, sql, comment FROM duckdb_views() WHERE NOT internal
-UNION ALL SELECT 'table', schema_name, table_name, sql, comment FROM duckdb_tables()
+SELECT 'view', schema_name, view_name, sql, comment FROM system.main.duckdb_views()
+  WHERE database_name = $db AND NOT internal
+UNION ALL SELECT 'table', schema_name, table_name, sql, comment FROM system.main.duckdb_tables()
+  WHERE database_name = $db
 UNION ALL SELECT 'macro', schema_name, function_name, macro_definition, comment
-  FROM duckdb_functions() WHERE NOT internal
-UNION ALL SELECT 'sequence', schema_name, sequence_name, sql, comment FROM duckdb_sequences()
-UNION ALL SELECT 'index', schema_name, index_name, sql, comment FROM duckdb_indexes()
+  FROM system.main.duckdb_functions() WHERE database_name = $db AND NOT internal
+UNION ALL SELECT 'sequence', schema_name, sequence_name, sql, comment
+  FROM system.main.duckdb_sequences() WHERE database_name = $db
+UNION ALL SELECT 'index', schema_name, index_name, sql, comment
+  FROM system.main.duckdb_indexes() WHERE database_name = $db
 UNION ALL SELECT 'type', schema_name, type_name, logical_type, comment
-  FROM duckdb_types() WHERE NOT internal
+  FROM system.main.duckdb_types() WHERE database_name = $db AND NOT internal
 UNION ALL SELECT 'schema', schema_name, schema_name, sql, comment
-  FROM duckdb_schemas() WHERE NOT internal
+  FROM system.main.duckdb_schemas() WHERE database_name = $db AND NOT internal
 """
+# how long reading a views file's catalog may take (a genuine one takes milliseconds)
+CATALOG_TIMEOUT_S = 10.0
 
 
-def _catalog(con: duckdb.DuckDBPyConnection) -> list[tuple]:
-    return sorted(con.execute(_CATALOG_SQL).fetchall(), key=lambda r: tuple(str(v) for v in r))
+def _catalog(con: duckdb.DuckDBPyConnection, database: str) -> list[tuple]:
+    """The catalog of `database` in `con`, sorted; the query is interrupted after
+    CATALOG_TIMEOUT_S (duckdb.Error then)."""
+    timer = threading.Timer(CATALOG_TIMEOUT_S, con.interrupt)
+    timer.daemon = True
+    timer.start()
+    try:
+        rows = con.execute(_CATALOG_SQL, {"db": database}).fetchall()
+    finally:
+        timer.cancel()
+    return sorted(rows, key=lambda r: tuple(str(v) for v in r))
 
 
 def _write_views(con: duckdb.DuckDBPyConnection, lake_root: str | Path) -> Partitions:
@@ -416,22 +436,38 @@ def _write_views(con: duckdb.DuckDBPyConnection, lake_root: str | Path) -> Parti
     return parts
 
 
+def _held_catalog(db_path: str | Path) -> list[tuple]:
+    """The catalog of the views file `db_path`, read so that nothing in it runs: the file is
+    attached read-only to an empty in-memory database, so its macros are not on the search path
+    (a table macro named `duckdb_views` over range(1e12) hung every materialize: adversarial
+    review), and the catalog functions are named in full besides."""
+    path = os.path.abspath(db_path).replace("'", "''")
+    config = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+    with duckdb.connect(":memory:", config=config) as con:
+        con.execute(f"ATTACH '{path}' AS held_views (READ_ONLY, TYPE duckdb)")
+        return _catalog(con, "held_views")
+
+
 def views_current(db_path: str | Path, lake_root: str | Path) -> bool:
     """Does the views file hold exactly what this version would write for the lake now: the
     same views (reading the same tables and files), with the same state comment, and nothing
     else (a file whose comment was kept while a view was changed or a macro added is not: an
-    analyst opening it would read what it says, not the lake; adversarial review). For a lake in
-    an object store, which has no views file, it is current when there is none."""
+    analyst opening it would read what it says, not the lake; adversarial review). Nothing in
+    the file runs while it is read, and the reading is bounded (`_held_catalog`); a file with a
+    macro is not current (this version writes none). For a lake in an object store, which has
+    no views file, it is current when there is none."""
     if is_object_store(lake_root):
         return not os.path.lexists(db_path)
     if not Path(db_path).is_file():
         return False
     try:
-        with duckdb.connect(str(db_path), read_only=True) as con:
-            held = _catalog(con)
+        held = _held_catalog(db_path)
+        if any(row[0] == "macro" for row in held):
+            return False
         with duckdb.connect(":memory:") as con:
             _write_views(con, lake_root)
-            want = _catalog(con)
+            (database,) = con.execute("SELECT current_database()").fetchone()
+            want = _catalog(con, database)
     except (duckdb.Error, SqlError, OSError):
         return False
     return held == want
@@ -568,9 +604,57 @@ def read_sql_file(path: str | os.PathLike) -> str:
     return sql_text(data, str(path))
 
 
-def _strip(sql: str) -> str:
-    """The statement without leading blanks and comments."""
-    return sql[_LEADING.match(sql).end() :]
+def _tokens(sql: str) -> list[tuple[int, str]]:
+    """The tokens of `sql` as DuckDB's own tokenizer reads them (the scanner its parser uses:
+    nested block comments, quoted names and strings alike), comments dropped: (offset, text)."""
+    found = duckdb.tokenize(sql)
+    out = []
+    for k, (start, kind) in enumerate(found):
+        if kind != duckdb.token_type.comment:
+            end = found[k + 1][0] if k + 1 < len(found) else len(sql)
+            out.append((start, sql[start:end].strip()))
+    return out
+
+
+def _kind(stmt) -> str:
+    return stmt.type.name if hasattr(stmt.type, "name") else str(stmt.type)
+
+
+def _one_select(con: duckdb.DuckDBPyConnection, sql: str) -> bool:
+    """Does DuckDB read `sql` as exactly one SELECT statement?"""
+    try:
+        found = con.extract_statements(sql)
+    except Exception:  # noqa: BLE001 - a parser error, or a statement of no known type
+        return False
+    return len(found) == 1 and _kind(found[0]) == "SELECT"
+
+
+def _explain_refusal(con: duckdb.DuckDBPyConnection, sql: str) -> str | None:
+    """Why an EXPLAIN is not a plain read (None: it explains one SELECT without running it).
+
+    Decided from DuckDB's own reading, not a pattern over the text (a `)` in a comment ended the
+    options a regex read, and `EXPLAIN (ANALYZE) CREATE …` ran: adversarial review): the tokens
+    come from DuckDB's tokenizer, and what EXPLAIN explains must parse, on its own, as one SELECT.
+    Its grammar has no ambiguity, so text after EXPLAIN that parses as a SELECT is what it
+    explains (`EXPLAIN (SELECT 1)`); an option list may hold FORMAT and nothing else."""
+    toks = _tokens(sql)
+    words = [t.lower() for _, t in toks]
+    if len(words) < 2 or words[0] != "explain":
+        return "EXPLAIN in a form not read here"
+    if words[1] in ("analyze", "analyse"):
+        return "EXPLAIN ANALYZE (it runs the statement it explains)"
+    if _one_select(con, sql[toks[1][0] :]):
+        return None
+    if words[1] == "(" and ")" in words[2:]:
+        close = words.index(")", 2)
+        options = [w.strip("\"'") for w in words[2:close]]
+        if all(w in EXPLAIN_OPTION_WORDS for w in options):
+            rest = sql[toks[close + 1][0] :] if close + 1 < len(toks) else ""
+            return None if _one_select(con, rest) else "EXPLAIN of anything but a SELECT"
+        if any("analy" in w for w in options):
+            return "EXPLAIN ANALYZE (it runs the statement it explains)"
+        return "EXPLAIN with options other than FORMAT"
+    return "EXPLAIN of anything but a SELECT"
 
 
 def _refusal(con: duckdb.DuckDBPyConnection, stmt) -> str | None:
@@ -578,26 +662,21 @@ def _refusal(con: duckdb.DuckDBPyConnection, stmt) -> str | None:
 
     SELECT (with DESCRIBE, SHOW, SUMMARIZE, FROM, VALUES, WITH) reads; EXPLAIN does when it
     explains a SELECT without running it (EXPLAIN ANALYZE runs its statement, a COPY too);
-    PRAGMA does for the describing ones of READ_PRAGMAS. Anything else is refused.
+    PRAGMA does for the describing ones of READ_PRAGMAS. Anything else is refused. The words
+    are read with DuckDB's tokenizer (comments anywhere, as DuckDB skips them).
     """
-    kind = stmt.type.name if hasattr(stmt.type, "name") else str(stmt.type)
-    text = _strip(stmt.query)
+    kind = _kind(stmt)
     if kind == "SELECT":
         return None
     if kind == "EXPLAIN":
-        m = re.match(r"EXPLAIN\s+(\(([^)]*)\)\s*)?(ANALY[SZ]E\b)?", text, re.I)
-        if m is None or m.group(3) or re.search(r"ANALY[SZ]E", m.group(2) or "", re.I):
-            return "EXPLAIN ANALYZE runs the statement it explains"
-        inner = con.extract_statements(text[m.end() :])
-        if len(inner) != 1 or _refusal(con, inner[0]) is not None:
-            return "EXPLAIN of anything but a SELECT"
-        return None
+        return _explain_refusal(con, stmt.query)
     if kind == "PRAGMA":
-        m = re.match(r"PRAGMA\s+([A-Za-z_]+)", text, re.I)
-        if m and m.group(1).lower() in READ_PRAGMAS:
+        words = [t for _, t in _tokens(stmt.query)]
+        name = words[1] if len(words) > 1 and words[0].lower() == "pragma" else ""
+        if name.lower() in READ_PRAGMAS:
             return None
         return (
-            f"PRAGMA {m.group(1) if m else ''}".strip()
+            f"PRAGMA {name}".strip()
             + " (only "
             + ", ".join(sorted(READ_PRAGMAS))
             + " describe without changing anything)"
@@ -651,29 +730,121 @@ def run_queries(con: duckdb.DuckDBPyConnection, sql: str):
 
 
 NESTED_TYPES = {"list", "struct", "map", "array", "union", "variant"}
-# types Polars cannot take from Arrow or write as JSON: printed as DuckDB's text of them
-AS_TEXT_TYPES = {"interval", "blob", "bit", "bignum", "time with time zone", "geometry"}
+# the types Polars takes from Arrow and writes as CSV and JSON exactly, as they always were
+# (NaN and infinite floats: NaN, inf in CSV; null in JSON, which has no such numbers)
+PLAIN_TYPES = {
+    "boolean",
+    "tinyint",
+    "smallint",
+    "integer",
+    "bigint",
+    "utinyint",
+    "usmallint",
+    "uinteger",
+    "ubigint",
+    "float",
+    "double",
+    "decimal",
+    "varchar",
+    "uuid",
+    "enum",
+    "null",
+}
+# times Polars writes in its own way, within its calendar only (years to ±262,143; a TIME before
+# 24:00): a value beyond (infinity) is an error naming the column, not a panic or a null
+CHECKED_TYPES = {
+    "timestamp",
+    "timestamp_s",
+    "timestamp_ms",
+    "timestamp_ns",
+    "timestamp with time zone",
+    "time",
+}
+# Polars' calendar in microseconds from 1970 (about ±261,800 years; its own reaches ±262,143)
+CHECKED_EPOCH_US = 8_200_000_000_000_000_000
+# Every other type is written as DuckDB's text of it, so no value is silently wrong: HUGEINT and
+# UHUGEINT (Arrow carries them as 38-digit decimals, a large UHUGEINT as a negative number),
+# DATE (its text is Polars' own for years 0-9999; `infinity` panicked), INTERVAL, BLOB, BIT,
+# BIGNUM, TIME WITH TIME ZONE, GEOMETRY, TIME_NS and any type this version does not know; a UNION
+# or VARIANT as its JSON text (adversarial review). In JSON, a nested column keeps its shape with
+# such values as text (and its dates and times as DuckDB's text of them, as CSV has them).
 BATCH_ROWS = 50_000
 
 
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _text_leaves(t: duckdb.DuckDBPyType) -> duckdb.DuckDBPyType | None:
+    """The type `t` with every value not of a PLAIN_TYPES type as VARCHAR, lists, arrays, structs
+    and maps kept; None when that is `t` itself."""
+    kind, text = t.id, duckdb.sqltype("VARCHAR")
+    if kind in ("list", "array"):
+        child = _text_leaves(t.children[0][1])
+        if child is None:
+            return None
+        return (
+            duckdb.list_type(child)
+            if kind == "list"
+            else duckdb.array_type(child, t.children[1][1])
+        )
+    if kind in ("struct", "map"):
+        parts = [(name, _text_leaves(ct)) for name, ct in t.children]
+        if all(new is None for _, new in parts):
+            return None
+        types = [new or ct for (_, new), (_, ct) in zip(parts, t.children, strict=True)]
+        if kind == "map":
+            return duckdb.map_type(*types)
+        return duckdb.struct_type({name: ty for (name, _), ty in zip(parts, types, strict=True)})
+    return None if kind in PLAIN_TYPES else text
+
+
+def _checked(i: int, t: duckdb.DuckDBPyType, name: str, fmt: str) -> str:
+    """Column `i` as it is, or an error naming it for a value Polars cannot write."""
+    if t.id == "time":
+        ok = f"#{i} < TIME '24:00:00'"
+    else:
+        ok = f"isfinite(#{i}) AND epoch_us(#{i}) BETWEEN -{CHECKED_EPOCH_US} AND {CHECKED_EPOCH_US}"
+    why = (
+        _sql_string(f"column {name} holds ")
+        + f" || #{i}::VARCHAR || "
+        + _sql_string(
+            f", a {t.id.upper()} value --format {fmt} cannot write: cast the column to "
+            "VARCHAR, or use --format table"
+        )
+    )
+    return f"CASE WHEN #{i} IS NULL OR ({ok}) THEN #{i} ELSE error({why}) END"
+
+
+def _column(i: int, t: duckdb.DuckDBPyType, name: str, fmt: str):
+    """Column `i` as it is written as `fmt` (csv, json); None: as it is."""
+    q = '"' + name.replace('"', '""') + '"'
+    if t.id in PLAIN_TYPES:
+        return None
+    if t.id in CHECKED_TYPES:
+        return duckdb.SQLExpression(f"{_checked(i, t, name, fmt)} AS {q}")
+    if t.id in NESTED_TYPES and (fmt == "csv" or t.id in ("union", "variant")):
+        return duckdb.SQLExpression(f"to_json(#{i})::VARCHAR AS {q}")
+    if t.id in NESTED_TYPES:
+        target = _text_leaves(t)
+        return None if target is None else duckdb.SQLExpression(f"#{i}").cast(target).alias(name)
+    return duckdb.SQLExpression(f"#{i}::VARCHAR AS {q}")
+
+
 def _printable(rel: duckdb.DuckDBPyRelation, nested_as_json: bool) -> duckdb.DuckDBPyRelation:
-    """The relation with the columns Polars cannot write as text (and with `nested_as_json`,
-    nested columns as JSON text, for CSV)."""
+    """The relation as it is written as CSV (`nested_as_json`: nested columns as JSON text) or
+    JSON: the columns Polars would not write exactly as DuckDB's text, times checked."""
     names = _unique(rel.columns)
+    fmt = "csv" if nested_as_json else "json"
     # columns by position: two of one name (`SELECT a.x, b.x`) are two columns, each its own
     # (by name, both were the first: adversarial review)
     changed = names != rel.columns
     cols = []
     for i, (c, t) in enumerate(zip(names, rel.types, strict=True), 1):
+        col = _column(i, t, c, fmt)
+        changed = changed or col is not None
         q = '"' + c.replace('"', '""') + '"'
-        if nested_as_json and t.id in NESTED_TYPES:
-            cols.append(duckdb.SQLExpression(f"to_json(#{i})::VARCHAR AS {q}"))
-        elif t.id in AS_TEXT_TYPES:
-            cols.append(duckdb.SQLExpression(f"#{i}::VARCHAR AS {q}"))
-        else:
-            cols.append(duckdb.SQLExpression(f"#{i} AS {q}"))
-            continue
-        changed = True
+        cols.append(col if col is not None else duckdb.SQLExpression(f"#{i} AS {q}"))
     return rel.select(*cols) if changed else rel
 
 
@@ -698,39 +869,46 @@ def _unique(names: list[str]) -> list[str]:
     return out
 
 
+def _batches(rel: duckdb.DuckDBPyRelation, fmt: str):
+    """The text of a result as CSV or JSON (an array of row objects), in pieces of BATCH_ROWS
+    rows; each piece is made before any of it is written."""
+    reader = _printable(rel, nested_as_json=fmt == "csv").to_arrow_reader(BATCH_ROWS)
+    names = _unique(reader.schema.names)
+    first = True
+    for batch in reader:
+        df = pl.from_arrow(batch.rename_columns(names))
+        if fmt == "csv":
+            yield df.write_csv(include_header=first)
+        elif df.height:
+            yield ("[" if first else ",") + df.write_json()[1:-1]
+        else:
+            continue
+        first = False
+    if fmt == "csv" and first:
+        yield pl.from_arrow(reader.schema.empty_table().rename_columns(names)).write_csv()
+    if fmt == "json":
+        yield "[]\n" if first else "]\n"
+
+
 def write_result(rel: duckdb.DuckDBPyRelation, fmt: str, out) -> None:
     """Print a result as a table (DuckDB's box, at most 200 rows shown), CSV or JSON (an array
     of row objects). CSV and JSON are streamed BATCH_ROWS rows at a time, so a large result
-    never sits whole in this process's memory. SqlError (one message) if DuckDB fails."""
+    never sits whole in this process's memory. SqlError (one message) if DuckDB fails, or for
+    a time Polars cannot write (infinity); a column of another type Polars would not write
+    exactly is DuckDB's text of it (`_printable`). JSON has no NaN or infinite numbers: a float
+    that is one is null there (NaN, inf in CSV)."""
     try:
         if fmt == "table":
             rel.show(max_width=200, max_rows=200)
             return
-        reader = _printable(rel, nested_as_json=fmt == "csv").to_arrow_reader(BATCH_ROWS)
-        first = True
-        if fmt == "json":
-            out.write("[")
-        names = _unique(reader.schema.names)
-        for batch in reader:
-            df = pl.from_arrow(batch.rename_columns(names))
-            if fmt == "csv":
-                out.write(df.write_csv(include_header=first))
-            elif df.height:
-                out.write(("" if first else ",") + df.write_json()[1:-1])
-            else:
-                continue
-            first = False
-        if fmt == "csv" and first:
-            empty = reader.schema.empty_table().rename_columns(names)
-            out.write(pl.from_arrow(empty).write_csv())
-        if fmt == "json":
-            out.write("]\n")
+        for text in _batches(rel, fmt):
+            out.write(text)
     except duckdb.Error as e:
         raise SqlError(error_text(e, context=False)) from None
     except BrokenPipeError:  # `sql … | head`: the reader has gone (the CLI exits quietly)
         raise
     except pl.exceptions.PanicException as e:
-        # a value Polars cannot take or write as text (an infinite date): one line, not a
+        # a value Polars cannot take or write as text, past `_printable`: one line, not a
         # panic's traceback (adversarial review)
         why = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise SqlError(
