@@ -427,23 +427,32 @@ def test_concurrent_runs_of_one_day_leave_one_runs_tables(tmp_path):
 
 def test_a_run_waits_for_the_day_another_writer_holds(tmp_path):
     """Deterministic: while the day's lock is held (as another run holds it), a run of that day
-    writes nothing; when it is released, the run completes."""
+    writes nothing and says it waits (without --verbose: a silent terminal looked hung); when
+    it is released, the run completes. The run's lines are read until it says so (a fixed
+    sleep was shorter than the run's start on a loaded machine)."""
     import time
 
     day_file(tmp_path / "raw" / "n1_2024-01-10.prom")
     env = cli_env(tmp_path)
     cli("init-instance", env=env)
     lake = Lake(tmp_path / "lake")
+    waits = f"{D}: waiting for another run writing this day in {lake.root} to finish"
+    lines: list[str] = []
     with lake.day_locks([D]):
         p = start_materialize(D, tmp_path / "raw", lake.root, env)
-        time.sleep(8)  # long enough for an unlocked run of this tiny day to finish
-        assert p.poll() is None, p.communicate()[0]
+        deadline = time.monotonic() + 240
+        while not any(waits in ln for ln in lines) and time.monotonic() < deadline:
+            line = p.stdout.readline()
+            if not line:  # the run ended without waiting
+                break
+            lines.append(line)
+        assert any(waits in ln for ln in lines), "".join(lines)
+        time.sleep(2)  # still waiting, nothing written
+        assert p.poll() is None, "".join(lines) + p.communicate()[0]
         assert not lake.exists("gpu_samples", D) and not lake.exists("gpu_minutes", D)
-    out = p.communicate(timeout=300)[0]
+    out = "".join(lines) + p.communicate(timeout=300)[0]
     assert p.returncode == 0, out
     assert lake.read("gpu_minutes", D).height == 30
-    # the wait is said without --verbose (a silent terminal looked hung)
-    assert f"{D}: waiting for another run writing this day in {lake.root} to finish" in out, out
 
 
 def test_a_run_left_started_by_a_killed_process_is_marked_failed(tmp_path):
