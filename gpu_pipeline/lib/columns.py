@@ -99,8 +99,11 @@ COLUMNS: dict[str, str] = {
     "avg_efficiency_gap_pct": "mean utilization - RFU, points",
     "avg_realized_tflops": "mean realized TFLOPS per GPU",
     "bottlenecked_day": ">= 60 active minutes and >= 50 % of them bottlenecked",
-    "energy_kwh": "energy drawn, kWh (power x time); null: no power reading",
-    "idle_energy_kwh": "energy drawn in idle minutes, kWh; null: no power reading",
+    "energy_wh": "energy the physical GPU drew in the minute, Wh: the energy counter's increase "
+    "since the GPU's previous minute row (covering a gap), else mean power x 1 minute; null: "
+    "neither",
+    "energy_kwh": "energy drawn, kWh (the minutes' energy_wh summed); null: no energy reading",
+    "idle_energy_kwh": "energy drawn in idle minutes, kWh; null: no energy reading",
     "gpus": "distinct physical GPUs",
     "gpu_minutes": "GPU-minutes in the group (a physical GPU counted once)",
     "pct_idle": "% of GPU-minutes idle",
@@ -173,8 +176,8 @@ COLUMNS: dict[str, str] = {
     "main_diagnosis": "diagnosis of most of the GPU-time (idle included, weighted by GPU share)",
     "top_action": "the action (SPEC vocabulary) recovering the most wasted GPU time, by the "
     "recommendation rules on the group's own numbers; null: none fires (spot is not one)",
-    "energy_usd": "cost of the energy at the cluster's electricity rate; null: no power",
-    "co2_kg": "CO2 of the energy at the cluster's grid intensity, kg; null: no power",
+    "energy_usd": "cost of the energy at the cluster's electricity rate; null: no energy reading",
+    "co2_kg": "CO2 of the energy at the cluster's grid intensity, kg; null: no energy reading",
 }
 
 # where a name means something narrower in one table
@@ -195,7 +198,7 @@ BY_TABLE: dict[tuple[str, str], str] = {
     ("namespace_monthly", "avg_rfu_pct"): "mean RFU over the month's GPU-hours that have one "
     "(a power reading and a max power), %",
     ("namespace_monthly", "energy_kwh"): "energy drawn over the month, kWh (a MIG instance: its "
-    "slices' share); null: no power reading",
+    "slices' share); null: no energy reading",
 }
 
 

@@ -3,7 +3,7 @@
 A minute's cost is its price per GPU-hour x its share of the physical GPU / 60, split with
 nothing counted twice into productive, idle, stall and headroom waste (`minute_costs`); a MIG
 GPU's price is allocated to its instances' namespaces by slice share, the free slices being idle
-waste of the GPU's owner (`allocated_minutes`), and so is its energy (`with_gpu_power`). Staging
+waste of the GPU's owner (`allocated_minutes`), and so is its energy (`with_gpu_energy`). Staging
 sums these per minute run (`staging/minute_runs.py`); `priced_waste`, `namespace_efficiency`,
 `workload_efficiency` and `recommendations` read them; a group's summed money becomes its waste
 and run rates in one place (`priced_rates`).
@@ -114,26 +114,38 @@ def allocated_minutes(minutes: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def with_gpu_power(minutes: pl.LazyFrame) -> pl.LazyFrame:
-    """Minutes with `_gpu_power_w`: the power of the row's physical GPU in that minute.
+def minute_energy_wh(columns: list[str]) -> pl.Expr:
+    """A minute's `energy_wh` (docs/metrics.md, Energy). A minute stored before the column
+    existed (an older lake's day: no column, or null in a frame joined with newer days) has
+    mean power x 1 minute, as it was; a minute computed now with a null `energy_wh` has no
+    power reading either, so the fallback changes none of them."""
+    by_power = pl.col("power_w") / 60.0
+    if "energy_wh" in columns:
+        return pl.coalesce(pl.col("energy_wh"), by_power)
+    return by_power
 
-    A MIG instance has no power of its own (power cannot be split among instances; the device's
-    power is kept once, on the physical GPU's row): its row takes the physical GPU's, so that
-    weighted by `gpu_share` like the price, the GPU's energy is allocated to its instances'
-    namespaces by slice share and the free slices keep the rest. A whole GPU's row keeps its own.
+
+def with_gpu_energy(minutes: pl.LazyFrame) -> pl.LazyFrame:
+    """Minutes with `_gpu_energy_wh`: the energy of the row's physical GPU in that minute, Wh.
+
+    A MIG instance has no energy of its own (power and the energy counter are device-level:
+    kept once, on the physical GPU's row): its row takes the physical GPU's, so that weighted
+    by `gpu_share` like the price, the GPU's energy is allocated to its instances' namespaces
+    by slice share and the free slices keep the rest. A whole GPU's row keeps its own.
     """
+    energy = minute_energy_wh(minutes.collect_schema().names())
     device = minutes.filter(mig_unallocated()).select(
-        "gpu_uuid", "minute", pl.col("power_w").alias("_device_power_w")
+        "gpu_uuid", "minute", energy.alias("_device_energy_wh")
     )
     return (
         minutes.join(device, on=["gpu_uuid", "minute"], how="left", maintain_order="left")
         .with_columns(
             pl.when(PHYSICAL)
-            .then(pl.col("power_w"))
-            .otherwise(pl.coalesce("_device_power_w", "power_w"))
-            .alias("_gpu_power_w")
+            .then(energy)
+            .otherwise(pl.coalesce(pl.col("_device_energy_wh"), energy))
+            .alias("_gpu_energy_wh")
         )
-        .drop("_device_power_w")
+        .drop("_device_energy_wh")
     )
 
 
@@ -165,10 +177,10 @@ def priced_rates(groups: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def allocated_kwh() -> pl.Expr:
-    """A minute's energy as its namespace owns it, kWh: the physical GPU's power x the row's GPU
-    share (a MIG instance: its slices of the GPU's power; the free slices: the rest, on the
-    GPU's row). Needs `with_gpu_power` and `allocated_minutes`' `_w`."""
-    return pl.col("_gpu_power_w") * pl.col("_w") / 60.0 / 1000.0
+    """A minute's energy as its namespace owns it, kWh: the physical GPU's energy x the row's GPU
+    share (a MIG instance: its slices of the GPU's energy; the free slices: the rest, on the
+    GPU's row). Needs `with_gpu_energy` and `allocated_minutes`' `_w`."""
+    return pl.col("_gpu_energy_wh") * pl.col("_w") / 1000.0
 
 
 def cents(e: pl.Expr) -> pl.Expr:

@@ -97,6 +97,8 @@ GPU_MINUTES_SCHEMA: dict[str, pl.DataType] = {
     "gpu_util_pct": pl.Float64,
     "util_source": UTIL_SOURCE_ENUM,
     "power_w": pl.Float64,
+    # the physical GPU's energy in the minute, Wh: the energy counter's increase, else power x 1 min
+    "energy_wh": pl.Float64,
     "max_power_w": pl.Float64,
     "max_power_basis": POWER_BASIS_ENUM,
     "pif": pl.Float64,

@@ -8,7 +8,7 @@ from gpu_pipeline.lib.money import (
     allocated_kwh,
     allocated_minutes,
     weighted_sums,
-    with_gpu_power,
+    with_gpu_energy,
 )
 from gpu_pipeline.lib.reference import energy_rates, load_energy
 from gpu_pipeline.lib.rules import DEFAULT, DIAGNOSIS_ENUM, Thresholds
@@ -28,8 +28,8 @@ DIAGNOSIS_VALUES = [None, *DIAGNOSIS_ENUM.categories.to_list()]
 
 
 def _energies(energy: pl.DataFrame | None) -> dict[str, pl.Expr]:
-    """A minute's energy as its namespace owns it (allocated like cost), its idle part, and its
-    dollars and CO2 at the cluster's rates."""
+    """A minute's energy (`energy_wh`) as its namespace owns it (allocated like cost), its idle
+    part, and its dollars and CO2 at the cluster's rates."""
     usd_per_kwh, co2_per_kwh = energy_rates(
         load_energy() if energy is None else energy, pl.col("cluster")
     )
@@ -44,7 +44,7 @@ def _energies(energy: pl.DataFrame | None) -> dict[str, pl.Expr]:
 
 def _gpu_sums(energies: dict[str, pl.Expr], t: Thresholds) -> list[pl.Expr]:
     """What a GPU's allocated minutes add to their namespace: weights, weighted sums, active
-    diagnosis counts, money and energy (and whether any minute has a price, a power)."""
+    diagnosis counts, money and energy (and whether any minute has a price, an energy)."""
     active = pl.col("gpu_util_pct") >= t.idle_below
     w, diagnosis = pl.col("_w"), pl.col("diagnosis")
     return [
@@ -60,13 +60,14 @@ def _gpu_sums(energies: dict[str, pl.Expr], t: Thresholds) -> list[pl.Expr]:
             for i, v in enumerate(DIAGNOSIS_VALUES)
         ],
         # a sum over minutes none of which has the input is unknown (null), not 0: a namespace
-        # on models without a price has no cost, one whose exporter sends no power no energy
+        # on models without a price has no cost, one whose exporter sends neither power nor the
+        # energy counter no energy
         pl.col("cost_usd").is_not_null().any().alias("_priced"),
         pl.col("cost_usd").sum(),
         (pl.col("idle_waste_usd") + pl.col("stall_waste_usd") + pl.col("headroom_waste_usd"))
         .sum()
         .alias("waste_usd"),
-        pl.col("_gpu_power_w").is_not_null().any().alias("_powered"),
+        pl.col("_gpu_energy_wh").is_not_null().any().alias("_powered"),
         *[e.sum().alias(name) for name, e in energies.items()],
     ]
 
@@ -111,14 +112,14 @@ def namespace_efficiency(
     Minutes are weighted by their GPU share (a MIG instance by its slices), so GPU-hours and
     means count a physical GPU once however it is split among namespaces. Each GPU's share of a
     namespace (weights, weighted sums, counts, money, energy) is summed a chunk of GPUs at a
-    time (`by_gpu_chunks`; a MIG instance's power is its physical GPU's, in the same chunk),
+    time (`by_gpu_chunks`; a MIG instance's energy is its physical GPU's, in the same chunk),
     then the GPUs' sums are added up per namespace.
     """
     energies = _energies(energy)
     per_gpu = by_gpu_chunks(
         minutes,
         lambda m: (
-            allocated_minutes(with_gpu_power(m))
+            allocated_minutes(with_gpu_energy(m))
             .group_by("date", "namespace", "gpu_uuid", maintain_order=True)
             .agg(_gpu_sums(energies, t))
         ),

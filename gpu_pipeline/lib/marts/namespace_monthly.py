@@ -21,7 +21,7 @@ from datetime import date, datetime, timedelta
 import polars as pl
 
 from gpu_pipeline.lib.marts.priced_waste import priced_total
-from gpu_pipeline.lib.money import MONEY, allocated_kwh, allocated_minutes, with_gpu_power
+from gpu_pipeline.lib.money import MONEY, allocated_kwh, allocated_minutes, with_gpu_energy
 from gpu_pipeline.lib.samples import collect_stable
 from gpu_pipeline.lib.schemas import TABLES, to_contract
 from gpu_pipeline.lib.staging.chunked import DEFAULT_CHUNKING, Chunking, by_gpu_chunks
@@ -48,7 +48,8 @@ def parse_month(text: str) -> date:
 
 
 def namespace_usage(minutes: pl.LazyFrame, chunking: Chunking = DEFAULT_CHUNKING) -> pl.LazyFrame:
-    """A day's gpu_minutes -> day x cluster x namespace: `energy_kwh` (null: no power reading),
+    """A day's gpu_minutes -> day x cluster x namespace: `energy_kwh` (the minutes' `energy_wh`
+    allocated as namespace_efficiency allocates it; null: none has one),
     and `_rfu_sum` / `_rfu_weight`, the GPU-share-weighted sum of RFU and the weight of the
     minutes that have one (namespace_efficiency's `avg_rfu_pct` is their ratio). Each GPU's
     sums are taken a chunk of GPUs at a time (`by_gpu_chunks`), then added up."""
@@ -57,10 +58,10 @@ def namespace_usage(minutes: pl.LazyFrame, chunking: Chunking = DEFAULT_CHUNKING
         minutes,
         # only the columns these sums need are read (Polars prunes the rest of the minute's costs)
         lambda m: (
-            allocated_minutes(with_gpu_power(m))
+            allocated_minutes(with_gpu_energy(m))
             .group_by("date", *KEYS, "gpu_uuid", maintain_order=True)
             .agg(
-                pl.col("_gpu_power_w").is_not_null().any().alias("_powered"),
+                pl.col("_gpu_energy_wh").is_not_null().any().alias("_powered"),
                 allocated_kwh().sum().alias("energy_kwh"),
                 (pl.col("rfu_pct") * pl.col("_w")).filter(has_rfu).sum().alias("_rfu_sum"),
                 pl.col("_w").filter(has_rfu).sum().alias("_rfu_weight"),

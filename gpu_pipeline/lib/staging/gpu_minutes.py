@@ -8,6 +8,7 @@ import functools
 import numpy as np
 import polars as pl
 
+from gpu_pipeline.lib.fields import BY_COLUMN
 from gpu_pipeline.lib.reference import model_key
 from gpu_pipeline.lib.rules import (
     CLASS_ENUM,
@@ -288,12 +289,20 @@ def diagnosis_expr(t: Thresholds = DEFAULT, d: DiagnosisThresholds = DIAGNOSIS) 
 
 _ATTRS = ("hostname", "cluster", "namespace", "pod", "hpc_job", "gpu_model", "gpu_instance_profile")
 # read beside the means: MIG graphics-engine activity, the minute's hottest reading, the day's
-# highest power limit (the max-power fallback)
+# highest power limit (the max-power fallback), the energy counter's last reading (mJ)
 _GR, _TEMP, _LIMIT = "prof_gr_engine_active", "gpu_temp_c", "power_limit_w"
+_COUNTER = "energy_mj"
 # every gpu_samples column gpu_minutes reads (`to_minutes`, `rows_as_minutes`): a staging chunk
 # reads these and no others (a lake's day holds ~54 columns, of which ~30 never reach a minute:
 # reading them cost time and a third of a chunk's memory; benchmarks/README.md, issue 34)
-INPUT_COLUMNS = ("date", *SAMPLE_ORDER, *_ATTRS, *_MEAN_FIELDS, _GR, _TEMP, _LIMIT)
+INPUT_COLUMNS = ("date", *SAMPLE_ORDER, *_ATTRS, *_MEAN_FIELDS, _GR, _TEMP, _LIMIT, _COUNTER)
+
+# the energy counter (DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, mJ) -> Wh
+MJ_PER_WH = 3.6e6
+# a counter's increase is believed up to this many times the GPU's max power over the time it
+# covers; without a max power, up to the highest power a reading may have (lib/fields.py)
+COUNTER_PLAUSIBLE_X = 1.5
+COUNTER_PLAUSIBLE_W = float(BY_COLUMN["power_w"].hi)
 
 
 # what the model lookup adds to every minute (a made-up physical row copies them too)
@@ -305,6 +314,10 @@ def to_minutes(samples: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
     means, maxima, last attributes, and how many of the minute's utilization samples fell in
     each phase (`_s_<phase>`, `_s_n`: the sub-minute phase shares)."""
     sample_phase = phase_expr(pl.col("gpu_util_pct"), t)
+    # the minute's last reading of the energy counter (samples without the column have none)
+    counter = [pl.col(_COUNTER).drop_nulls().last().alias("_energy_mj")]
+    if _COUNTER not in samples.collect_schema().names():
+        counter = []
     return (
         samples.with_columns(floor_ms(pl.col("timestamp"), MINUTE_MS).alias("minute"))
         .group_by(*GPU_KEY, "minute", maintain_order=True)
@@ -318,6 +331,7 @@ def to_minutes(samples: pl.LazyFrame, t: Thresholds = DEFAULT) -> pl.LazyFrame:
             pl.col(_GR).mean().alias("_gr"),
             pl.col(_TEMP).max(),
             pl.col(_LIMIT).max().alias("_limit"),
+            *counter,
         )
     )
 
@@ -344,6 +358,8 @@ def rows_as_minutes(samples: pl.LazyFrame) -> pl.LazyFrame:
         col(_GR).alias("_gr"),
         col(_TEMP),
         col(_LIMIT).alias("_limit"),
+        # not a column of nulls where the samples have no counter (a minute export without it)
+        *([pl.col(_COUNTER).alias("_energy_mj")] if _COUNTER in have else []),
     )
 
 
@@ -399,7 +415,7 @@ def _model_entries(
 
 def _with_models(
     per_minute: pl.LazyFrame, catalog: pl.DataFrame, prices: pl.DataFrame
-) -> tuple[pl.LazyFrame, bool]:
+) -> tuple[pl.DataFrame, bool]:
     """Every row with its model's catalog entry and price, in row order, and whether every row's
     model is in the catalog with its max power. Rows come GPU by GPU, so the model changes
     rarely: the entry is looked up once per run of equal model names and repeated over the run
@@ -420,19 +436,51 @@ def _with_models(
     cataloged = entries.get_column("_cat_power").null_count() == 0
     return pm.with_columns(
         [_repeat(entries.get_column(c), lengths) for c in entries.columns]
-    ).lazy(), cataloged
+    ), cataloged
+
+
+def _counter_increase(pm: pl.DataFrame) -> pl.LazyFrame:
+    """Rows (in SAMPLE_ORDER: a GPU key's minutes together, in time order) with the energy
+    counter's increase since the key's previous row, Wh (`_e_wh`; null on a key's first row or
+    without both readings), and the minutes since that row (`_e_min`). The previous row may be
+    minutes earlier: the increase then covers the minutes no row shows. Taken before a MIG
+    GPU's made-up physical rows are added (they read no counter, so they would cut the span)."""
+    same = pl.col("gpu_uuid").eq_missing(pl.col("gpu_uuid").shift()) & pl.col(
+        "gpu_instance_id"
+    ).eq_missing(pl.col("gpu_instance_id").shift())
+    e, minute = pl.col("_energy_mj"), pl.col("minute").dt.epoch("ms")
+    return pm.lazy().with_columns(
+        pl.when(same).then((e - e.shift()) / MJ_PER_WH).alias("_e_wh"),
+        pl.when(same).then((minute - minute.shift()) / MINUTE_MS).alias("_e_min"),
+    )
+
+
+def energy_expr(counted: bool) -> pl.Expr:
+    """`energy_wh`, the energy the physical GPU drew in the minute: the counter's increase since
+    the key's previous row (`_counter_increase`) where it is >= 0 (a driver reload resets the
+    counter) and plausible (at most COUNTER_PLAUSIBLE_X x max power, or COUNTER_PLAUSIBLE_W
+    without one, over the minutes it covers); otherwise mean power x 1 minute (null without a
+    power reading). `counted`: some row has a counter reading (without one, power alone)."""
+    by_power = pl.col("power_w") / 60.0
+    if not counted:
+        return by_power.alias("energy_wh")
+    watts = pl.coalesce(COUNTER_PLAUSIBLE_X * pl.col("max_power_w"), pl.lit(COUNTER_PLAUSIBLE_W))
+    increase = pl.col("_e_wh")
+    plausible = (increase >= 0.0) & (increase <= watts * pl.col("_e_min") / 60.0)
+    return pl.when(plausible).then(increase).otherwise(by_power).alias("energy_wh")
 
 
 @functools.cache
 def _metric_stages(
-    t: Thresholds, d: DiagnosisThresholds, cataloged: bool
+    t: Thresholds, d: DiagnosisThresholds, cataloged: bool, counted: bool
 ) -> tuple[tuple[pl.Expr, ...], ...]:
     """The metric stack over the per-minute rows with their model entries: the column lists
     `gpu_minutes` adds one after another (each reads the ones before). Built once per
     thresholds, not once per chunk: building ~200 expressions in Python was most of a chunk's
     fixed cost (benchmarks/README.md, issue 34). Expressions are immutable: the same tuples
     serve every query. `cataloged`: every row's model has a catalog max power (the fallback,
-    the GPU's highest power limit of the day, is then not computed)."""
+    the GPU's highest power limit of the day, is then not computed); `counted`: some row has an
+    energy counter reading (`energy_expr`)."""
     day_limit = pl.lit(None, pl.Float64) if cataloged else pl.col("_limit").max().over("gpu_uuid")
     mig_instance = pl.col("gpu_instance_id").is_not_null()
     row_note = pl.concat_str(
@@ -460,7 +508,10 @@ def _metric_stages(
             .then(pl.lit(dtype=POWER_BASIS_ENUM, value="power_limit"))
             .alias("max_power_basis"),
         ),
-        ((pl.col("power_w") / pl.col("max_power_w")).clip(0.0, 1.0).alias("pif"),),
+        (
+            (pl.col("power_w") / pl.col("max_power_w")).clip(0.0, 1.0).alias("pif"),
+            energy_expr(counted),
+        ),
         (
             (pl.col("achievable_tflops") * pl.col("pif")).alias("realized_tflops"),
             (pl.col("pif") * 100.0).alias("rfu_pct"),
@@ -507,10 +558,12 @@ def gpu_minutes(
     if not presorted:
         samples = samples.sort(*SAMPLE_ORDER, nulls_last=False)
     per_minute = rows_as_minutes(samples) if already_minutes else to_minutes(samples, t)
-    per_minute, cataloged = _with_models(per_minute, catalog, prices)
-    per_minute = _utilization(per_minute, mig=mig)
-    m = per_minute
-    for stage in _metric_stages(t, d, cataloged):
+    pm, cataloged = _with_models(per_minute, catalog, prices)
+    # the counter's increases only where the chunk has a reading of it (nvidia-smi has none,
+    # nor most exporters' defaults): a chunk without one pays nothing for them
+    counted = "_energy_mj" in pm.columns and pm.get_column("_energy_mj").null_count() < pm.height
+    m = _utilization(_counter_increase(pm) if counted else pm.lazy(), mig=mig)
+    for stage in _metric_stages(t, d, cataloged, counted):
         m = m.with_columns(stage)
     return to_contract(m, "gpu_minutes")
 

@@ -9,7 +9,7 @@ import functools
 import numpy as np
 import polars as pl
 
-from gpu_pipeline.lib.money import MONEY, minute_costs
+from gpu_pipeline.lib.money import MONEY, minute_costs, minute_energy_wh
 from gpu_pipeline.lib.rules import (
     CLASS_ENUM,
     DEFAULT,
@@ -72,13 +72,14 @@ RUNS_SCHEMA = {
 
 def _sums(columns: list[str]) -> dict[str, pl.Expr]:
     """What each minute adds to its run's sums, by run column (null adds nothing)."""
-    energy = pl.col("power_w").fill_null(0.0) / 60.0  # Wh of the minute
+    energy = minute_energy_wh(columns).fill_null(0.0)  # Wh of the minute
     return {
         "_share": pl.col("gpu_share").fill_null(1.0),
         **{f"_sum_{c}": pl.col(c).fill_null(0.0) for c in HOURLY_MEANS},
         # sub-minute phase shares summed: the hourly phase shares
         **{f"_sh_{p}": phase_share(columns, p).fill_null(0.0) for p in PHASES},
-        # energy of the physical GPU (instance rows repeat its power): mean W x 1 min
+        # energy of the physical GPU, on its row (`energy_wh`: the counter's increase, else
+        # mean W x 1 min; an instance's row would count the GPU again)
         "_energy_wh": pl.when(PHYSICAL).then(energy).otherwise(0.0),
         "_idle_energy_wh": pl.when(PHYSICAL & pl.col("phase").eq_missing("idle"))
         .then(energy)
