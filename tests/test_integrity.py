@@ -203,7 +203,7 @@ def test_sql_refuses_a_folder_that_is_not_a_lake_and_writes_nothing(tmp_path):
     before = sorted(p.name for p in secret.rglob("*"))
     for lake in (secret, Path("/")):
         p = cli("sql", "--lake", str(lake), "SELECT 1", env=cli_env(tmp_path), check=False)
-        assert p.returncode == 2 and "is not a gpu_pipeline lake" in p.stdout, p.stdout
+        assert p.returncode == 2 and "is not a gpu_pipeline lake" in p.stderr, p.stdout + p.stderr
     assert sorted(p.name for p in secret.rglob("*")) == before
 
 
@@ -214,7 +214,7 @@ def test_sql_cannot_read_beyond_the_tables(lake):
         f"SELECT count(*) FROM read_parquet('{root}/_ingest_cache/*/samples-*.parquet')",
     ):
         p = cli("sql", "--lake", str(root), sql, env=cli_env(lake), check=False)
-        assert p.returncode == 2 and "Permission Error" in p.stdout, p.stdout
+        assert p.returncode == 2 and "Permission Error" in p.stderr, p.stdout + p.stderr
 
 
 # --- 2. the ingest cache keys and checks itself by content ---------------------------------------

@@ -132,6 +132,14 @@ class ParsedLines:
     # a CSV header written again in this piece's rows: the header the file's next piece is read
     # with (`PieceParse`)
     last_header: str | None = None
+    # a CSV loop log without identity columns: the loop (GPUs an iteration, the gap between
+    # iterations) this piece ends in, which the file's next piece continues (`Context.loop`)
+    loop: tuple | None = None
+    # the GPUs (UUIDs) whose device-level fields the file gives on a MIG instance's label set,
+    # once per instance as dcgm-exporter does (`formats.common.mig_gpus`): the parse re-keys them
+    # to the GPU, and their repeats of one time in this file are one reading
+    # (`gpu_samples._mig_repeats`), even where the file gives nothing else of the instances
+    mig_gpus: list[str] = field(default_factory=list)
 
     def unkeyed(self) -> ParsedLines:
         """These lines with their samples in the long form (`LONG_SCHEMA`)."""

@@ -39,7 +39,7 @@ from gpu_pipeline.lib.ingest.shared_cache import SharedCache, plain_name
 from gpu_pipeline.lib.samples import LONG_SCHEMA, SERIES_SCHEMA, ParsedLines
 
 # bump when parsing changes what a file yields, so cached parses are redone
-PARSER_VERSION = "p15"  # p15: a JSON Lines file cut short after whole answers keeps them (the tail one quarantined record); p14: nvidia-smi dmon -o DT; a header.csv for rows that do not start with a time; a CSV header written again starts a part read by it; a per-process listing refused; `[N/A]` attributes absent; `instance` tells hosts apart; XML loop logs and several JSON answers in a file; gzipped UTF-16; p13: a line that starts with `}` is quarantined, not skipped; a file in pieces decides its times once; times that name their zone, in CSV or a file name, and a local hour repeated at the end of summer time; p12: of one alias written twice on a series, the first written
+PARSER_VERSION = "p18"  # p18: lines above a file's content that no format reads (a banner, `curl -i`'s head) are quarantined records and the rest is read; a file rejected whole while read in pieces is filed on the days its text names, with its head; a row whose time does not parse on the day it names; p17: an nvidia-smi CSV loop log without identity columns decides its loop over the parts under one header, a restart's part and a later piece too short to show it taking the one seen; p16: a parse names the GPUs whose device-level fields it gives on MIG instances' label sets (meta.json `mig_gpus`); p15: a JSON Lines file cut short after whole answers keeps them (the tail one quarantined record); p14: nvidia-smi dmon -o DT; a header.csv for rows that do not start with a time; a CSV header written again starts a part read by it; a per-process listing refused; `[N/A]` attributes absent; `instance` tells hosts apart; XML loop logs and several JSON answers in a file; gzipped UTF-16; p13: a line that starts with `}` is quarantined, not skipped; a file in pieces decides its times once; times that name their zone, in CSV or a file name, and a local hour repeated at the end of summer time; p12: of one alias written twice on a series, the first written
 # a cached parse keeps its samples by UTC day, then GPU, then time: a day's run reads only that
 # day's row groups of a file, and assembling a day a range of GPUs at a time
 # (`gpu_samples.DayAssembly`) only the row groups of the range (a GPU-day of 30 s samples of
@@ -166,6 +166,9 @@ class ParsedFile:
     columns_ignored: list[str] = field(default_factory=list)
     fields: list[str] = field(default_factory=list)
     skip_reason: str | None = None  # why a listed file was not read (hidden)
+    # the GPUs whose device-level fields the file gives on MIG instances' label sets
+    # (`ParsedLines.mig_gpus`): their repeats of one time in this file are one reading
+    mig_gpus: list[str] = field(default_factory=list)
 
     # the file as a whole was rejected: refused, unreadable, of no known format, or given up
     # on by its parser (one record, quarantined on the days it names)
@@ -320,6 +323,7 @@ def _uncached(lf: LandingFile, fmt: str, parsed) -> ParsedFile:
         quarantine=parsed.quarantine.lazy(),
         skip_reason=lf.skipped,
         rejected_whole=parsed.rejected_whole,
+        mig_gpus=parsed.mig_gpus,
     )
 
 
@@ -396,6 +400,7 @@ def _meta(lf: LandingFile, pieces: tuple, tmp: Path) -> dict:
         },
         "columns_ignored": parsed.columns_ignored,
         "fields": parsed.fields,
+        "mig_gpus": parsed.mig_gpus,
         # what was parsed: the content's hash and size as read
         "file_sha256": lf.sha256,
         "file_bytes": lf.size,
@@ -463,6 +468,7 @@ def _write_pieces(parts, folder: Path) -> tuple[str, ParsedLines, dict, list[str
             parsed.columns_ignored,
             parsed.fields,
             parsed.rejected_whole,
+            mig_gpus=parsed.mig_gpus,
         )
         counts.append((fmt, empty))
         del parsed
@@ -580,7 +586,7 @@ def _meta_ok(meta: object) -> bool:
         and _counts(m.get("rows_by_day"))
         and _counts(m.get("records_by_day"), blank=True)
         and isinstance(m.get("origin"), str | None)
-        and all(_strings(m.get(k, [])) for k in ("columns_ignored", "fields"))
+        and all(_strings(m.get(k, [])) for k in ("columns_ignored", "fields", "mig_gpus"))
         and isinstance(m.get("rejected_whole", False), bool)
     )
 
@@ -678,6 +684,7 @@ def _from_meta(lf: LandingFile, cdir: Path, meta: dict) -> ParsedFile:
         columns_ignored=meta.get("columns_ignored", []),
         fields=meta.get("fields", []),
         rejected_whole=meta.get("rejected_whole", False),
+        mig_gpus=meta.get("mig_gpus", []),
     )
 
 

@@ -89,6 +89,12 @@ class DayAssembly:
 
         self.files, self.day = files, day
         self.max_rows = max_rows or Chunking().rows
+        # the GPUs each file gives device-level fields of on MIG instances' label sets
+        marked = [(o, u) for o, pf in enumerate(files) for u in pf.mig_gpus]
+        self._mig = pl.DataFrame(
+            {"file_order": [o for o, _ in marked], "gpu_uuid": [u for _, u in marked]},
+            schema={"file_order": pl.Int32, "gpu_uuid": pl.String},
+        )
         self._counts: list[pl.DataFrame] = []
         self._conflicts: list[pl.DataFrame] = []
         self.chunks = 0
@@ -194,7 +200,7 @@ class DayAssembly:
         has_dup = bool(long.get_column("dup").any())
         if has_dup:  # which copy is first depends on the order
             long = long.sort("file_order", "line").with_columns(dup)
-            long = _with_first_copy(long)
+            long = _with_first_copy(long, self._mig)
         wide = bool(long.get_column("_wide").any())
         records = _wide_records(long, has_dup) if wide else None
         if has_dup:
@@ -218,12 +224,13 @@ class DayAssembly:
         return day_ingest_log(self.files, self.day, self._counts, quarantine)
 
 
-def _with_first_copy(long: pl.DataFrame) -> pl.DataFrame:
+def _with_first_copy(long: pl.DataFrame, mig: pl.DataFrame) -> pl.DataFrame:
     """Duplicates marked (`dup`, the rows in file then line order): each sample's first copy's
     value and file (`_first_value`, `_first_file`), and `_conflict`, a duplicate with another
     value: two exporters disagree. The first file in path order wins; the other value is
     quarantined with both (`_conflicts`), not counted as a duplicate. A MIG GPU's device-level
-    repeats within a file are one reading, not conflicts (`_mig_repeats`)."""
+    repeats within a file are one reading, not conflicts (`_mig_repeats`; `mig`: the files'
+    MIG GPUs, `file_order` and `gpu_uuid`)."""
     first = pl.struct(*SAMPLE_KEY)
     long = long.with_columns(
         pl.col("value").first().over(first).alias("_first_value"),
@@ -231,10 +238,10 @@ def _with_first_copy(long: pl.DataFrame) -> pl.DataFrame:
     ).with_columns(
         (pl.col("dup") & pl.col("value").ne_missing(pl.col("_first_value"))).alias("_conflict")
     )
-    return _mig_repeats(long)
+    return _mig_repeats(long, mig)
 
 
-def _mig_repeats(long: pl.DataFrame) -> pl.DataFrame:
+def _mig_repeats(long: pl.DataFrame, marked: pl.DataFrame) -> pl.DataFrame:
     """dcgm-exporter writes a MIG GPU's device-level fields (power, temperature, clocks…) on
     every instance's label set, each a read of its own: the repeats, re-keyed to the physical
     GPU by the parser (`formats.common.mig_device_level`), may differ slightly (78.174 and
@@ -243,13 +250,26 @@ def _mig_repeats(long: pl.DataFrame) -> pl.DataFrame:
     which an XID code or a clock-event bitmask would not survive) stands for it, and a repeat
     is a conflict only when that reading, and the repeat itself, differ from the value kept
     (another file disagrees on the GPU). The GPU is known to be under MIG at that time by an
-    instance's sample of it (any file). Runs only where conflicts are found."""
+    instance's sample of it (any file), or in the repeat's file by the parse, which names the
+    GPUs it gave device-level fields of on instances' label sets (`marked`: `file_order`,
+    `gpu_uuid`; `ParsedFile.mig_gpus`): a file of such fields alone (power, say) has no
+    instance's sample. A GPU read twice otherwise (no MIG) still conflicts. Runs only where
+    conflicts are found."""
     dev = pl.col("column").is_in(list(DEVICE_LEVEL_COLUMNS)) & pl.col("gpu_instance_id").is_null()
+    conflicting = pl.col("_conflict") & dev
     mig_here = pl.col("gpu_instance_id").is_not_null().any()
-    if not long.select((pl.col("_conflict") & dev).any() & mig_here).item():
+    if marked.is_empty():
+        conflicting = conflicting & mig_here
+    if not long.select(conflicting.any()).item():
         return long  # no device-level conflict, or no MIG instance in these GPUs
-    at = ["gpu_uuid", "timestamp"]
-    mig = pl.col("gpu_instance_id").is_not_null().any().over(at)
+    mig = pl.col("gpu_instance_id").is_not_null().any().over("gpu_uuid", "timestamp")
+    if not marked.is_empty():  # each row: its file marked its GPU
+        on = ["file_order", "gpu_uuid"]
+        flags = marked.cast({"file_order": long.schema["file_order"]}).with_columns(
+            pl.lit(True).alias("_mig_file")
+        )
+        long = long.join(flags, on=on, how="left", maintain_order="left")
+        mig = mig | pl.col("_mig_file").fill_null(False)
     file_reading = pl.col("value").first().over(*SAMPLE_KEY, "source_file")
     repeat = pl.col("_conflict") & dev & mig
     return long.with_columns(
@@ -257,7 +277,7 @@ def _mig_repeats(long: pl.DataFrame) -> pl.DataFrame:
         .then(file_reading.ne_missing(pl.col("_first_value")))
         .otherwise(pl.col("_conflict"))
         .alias("_conflict")
-    )
+    ).drop("_mig_file", strict=False)
 
 
 def _wide_records(long: pl.DataFrame, has_dup: bool) -> pl.DataFrame:

@@ -659,6 +659,43 @@ def detect_format(data: bytes, name: str) -> str | None:
     return None
 
 
+# a file no format fits may be one whose first lines hide it: a logger's banner or comment, the
+# status line and headers `curl -i` writes. At most this many lines, ending in the first
+# JUNK_BYTES, are tried (each line a record of its own, quarantined with JUNK_WHY)
+JUNK_LINES = 20
+JUNK_BYTES = 4096
+JUNK_WHY = (
+    "a line above the file's {} content that no format reads (a logger's banner or comment, "
+    "the status line or a header `curl -i` writes): not telemetry"
+)
+
+
+def _past_junk(clean: bytes, name: str) -> tuple[str | None, int]:
+    """(format, n) of a file no format fits as a whole (`detect_format` None) whose text after
+    its first n lines is a format's: the fewest such lines, at most JUNK_LINES within
+    JUNK_BYTES; (None, 0) when there are none. A file whose first lines a format reads as its
+    own (`# HELP`, `#Date Time gpu`) is detected whole and never comes here; a dmon log without
+    dates stays unknown (its rows are no format's without their header either)."""
+    end = 0
+    for n in range(1, JUNK_LINES + 1):
+        end = clean.find(b"\n", end, JUNK_BYTES) + 1
+        if not end:
+            break
+        if detect_format(clean[end : end + 65536], name) in FORMATS:  # a cheap look first
+            fmt = detect_format(clean[end:], name)
+            if fmt in FORMATS:
+                return fmt, n
+    return None, 0
+
+
+def _after_lines(data: bytes, n: int) -> int:
+    """Where the text after the first `n` lines of `data` starts."""
+    end = 0
+    for _ in range(n):
+        end = data.find(b"\n", end) + 1
+    return end
+
+
 # times a file rejected whole may still name: ISO-8601 / nvidia-smi date-times, ctime (XML),
 # and epoch seconds or milliseconds where exports write them (a JSON [t, "v"] pair, the end of
 # an exposition line, the first cell of a CSV row)
@@ -763,6 +800,44 @@ class _Stop(Exception):
     """Reading a file stops here; the message is the reason (a quarantine reason)."""
 
 
+class _Seen:
+    """As much of the text a piece parse has read of a file as rejecting it whole needs
+    (`whole`): its first NAMED_SCAN_CHARS bytes (a copy) and the last NAMED_SCAN_CHARS read
+    after them (views of the chunks that hold them), never the whole file. A gzip cut short or
+    a UTF-16 log over a piece was filed on its modification day, with no text (adversarial
+    review)."""
+
+    def __init__(self) -> None:
+        self.head = bytearray()
+        self.tail: list[memoryview] = []  # the last chunks read after the head
+        self.kept = 0  # bytes in `tail`
+        self.n = 0  # bytes read
+
+    def add(self, chunk: bytes) -> None:
+        self.n += len(chunk)
+        rest = memoryview(chunk)
+        if len(self.head) < NAMED_SCAN_CHARS:
+            room = NAMED_SCAN_CHARS - len(self.head)
+            self.head += rest[:room]
+            rest = rest[room:]
+        if rest:
+            self.tail.append(rest)
+            self.kept += len(rest)
+            while self.kept - len(self.tail[0]) >= NAMED_SCAN_CHARS:
+                self.kept -= len(self.tail.pop(0))
+
+    def whole(self, reason: str) -> ParsedLines:
+        """The file rejected whole: on the days the text read names, with its first lines."""
+        head, tail = bytes(self.head), b"".join(self.tail)[-NAMED_SCAN_CHARS:]
+        enc = "utf-8"
+        if head[:2] in (b"\xff\xfe", b"\xfe\xff"):  # UTF-16 (its BOM): read as what it is
+            enc = "utf-16-le" if head[:2] == b"\xff\xfe" else "utf-16-be"
+            head, tail = head[2:], tail[(self.n - len(tail)) % 2 :]
+        text = head.decode(enc, "replace").lstrip("\ufeff")
+        days = named_days(text + "\n" + tail.decode(enc, "replace"))
+        return _whole_file(reason, text[:RAW_CHARS], days)
+
+
 def _gunzip_chunks(f, limit: int) -> Iterator[bytes]:
     """Decompressed chunks of a gzip stream (every member), at most 1 MiB each; _Stop past
     `limit` bytes, at binary content or at a corrupt or truncated stream."""
@@ -818,6 +893,7 @@ class PieceParse:
         self.size: int | None = None
         self.rejected: tuple[str, ParsedLines] | None = None
         self._plain: bytes | None = None  # the file read whole, when it is plain text
+        self._seen = _Seen()  # what a rejection of the whole file keeps of its text
 
     def _chunks(self, raw) -> Iterator[bytes]:
         """The file's text in chunks: gunzipped (at most 1 MiB a chunk), or as read (a file
@@ -862,6 +938,7 @@ class PieceParse:
         first: bytes | None = None  # the first chunk as read, while it may be the whole text
         given = False
         for chunk in self._chunks(raw):
+            self._seen.add(chunk)
             if first is None and not buf and not given:
                 first = chunk
                 continue
@@ -919,7 +996,7 @@ class PieceParse:
             first = next(pieces)
             second = next(pieces, None)
         except _Stop as e:
-            self._reject("unreadable", _whole_file(str(e), ""))
+            self._reject("unreadable", self._seen.whole(str(e)))
             return
         if second is None and len(first) <= self.piece_bytes:  # one piece: the whole file
             plain = first is self._plain
@@ -927,7 +1004,7 @@ class PieceParse:
             return
         if first[:2] in (b"\xff\xfe", b"\xfe\xff"):
             why = f"UTF-16 text over {self.piece_bytes:,} bytes: convert it to UTF-8 to read it"
-            self._reject("unreadable", _whole_file(why, repr(first[:200])))
+            self._reject("unreadable", self._seen.whole(why))
             return
         if first.startswith(UTF8_BOM):
             first = first[len(UTF8_BOM) :]
@@ -936,7 +1013,9 @@ class PieceParse:
             self._reject("unreadable", _whole_file(why, repr(first[:200])))
             return
         clean, _ = _bad_lines(first)
-        fmt = detect_format(clean, self.lf.source_file)
+        fmt, junk = detect_format(clean, self.lf.source_file), 0
+        if fmt is None:  # lines above the content that no format reads (`_past_junk`)
+            fmt, junk = _past_junk(clean, self.lf.source_file)
         if fmt not in LINE_FORMATS:
             text = first.decode("utf-8", "replace")
             if fmt in ("prometheus_json", "nvidia_smi_xml"):
@@ -954,16 +1033,20 @@ class PieceParse:
                 "unknown" if fmt is None else fmt, _whole_file(why, text, named_days(text))
             )
             return
-        prefix = _header_prefix(fmt, first)
+        prefix = _header_prefix(fmt, first[_after_lines(first, junk) :])
         n_prefix = prefix.count(b"\n")
         offset = 0
         times = None  # the first piece's decision on the file's times, for the later ones
+        loop = None  # the CSV loop the previous piece ended in (`Context.loop`)
         try:
             rest = [second] if second is not None else []
             for i, piece in enumerate(itertools.chain([first], rest, pieces)):
                 data = piece if i == 0 else prefix + piece
-                got, out = _parse_text(self.lf, data, self.opts, fmt, self.keyed, times=times)
-                times = times or out.times
+                got, out = _parse_text(
+                    self.lf, data, self.opts, fmt, self.keyed, times=times, loop=loop, junk=junk
+                )
+                junk = 0  # the first piece's lines above the content, read with it
+                times, loop = times or out.times, out.loop
                 if out.rejected_whole:  # this piece's parser gave up: the file as a whole
                     self._reject(got, out)
                     return
@@ -979,7 +1062,7 @@ class PieceParse:
                     prefix, n_prefix = out.last_header.encode() + b"\n", 1
                 yield got, out
         except _Stop as e:
-            self._reject("unreadable", _whole_file(str(e), ""))
+            self._reject("unreadable", self._seen.whole(str(e)))
 
 
 def _header_prefix(fmt: str, first: bytes) -> bytes:
@@ -1055,6 +1138,7 @@ def merge_pieces(parts: list[tuple[str, ParsedLines]]) -> tuple[str, ParsedLines
         outs[0].origin,
         outs[0].columns_ignored,
         sorted({f for o in outs for f in o.fields}),
+        mig_gpus=sorted({u for o in outs for u in o.mig_gpus}),
     )
 
 
@@ -1091,21 +1175,27 @@ def _parse_text(
     keyed: bool = False,
     plain: bool = False,
     times: tuple | None = None,
+    loop: tuple | None = None,
+    junk: int = 0,
 ) -> tuple[str, ParsedLines]:
     """Parse text (UTF-8 bytes) of `lf` in format `fmt`, detected from it when None (`keyed`:
     exposition samples may come keyed by series, `ParsedLines.series`; `plain`: `data` is known
     to be plain text, no NUL and ASCII only; `times`: a later piece's, as the file's first piece
-    decided them, `Context.times`)."""
+    decided them, `Context.times`; `loop`: the CSV loop the previous piece ended in,
+    `Context.loop`; `junk`: the first lines are not the format's, `_past_junk`)."""
     clean, bad = (data, []) if plain else _bad_lines(data)
     fmt = fmt or detect_format(clean, lf.source_file)
     if fmt is None and lf.header:  # headerless rows in the columns a header.csv beside names
         fmt = detect_format(lf.header.strip("\r\n").encode() + b"\n" + clean, lf.source_file)
         fmt = fmt if fmt == "nvidia_smi_csv" else None
+    if fmt is None:  # lines above the content that no format reads: a banner, `curl -i`'s head
+        fmt, junk = _past_junk(clean, lf.source_file)
     if bad and (fmt not in LINE_FORMATS or len(bad) * 2 > clean.count(b"\n") + 1):
         text, why = _decode(data)
         readable = data.decode("utf-8", "replace")
         return "unreadable", _whole_file(why or bad[0][1], readable[:200], named_days(readable))
-    data = clean
+    cut = _after_lines(clean, junk)
+    head, data = clean[:cut], clean[cut:]
     if fmt in ("empty", "csv_header"):
         n = len(data.splitlines())
         return fmt, ParsedLines(
@@ -1123,34 +1213,18 @@ def _parse_text(
             text,
             named_days(text),
         )
-    named = time_from_name(lf.source_file)
-    ctx = Context(
-        source_file=lf.source_file,
-        # a single scrape saved with no time anywhere: its modification time is the best guess,
-        # and ingest_log.time_basis says so (formats with a time column never use it)
-        file_time=named or datetime.fromtimestamp(lf.mtime, UTC),
-        file_time_basis="file_name" if named else "file_mtime",
-        csv_timezone=opts.csv_timezone,
-        csv_header=lf.header,
-        times=times,
-    )
+    ctx = _context(lf, opts, times, loop)
     try:
         expo = fmt == "dcgm_exposition"
         out = FORMATS[fmt].parse(data, ctx, keyed) if expo else FORMATS[fmt].parse(text, ctx)
     except Exception as e:  # a parser that gives up on a file quarantines it whole, with why
         text = text or data.decode("utf-8", "replace")
         return fmt, _whole_file(f"{fmt}: {e}", text[:RAW_CHARS], named_days(text))
-    quarantine = conform(out.quarantine, QUARANTINE_LINE_SCHEMA)
-    records = dict(out.records_by_day)
-    skipped = out.lines_skipped
-    if bad:  # the blanked lines: one quarantine record each, not skipped blank lines
-        quarantine = pl.concat([quarantine, _bad_lines_quarantined(bad)])
-        records[None] = records.get(None, 0) + len(bad)
-        skipped -= len(bad)
+    quarantine, records, total, skipped = _ledger(out, bad, head, fmt)
     return fmt, ParsedLines(
         conform(out.samples, LONG_SCHEMA if out.series is None else KEYED_SCHEMA),
         _cap_raw(quarantine),
-        out.lines_total,
+        total,
         skipped,
         out.time_basis,
         records,
@@ -1161,6 +1235,92 @@ def _parse_text(
         series=out.series,
         times=out.times,
         last_header=out.last_header,
+        loop=out.loop,
+        mig_gpus=out.mig_gpus,
+    )
+
+
+def _ledger(
+    out: ParsedLines, bad: list[tuple[int, str, str]], head: bytes, fmt: str
+) -> tuple[pl.DataFrame, dict, int, int]:
+    """The parse's quarantine, records per day, lines and skipped lines, with the lines it was
+    not given: the `bad` ones (`_bad_lines`: blanked, so one record each, not a skipped blank
+    line) and the `head` above the content that no format reads (`_past_junk`: one record a
+    line, a blank one skipped; the parse's lines and records are numbered below it). Records
+    whose time does not parse are filed on the day their text names (`_on_named_days`)."""
+    n = head.count(b"\n")
+    if n:
+        out.samples = out.samples.with_columns(pl.col("line") + n)
+        out.quarantine = out.quarantine.with_columns(pl.col("line") + n)
+    quarantine, records = _on_named_days(
+        conform(out.quarantine, QUARANTINE_LINE_SCHEMA), dict(out.records_by_day)
+    )
+    total, skipped = out.lines_total, out.lines_skipped
+    if bad:  # the blanked lines: one quarantine record each, not skipped blank lines
+        quarantine = pl.concat([quarantine, _bad_lines_quarantined(bad)])
+        records[None] = records.get(None, 0) + len(bad)
+        skipped -= len(bad)
+    if n:
+        lines = head.decode("utf-8", "replace").split("\n")[:n]
+        why = JUNK_WHY.format(fmt)
+        junk = [(i + 1, why, ln.rstrip("\r")) for i, ln in enumerate(lines) if ln.strip()]
+        quarantine = pl.concat([_bad_lines_quarantined(junk), quarantine])
+        records[None] = records.get(None, 0) + len(junk)
+        total, skipped = total + n, skipped + n - len(junk)
+    return quarantine, records, total, skipped
+
+
+# a time that names its day but does not parse (`2025/07/27 25:61:00`), as a quarantine reason
+# quotes it: the date at its start (nvidia-smi, ISO-8601, dmon -o DT)
+_UNPARSED_DAY = (
+    r"^timestamp not understood: '\s*((?:19|20)\d\d)[-/]?(0[1-9]|1[0-2])[-/]?"
+    r"(0[1-9]|[12]\d|3[01])[T _]"
+)
+
+
+def _on_named_days(q: pl.DataFrame, records: dict) -> tuple[pl.DataFrame, dict]:
+    """Records quarantined because their time does not parse, filed on the plausible day their
+    time's text names (its midnight) instead of the file's home day, and counted there
+    (`records`, by day). A 07-27 row with an impossible time was filed on the file's first day,
+    07-26 (adversarial review)."""
+    if not records.get(None) or q.height == 0:
+        return q, records
+    lo, hi = Context("").time_window()
+    ymd = pl.col("reason").str.extract_groups(_UNPARSED_DAY)
+    day = pl.concat_str([ymd.struct[i] for i in range(3)], separator="-")
+    at = day.str.to_date("%Y-%m-%d", strict=False).cast(pl.Datetime("ms"))
+    at = at.dt.replace_time_zone("UTC")
+    named = pl.when(pl.col("timestamp").is_null() & at.dt.epoch("ms").is_between(lo, hi))
+    # every row of a record (a CSV row's values) with it
+    q = q.with_columns(named.then(at).max().over("line").alias("_named"))
+    moved = q.filter(pl.col("_named").is_not_null()).unique("line")
+    if moved.height == 0 or moved.height > records[None]:
+        return q.drop("_named"), records
+    records = dict(records)
+    for d, n in moved.group_by(pl.col("_named").dt.date()).len().iter_rows():
+        records[d] = records.get(d, 0) + n
+    records[None] -= moved.height
+    if not records[None]:
+        del records[None]
+    at_named = pl.when(pl.col("timestamp").is_null()).then("_named").otherwise("timestamp")
+    return q.with_columns(at_named.alias("timestamp")).drop("_named"), records
+
+
+def _context(
+    lf: LandingFile, opts: ParseOptions, times: tuple | None, loop: tuple | None
+) -> Context:
+    """What a parser may know of `lf` besides its text (`_parse_text`)."""
+    named = time_from_name(lf.source_file)
+    return Context(
+        source_file=lf.source_file,
+        # a single scrape saved with no time anywhere: its modification time is the best guess,
+        # and ingest_log.time_basis says so (formats with a time column never use it)
+        file_time=named or datetime.fromtimestamp(lf.mtime, UTC),
+        file_time_basis="file_name" if named else "file_mtime",
+        csv_timezone=opts.csv_timezone,
+        csv_header=lf.header,
+        times=times,
+        loop=loop,
     )
 
 

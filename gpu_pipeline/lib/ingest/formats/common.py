@@ -86,6 +86,9 @@ class Context:
     # samples carry their own times, as its first piece decided them (`ParsedLines.times`),
     # so they are decided once for the file, not once a piece
     times: tuple | None = None
+    # a CSV loop log without identity columns parsed a piece at a time: the loop the previous
+    # piece ended in (`nvidia_smi.Loop`, `ParsedLines.loop`), for rows too few to show their own
+    loop: tuple | None = None
 
     def time_window(self) -> tuple[int, int]:
         """[earliest, latest] plausible sample time, epoch ms."""
@@ -173,6 +176,19 @@ def mig_device_level(df: pl.DataFrame) -> pl.DataFrame:
             for c in ("gpu_instance_id", "gpu_instance_profile", *WORKLOAD_COLUMNS)
         ]
     )
+
+
+def mig_gpus(df: pl.DataFrame) -> list[str]:
+    """The GPUs (UUIDs) whose device-level fields `df` gives on a MIG instance's label set, as
+    dcgm-exporter does once per instance: the rows `mig_device_level` re-keys to the GPU (ask
+    before it does). Kept with the parse (`ParsedLines.mig_gpus`, the cache's meta.json): once
+    re-keyed, nothing in the samples says the repeats came from the instances, and a file that
+    gives only such fields (its power, say) has no instance's sample to tell."""
+    dev = (
+        pl.col("column").is_in(list(DEVICE_LEVEL_COLUMNS)) & pl.col("gpu_instance_id").is_not_null()
+    )
+    uuids = df.lazy().filter(dev).select(pl.col("gpu_uuid").drop_nulls().unique())
+    return sorted(uuids.collect().to_series().to_list())
 
 
 def value_bounds() -> list[pl.Expr]:
@@ -269,7 +285,7 @@ def finalize(
     window: tuple[int, int] | None = None,
     source_file: str = "",
     multi: bool = False,
-) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
+) -> tuple[pl.DataFrame, pl.DataFrame, dict, list[str]]:
     """Candidate rows -> (accepted long samples, quarantined values), every row in exactly one.
 
     A record is a `line`: one candidate for exposition and JSON, one per field for the wide
@@ -281,7 +297,8 @@ def finalize(
     `window`: the plausible sample times [earliest, latest] in epoch ms (default: 2000-01-01 to
     a day from now); a row outside it is quarantined with no time of its own, so it is accounted
     on its file's home day and never opens a day nobody runs. Also returns the records per day
-    (`records_by_day`), counted before anything is decided.
+    (`records_by_day`), counted before anything is decided, and the GPUs whose device-level
+    fields the accepted rows give on a MIG instance's label set (`mig_gpus`).
     """
     lo, hi = window or Context("").time_window()
     records = records_by_day(g.unique("line", keep="first") if multi else g, lo, hi)
@@ -295,7 +312,9 @@ def finalize(
     )
     any_rejected = bool(g.get_column("_rejected").any())
     ok = g.filter(~pl.col("_rejected")) if any_rejected else g  # the usual file: no copy
+    mig: list[str] = []
     if ok.get_column("gpu_instance_id").is_not_null().any():
+        mig = mig_gpus(ok)
         ok = mig_device_level(ok)
     samples = ok.select(
         "line",
@@ -321,7 +340,8 @@ def finalize(
         pl.col("column").alias("field"),
         kept.alias("record_kept"),
     )
-    return conform(samples, LONG_SCHEMA), conform(quarantine, QUARANTINE_LINE_SCHEMA), records
+    quarantine = conform(quarantine, QUARANTINE_LINE_SCHEMA)
+    return conform(samples, LONG_SCHEMA), quarantine, records, mig
 
 
 def _judged(g: pl.DataFrame, normalized: bool, source_file: str, lo: int, hi: int) -> pl.DataFrame:
@@ -423,5 +443,9 @@ def parsed(
     source_file: str = "",
     multi: bool = False,
 ) -> ParsedLines:
-    samples, quarantine, records = finalize(candidates(g), normalized, window, source_file, multi)
-    return ParsedLines(samples, quarantine, lines_total, lines_skipped, time_basis, records)
+    samples, quarantine, records, mig = finalize(
+        candidates(g), normalized, window, source_file, multi
+    )
+    return ParsedLines(
+        samples, quarantine, lines_total, lines_skipped, time_basis, records, mig_gpus=mig
+    )

@@ -31,6 +31,7 @@ from gpu_pipeline.lib.ingest.formats.common import (
     metric_column,
     metric_scale,
     mig_device_level,
+    mig_gpus,
     normalize_series,
     out_of_range,
     records_by_day,
@@ -654,6 +655,7 @@ def _clean_tokens(
     # as `_parse_fast` takes them, before MIG re-keys device-level fields
     attr_cols = [a for a in attr_cols if series.get_column(a).null_count() < series.height]
     scaled = _scaled(series)
+    mig = mig_gpus(series)
     if series.get_column("gpu_instance_id").is_not_null().any():
         series = mig_device_level(series)
     unkept = series.select(_UNKEPT).to_series().to_numpy()
@@ -692,6 +694,7 @@ def _clean_tokens(
         fields=fields,
         series=table,
         times=_TIMED_MS,
+        mig_gpus=mig,
     )
 
 
@@ -716,7 +719,7 @@ def parse(text: str | bytes | Path, ctx: Context, keyed: bool = False) -> Parsed
     g, other, times = _regex_candidates(body, ctx, *(ctx.times or (None, None)))
     untimed = g.filter(pl.col("pre_reason").is_null() & pl.col("ts_s").is_null()).height
     basis = ctx.file_time_basis if ctx.file_time is not None and untimed else "sample"
-    samples, quarantine, records = finalize(g, normalized=True, window=ctx.time_window())
+    samples, quarantine, records, mig = finalize(g, normalized=True, window=ctx.time_window())
     out = ParsedLines(
         samples,
         quarantine,
@@ -725,6 +728,7 @@ def parse(text: str | bytes | Path, ctx: Context, keyed: bool = False) -> Parsed
         basis,
         records,
         times=times,
+        mig_gpus=mig,
     )
     out.fields = sorted(set(g.get_column("column").drop_nulls().unique().to_list()))
     return out
@@ -804,6 +808,7 @@ def _parse_fast(
                 fields=fields,
                 series=clean[1],
                 times=(units, timed),
+                mig_gpus=mig_gpus(series),
             )
     frames = [_fast_candidates(fast, series, [*extra, "column", "_lo", "_hi", *attr_cols], timed)]
     if bool((path == 2).any()):
@@ -812,12 +817,29 @@ def _parse_fast(
         skipped += n_skipped
         frames.append(g_slow)
     g = frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
-    samples, quarantine, records = finalize(g, normalized=True, window=window)
+    samples, quarantine, records, mig = finalize(g, normalized=True, window=window)
     rejected_fast = quarantine.filter(pl.col("raw").is_null())
     if rejected_fast.height:  # read those lines again, the slow way: their text and reasons
         raw = _lines_numbered(data(), rejected_fast.get_column("line"))
         quarantine = _quote_rejected(quarantine, rejected_fast, raw, ctx, units, timed, window)
-    untimed = (
+    basis = ctx.file_time_basis if _untimed(frames, timed, ctx) else "sample"
+    return ParsedLines(
+        samples,
+        quarantine,
+        d.height,
+        skipped,
+        basis,
+        records,
+        fields=fields,
+        times=(units, timed),
+        mig_gpus=mig,
+    )
+
+
+def _untimed(frames: list[pl.DataFrame], timed: bool, ctx: Context) -> bool:
+    """Whether a line of `frames` (the fast candidates, then the slow ones') is filed at the
+    file's time (`ctx.file_time`): it has no time of its own, in a file not `timed`."""
+    return (
         not timed
         and ctx.file_time is not None
         and bool(
@@ -827,10 +849,6 @@ def _parse_fast(
                 for f in frames[1:]
             )
         )
-    )
-    basis = ctx.file_time_basis if untimed else "sample"
-    return ParsedLines(
-        samples, quarantine, d.height, skipped, basis, records, fields=fields, times=(units, timed)
     )
 
 
@@ -968,9 +986,7 @@ def _quote_rejected(
 ) -> pl.DataFrame:
     """The quarantine with the fast path's rejected lines (no `raw`) read again the slow way
     (`raw`: their line and text), so each carries its text and a reason that quotes it."""
-    _, again, _ = finalize(
-        _slow_candidates(raw, ctx, units, timed)[0], normalized=True, window=window
-    )
+    again = finalize(_slow_candidates(raw, ctx, units, timed)[0], normalized=True, window=window)[1]
     if again.get_column("line").sort().equals(rejected_fast.get_column("line").sort()):
         kept = quarantine.filter(pl.col("raw").is_not_null())
         return pl.concat([kept, again]).sort("line")

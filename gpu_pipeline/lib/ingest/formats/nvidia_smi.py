@@ -12,13 +12,16 @@ A file without a header line (`--format=csv,noheader`) takes the header of a `he
 it (`Context.csv_header`), else it is rejected with a reason that says so.
 
 Identity, in order: the uuid column; the pci.bus_id (within the file); the index; without any of
-them the rows one loop iteration printed together (`loop_positions`).
+them the rows one loop iteration printed together (`loop_positions`), the loop's structure
+decided over every part of the file under the same header and handed to the file's next piece
+(`_placements`).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import replace
+from typing import NamedTuple
 
 import numpy as np
 import polars as pl
@@ -205,14 +208,28 @@ def _iteration_split(gaps: np.ndarray) -> float | None:
     return float(high / 2)
 
 
-def _merge_split_iterations(sizes: np.ndarray, size: int) -> np.ndarray:
+class Loop(NamedTuple):
+    """A loop log's iterations: the GPUs each lists, and the gap (ms) above which the next one
+    starts. A tuple, handed from one piece of a large file to the next (`Context.loop`)."""
+
+    size: int
+    split: float
+
+
+def _merge_split_iterations(sizes: np.ndarray, size: int, fresh: np.ndarray) -> np.ndarray:
     """Iteration ids after joining neighbours cut apart by a slow row (two iterations shorter
-    than `size` whose rows add up to it): old id -> new id."""
+    than `size` whose rows add up to it; not when the second starts below a header, `fresh`):
+    old id -> new id."""
     new = np.empty(len(sizes), dtype=np.int64)
     j, i = 0, 0
     while i < len(sizes):
         new[i] = j
-        if sizes[i] < size and i + 1 < len(sizes) and sizes[i] + sizes[i + 1] == size:
+        if (
+            sizes[i] < size
+            and i + 1 < len(sizes)
+            and sizes[i] + sizes[i + 1] == size
+            and not fresh[i + 1]
+        ):
             new[i + 1] = j
             i += 1
         j += 1
@@ -220,41 +237,81 @@ def _merge_split_iterations(sizes: np.ndarray, size: int) -> np.ndarray:
     return new
 
 
-def loop_positions(ts_ms: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+def _iterations(
+    t: np.ndarray, split: float, fresh: np.ndarray, size: int | None = None
+) -> tuple[np.ndarray, int]:
+    """Each row's iteration (a gap over `split`, or a header written again above the row,
+    starts one; neighbours cut apart by a slow row joined), and the iterations' size: `size`,
+    else the size most rows are in."""
+    starts = np.concatenate([[True], (np.abs(np.diff(t)) > split) | fresh[1:]])
+    it = np.cumsum(starts) - 1
+    sizes = np.bincount(it)
+    if size is None:
+        values, counts = np.unique(sizes, return_counts=True)
+        size = int(values[np.argmax(counts * values)])
+    first_row = np.searchsorted(it, np.arange(len(sizes)))
+    return _merge_split_iterations(sizes, size, fresh[first_row])[it], size
+
+
+def loop_structure(t: np.ndarray, fresh: np.ndarray) -> Loop | None:
+    """The iterations the times `t` (file order, all known) show, or None: too few rows, no
+    class of millisecond gaps, or no regular iterations of more than one row (one GPU)."""
+    if len(t) < 3:
+        return None
+    split = _iteration_split(np.diff(t))
+    if split is None:
+        return None
+    it, size = _iterations(t, split, fresh)
+    sizes = np.bincount(it)
+    if size <= 1 or size > MAX_GPUS_PER_LOG or (sizes == size).sum() * size * 2 < len(t):
+        return None
+    return Loop(size, split)
+
+
+def _place(t: np.ndarray, loop: Loop, fresh: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(each row's position in its iteration, rows whose GPU cannot be told) under `loop`."""
+    it, size = _iterations(t, loop.split, fresh, loop.size)
+    sizes = np.bincount(it)
+    first_row = np.searchsorted(it, np.arange(len(sizes)))
+    within = np.arange(len(t)) - first_row[it]
+    row_size = sizes[it]
+    short = row_size < size
+    # rows before the first header written again may start inside an iteration: its end
+    within = np.where((it == 0) & short & ~fresh[0], within + size - row_size, within)
+    bad = (row_size != size) & ~(((it == 0) | (it == it.max())) & short)
+    return within, bad
+
+
+def loop_positions(
+    ts_ms: np.ndarray, fresh: np.ndarray | None = None, seen: Loop | None = None
+) -> tuple[np.ndarray, np.ndarray, Loop | None]:
     """For a loop log without identity columns (nvidia-smi lists the GPUs in index order each
-    iteration): (each row's position in its iteration, rows whose GPU cannot be told, GPUs per
-    iteration). `ts_ms`: the rows' times in file order (NaN: unreadable, those rows are left
-    out). A middle iteration with another number of rows than the log's usual one is not
-    guessed at: its rows are returned as unknown; a first or last iteration cut short by the
-    file's start or end takes the positions of the iteration's end or start."""
+    iteration): (each row's position in its iteration, rows whose GPU cannot be told, the
+    loop's structure or None for one GPU). `ts_ms`: the rows' times in file order (NaN:
+    unreadable, those rows are left out); `fresh`: the rows right below a header written again
+    (a new nvidia-smi call: a new iteration, starting at the first GPU). A middle iteration
+    with another number of rows than the log's usual one is not guessed at: its rows are
+    returned as unknown; a first or last iteration cut short by the file's start or end takes
+    the positions of the iteration's end or start. Rows too few to show a structure of their
+    own, one iteration under the structure `seen` elsewhere in the file, take that one."""
     n = len(ts_ms)
     pos = np.zeros(n, dtype=np.int64)
     unknown = np.zeros(n, dtype=bool)
     ok = ~np.isnan(ts_ms)
     t = ts_ms[ok]
-    if len(t) < 3:
-        return pos, unknown, 1
-    gaps = np.diff(t)
-    split = _iteration_split(gaps)
-    if split is None:
-        return pos, unknown, 1
-    it = np.cumsum(np.concatenate([[True], np.abs(gaps) > split])) - 1
-    sizes = np.bincount(it)
-    values, counts = np.unique(sizes, return_counts=True)
-    size = int(values[np.argmax(counts * values)])  # the size most rows are in
-    it = _merge_split_iterations(sizes, size)[it]
-    sizes = np.bincount(it)
-    if size <= 1 or size > MAX_GPUS_PER_LOG or (sizes == size).sum() * size * 2 < len(t):
-        return pos, unknown, 1  # no regular iterations: one GPU
-    first_row = np.searchsorted(it, np.arange(len(sizes)))
-    within = np.arange(len(t)) - first_row[it]
-    row_size = sizes[it]
-    last = it.max()
-    within = np.where((it == 0) & (row_size < size), within + size - row_size, within)
-    bad = (row_size != size) & ~(((it == 0) | (it == last)) & (row_size < size))
-    pos[ok] = within
-    unknown[ok] = bad
-    return pos, unknown, size
+    if not len(t):
+        return pos, unknown, None
+    part = np.cumsum(np.zeros(n, dtype=bool) if fresh is None else fresh)[ok]
+    fr = np.concatenate([[part[0] > 0], part[1:] != part[:-1]])  # a header above, NaNs skipped
+    loop = loop_structure(t, fr)
+    # one iteration (no gap over the split, no header between): too short to show its own
+    one = seen is not None and not fr[1:].any() and (np.abs(np.diff(t)) <= seen.split).all()
+    if loop is None and one:
+        loop = seen
+    if loop is None:
+        return pos, unknown, None
+    pos[ok], unknown[ok] = _place(t, loop, fr)
+    return pos, unknown, loop
 
 
 PER_PROCESS = (
@@ -272,10 +329,7 @@ def parse(text: str, ctx: Context) -> ParsedLines:
     header, body, total, skipped = _header_and_rows(text, ctx)
     if {"pid", "process_name"} & {header_key(h)[0] for h in header}:
         raise ValueError(PER_PROCESS)  # its used_memory was taken for the GPU's memory used
-    later = _later_headers(body)
-    if later:
-        return _in_parts(text, ctx, later)
-    return _parse_part(header, body, total, skipped, ctx)
+    return _in_streams(header, body, total, skipped, ctx, _later_headers(body))
 
 
 def _later_headers(body: pl.DataFrame) -> list[int]:
@@ -283,69 +337,171 @@ def _later_headers(body: pl.DataFrame) -> list[int]:
     digit (rows carry a time or a number), then told by `_is_header`."""
     raw = pl.col("raw")
     maybe = body.filter(raw.str.contains(",", literal=True) & ~raw.str.contains(r"\d"))
-    return [n for n, ln in zip(maybe["line"], maybe["raw"], strict=True) if _is_header(ln)]
+    is_header = {ln: _is_header(ln) for ln in maybe["raw"].unique()}  # one a distinct line
+    return [n for n, ln in zip(maybe["line"], maybe["raw"], strict=True) if is_header[ln]]
 
 
-def _in_parts(text: str, ctx: Context, later: list[int]) -> ParsedLines:
-    """Each part from a header line to the next read on its own, as one file's lines."""
-    lines = text.split("\n")
-    starts = [0, *(n - 1 for n in later)]
-    ends = [*starts[1:], len(lines)]
-    outs = []
-    for a, b in zip(starts, ends, strict=True):
-        part = "\n".join(lines[a:b]) + ("\n" if b < len(lines) else "")
-        out = _parse_part(*_header_and_rows(part, ctx), ctx)
-        shift = pl.col("line") + a
-        outs.append((out, out.samples.with_columns(shift), out.quarantine.with_columns(shift)))
+# a stream: the header of some of a file's parts, their rows (file order), and which of the rows
+# are the first below a header written again (a new nvidia-smi call)
+Stream = tuple[list[str], pl.DataFrame, np.ndarray]
+
+
+def _streams(header: list[str], body: pl.DataFrame, later: list[int]) -> tuple[list[Stream], int]:
+    """The body's rows (the header lines `later` left out) in streams: the parts (from a header
+    line to the next) under the same header, names and units, are one; and the stream of the
+    last part. A shell loop calling nvidia-smi prints its header before every iteration: a
+    day's log is tens of thousands of parts, few streams."""
+    part = np.searchsorted(np.asarray(later, dtype=np.int64), body["line"].to_numpy(), "right")
+    heads = body.filter(pl.col("line").is_in(later))["raw"].to_list()
+    keys: dict[tuple, int] = {tuple(header_key(c) for c in header): 0}
+    first: list[list[str]] = [header]  # each stream's header, as first written
+    stream_of: dict[str, int] = {}  # a header line -> its stream
+    of_part = [0]
+    for raw in heads:
+        if raw not in stream_of:
+            cells = split_rows(raw, 0)[0]
+            key = tuple(header_key(c) for c in cells)
+            if key not in keys:
+                keys[key] = len(first)
+                first.append(cells)
+            stream_of[raw] = keys[key]
+        of_part.append(stream_of[raw])
+    rows = body.with_columns(
+        pl.Series("_part", part), pl.Series("_stream", np.asarray(of_part)[part])
+    ).filter(~pl.col("line").is_in(later))
+    streams = []
+    for i, cols in enumerate(first):
+        sb = rows.filter(pl.col("_stream") == i) if len(first) > 1 else rows
+        p = sb["_part"].to_numpy()
+        fresh = (p > 0) & np.concatenate([[True], p[1:] != p[:-1]])
+        streams.append((cols, sb.drop("_part", "_stream"), fresh))
+    return streams, of_part[-1]
+
+
+def _in_streams(
+    header: list[str],
+    body: pl.DataFrame,
+    total: int,
+    skipped: int,
+    ctx: Context,
+    later: list[int],
+) -> ParsedLines:
+    """Each stream (`_streams`) read by its header, as one file's lines; the GPUs of streams
+    without identity columns told by their loops (`_placements`)."""
+    streams, last = _streams(header, body, later)
+    placements, loop = _placements(streams, last, ctx)
+    outs = [
+        _parse_part(cols, sb, 0, 0, ctx, placed)
+        for (cols, sb, _), placed in zip(streams, placements, strict=True)
+    ]
     records: dict = {}
-    for out, _, _ in outs:
+    for out in outs:
         for d, n in out.records_by_day.items():
             records[d] = records.get(d, 0) + n
-    first = outs[0][0]
+    one = outs[0]
     return replace(
-        first,
-        samples=pl.concat([s for _, s, _ in outs]),
-        quarantine=pl.concat([q for _, _, q in outs]),
-        lines_total=sum(o.lines_total for o, _, _ in outs),
-        lines_skipped=sum(o.lines_skipped for o, _, _ in outs),
+        one,
+        samples=pl.concat([o.samples for o in outs]) if len(outs) > 1 else one.samples,
+        quarantine=pl.concat([o.quarantine for o in outs]) if len(outs) > 1 else one.quarantine,
+        lines_total=total,
+        lines_skipped=skipped + len(later),
         records_by_day=records,
-        columns_ignored=sorted({c for o, _, _ in outs for c in o.columns_ignored}),
-        fields=sorted({f for o, _, _ in outs for f in o.fields}),
-        last_header=lines[starts[-1]].strip("\r"),
+        columns_ignored=sorted({c for o in outs for c in o.columns_ignored})
+        if later
+        else one.columns_ignored,
+        fields=sorted({f for o in outs for f in o.fields}) if later else one.fields,
+        mig_gpus=sorted({u for o in outs for u in o.mig_gpus}) if later else one.mig_gpus,
+        last_header=body.filter(pl.col("line") == later[-1])["raw"][0] if later else None,
+        loop=loop,
     )
 
 
-def _parse_part(
-    header: list[str], body: pl.DataFrame, total: int, skipped: int, ctx: Context
-) -> ParsedLines:
+# rows' positions in their loop iterations, rows whose GPU cannot be told, the loop (None: one GPU)
+Placed = tuple[np.ndarray, np.ndarray, Loop | None]
+
+
+def _placements(
+    streams: list[Stream], last: int, ctx: Context
+) -> tuple[list[Placed | None], Loop | None]:
+    """The loop positions of the rows of each stream without identity columns but with times
+    (None for the others), and the loop the file's next piece continues (the last part's
+    stream's). A stream's loop is decided over all its rows, a header printed before every
+    iteration (`nvidia-smi --query-gpu` called in a shell loop) starting one. A stream too
+    short to show a loop of its own (one iteration: a logger restarted with another field
+    order and stopped, a large file's piece that holds the end of an iteration) takes the one
+    seen: the previous piece's (`ctx.loop`), else the one most rows of this text show. Each
+    part read on its own, a part of one iteration was one GPU (adversarial review)."""
+    times = [_loop_times(cols, sb, ctx) for cols, sb, _ in streams]
+    placed: list[Placed | None] = [
+        None if t is None else loop_positions(t, fresh)
+        for t, (_, _, fresh) in zip(times, streams, strict=True)
+    ]
+    shown = [(len(t), p[2]) for t, p in zip(times, placed, strict=True) if p and p[2]]
+    seen = Loop(*ctx.loop) if ctx.loop else max(shown)[1] if shown else None
+    for i, (t, (_, _, fresh)) in enumerate(zip(times, streams, strict=True)):
+        if t is not None and placed[i][2] is None and seen is not None:
+            placed[i] = loop_positions(t, fresh, seen)
+    end = placed[last]  # a stream with rows hands its loop on (None: one GPU); else the one seen
+    return placed, end[2] if end is not None and len(end[0]) else seen
+
+
+def _loop_times(header: list[str], body: pl.DataFrame, ctx: Context) -> np.ndarray | None:
+    """The times (epoch ms, NaN where unreadable) of a part's rows that only their loop
+    positions tell apart: None for a part with an identity column, or without times."""
+    _, _, ids = _id_columns(header)
+    if "timestamp" not in ids or {"gpu_uuid", "pci_bus_id", "gpu_index"} & ids.keys():
+        return None
+    ts_ms, _ = _part_times(ids, body, ctx)
+    return body.select(ts_ms.cast(pl.Float64)).to_series().fill_null(float("nan")).to_numpy()
+
+
+def _id_columns(header: list[str]) -> tuple[list[tuple[str, str]], dict[str, int], dict[str, int]]:
+    """The header's (name, unit) keys, each name's first column, and the identity columns."""
     keys = [header_key(h) for h in header]
     idx: dict[str, int] = {}
     for i, (k, _) in reversed(list(enumerate(keys))):
         idx[k] = i
-    used: set[int] = set()
     ids = {a: _columns_named(idx, names) for a, names in ID_ALIASES.items()}
-    ids = {a: i[0] for a, i in ids.items() if i}
-    used.update(ids.values())
-    if "timestamp" in ids:
-        t = ids["timestamp"]
-        ts_ms = parse_local_time(cell(t), TIME_FORMATS, ctx.csv_timezone, names_zone(body, cell(t)))
-        row_reason = pl.when(ts_ms.is_null()).then(
-            pl.format("timestamp not understood: '{}'", cell(t))
-        )
-    else:
-        ts_ms = pl.lit(
-            None if ctx.file_time is None else int(ctx.file_time.timestamp() * 1000), pl.Int64
-        )
-        row_reason = None
+    return keys, idx, {a: i[0] for a, i in ids.items() if i}
+
+
+def _part_times(
+    ids: dict[str, int], body: pl.DataFrame, ctx: Context
+) -> tuple[pl.Expr, pl.Expr | None]:
+    """The rows' times (epoch ms; the file's time without a time column) and the reason a row
+    whose time is not understood is rejected."""
+    if "timestamp" not in ids:
+        ms = None if ctx.file_time is None else int(ctx.file_time.timestamp() * 1000)
+        return pl.lit(ms, pl.Int64), None
+    t = ids["timestamp"]
+    ts_ms = parse_local_time(cell(t), TIME_FORMATS, ctx.csv_timezone, names_zone(body, cell(t)))
+    return ts_ms, pl.when(ts_ms.is_null()).then(
+        pl.format("timestamp not understood: '{}'", cell(t))
+    )
+
+
+def _parse_part(
+    header: list[str],
+    body: pl.DataFrame,
+    total: int,
+    skipped: int,
+    ctx: Context,
+    placed: Placed | None = None,
+) -> ParsedLines:
+    """A part's rows read by its header; without identity columns the GPUs are the rows'
+    positions in their loop iterations, `placed` (`_placements`; None: one GPU)."""
+    keys, idx, ids = _id_columns(header)
+    used: set[int] = set(ids.values())
+    ts_ms, row_reason = _part_times(ids, body, ctx)
     attrs = {a: cell(i) for a, i in ids.items() if a != "timestamp"}
     if not {"gpu_uuid", "pci_bus_id", "gpu_index"} & attrs.keys():
-        body, row_reason = _gpus_by_loop_position(body, ts_ms, row_reason)
+        body, row_reason = _gpus_by_loop_position(body, placed, row_reason)
         attrs["gpu_index"] = pl.col("_pos").cast(pl.String)
     fields, metric_names = _field_columns(header, keys, idx)
     for present, _ in fields.values():
         used.update(present)
     g = to_long(body, len(header), fields, ts_ms, attrs, row_reason, metric_names)
-    g = g.drop([c for c in ("_t", "_pos", "_unknown") if c in g.columns])
+    g = g.drop([c for c in ("_pos", "_unknown") if c in g.columns])
     basis = "sample" if "timestamp" in ids else ctx.file_time_basis
     out = parsed(
         g,
@@ -387,14 +543,14 @@ def _columns_named(idx: dict[str, int], aliases: list[str]) -> list[int]:
 
 
 def _gpus_by_loop_position(
-    body: pl.DataFrame, ts_ms: pl.Expr, row_reason: pl.Expr | None
+    body: pl.DataFrame, placed: Placed | None, row_reason: pl.Expr | None
 ) -> tuple[pl.DataFrame, pl.Expr]:
     """A log without identity columns: each row's position in its loop iteration (`_pos`, the
-    GPU's index) from the rows' times (`loop_positions`); rows whose GPU cannot be told are
-    `_unknown`, with a reason added to `row_reason`."""
-    body = body.with_columns(ts_ms.alias("_t"))
-    t = body.get_column("_t").cast(pl.Float64).fill_null(float("nan")).to_numpy()
-    pos, unknown, size = loop_positions(t)
+    GPU's index) as `_placements` found it (None: every row GPU 0); rows whose GPU cannot be
+    told are `_unknown`, with a reason added to `row_reason`."""
+    n = body.height
+    pos, unknown, loop = placed or (np.zeros(n, np.int64), np.zeros(n, bool), None)
+    size = loop.size if loop else 1
     body = body.with_columns(pl.Series("_pos", pos, dtype=pl.Int32), pl.Series("_unknown", unknown))
     lost = pl.when(pl.col("_unknown")).then(
         pl.format(
