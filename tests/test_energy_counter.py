@@ -128,6 +128,22 @@ def test_a_counter_reset_falls_back_to_power_for_that_minute():
     assert _energy_at(m, 599) == pytest.approx(5.0) and _energy_at(m, 601) == pytest.approx(5.0)
 
 
+@pytest.mark.parametrize("stuck_at", [0.0, 5e9])
+def test_a_counter_that_does_not_move_falls_back_to_power(stuck_at):
+    """A counter stuck at one value (unsupported, frozen, always 0) while the GPU reads 240 W:
+    every minute has its power x 1 minute (4 Wh), not the counter's 0 (adversarial review: the
+    day read 0.005 kWh)."""
+    rows = [
+        _sample("GPU-s", 60 * i + 5, gpu_util_pct=50.0, power_w=240.0, energy_mj=stuck_at)
+        for i in range(1440)
+    ]
+    m = _minutes(_frame(rows))
+    assert _daily(m)["GPU-s"]["energy_kwh"] == pytest.approx(1440 * 4.0 / 1000)
+    # and one that moves by less than half of what the power reading drew
+    slow = [r | {"energy_mj": 1e9 + i * 1000.0} for i, r in enumerate(rows)]
+    assert _daily(_minutes(_frame(slow)))["GPU-s"]["energy_kwh"] == pytest.approx(5.76)
+
+
 def test_an_implausible_jump_falls_back_to_power():
     """An increase above 1.5 x the GPU's max power over the time it covers (A100: 600 W, 10 Wh a
     minute) is not believed: power x 1 minute. Just below the bound it is."""

@@ -33,7 +33,9 @@ instead (Polars); the `warehouse_views` asset records that note and writes no fi
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -606,13 +608,19 @@ def read_sql_file(path: str | os.PathLike) -> str:
 
 def _tokens(sql: str) -> list[tuple[int, str]]:
     """The tokens of `sql` as DuckDB's own tokenizer reads them (the scanner its parser uses:
-    nested block comments, quoted names and strings alike), comments dropped: (offset, text)."""
+    nested block comments, quoted names and strings alike), comments dropped: (offset, text).
+    The tokenizer counts UTF-8 bytes; the offsets here are the string's characters (read as
+    characters, a comment of non-ASCII text shifted every later token, and `EXPLAIN /*é…*/
+    (ANALYZE) CREATE …` passed as the SELECT after it: adversarial review)."""
     found = duckdb.tokenize(sql)
+    # the byte offset each character starts at: a token's byte offset -> its character's
+    at = list(itertools.accumulate((len(c.encode("utf-8")) for c in sql), initial=0))
+    chars = [bisect.bisect_left(at, start) for start, _ in found]
     out = []
-    for k, (start, kind) in enumerate(found):
+    for k, (_, kind) in enumerate(found):
         if kind != duckdb.token_type.comment:
-            end = found[k + 1][0] if k + 1 < len(found) else len(sql)
-            out.append((start, sql[start:end].strip()))
+            end = chars[k + 1] if k + 1 < len(found) else len(sql)
+            out.append((chars[k], sql[chars[k] : end].strip()))
     return out
 
 

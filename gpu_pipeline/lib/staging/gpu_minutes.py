@@ -303,6 +303,8 @@ MJ_PER_WH = 3.6e6
 # covers; without a max power, up to the highest power a reading may have (lib/fields.py)
 COUNTER_PLAUSIBLE_X = 1.5
 COUNTER_PLAUSIBLE_W = float(BY_COLUMN["power_w"].hi)
+# and believed from this share of what the minute's own power reading drew in it
+COUNTER_LEAST_X = 0.5
 
 
 # what the model lookup adds to every minute (a made-up physical row copies them too)
@@ -466,7 +468,13 @@ def energy_expr(counted: bool) -> pl.Expr:
         return by_power.alias("energy_wh")
     watts = pl.coalesce(COUNTER_PLAUSIBLE_X * pl.col("max_power_w"), pl.lit(COUNTER_PLAUSIBLE_W))
     increase = pl.col("_e_wh")
-    plausible = (increase >= 0.0) & (increase <= watts * pl.col("_e_min") / 60.0)
+    # a GPU always draws something: an increase of 0, or under half of what the minute's own
+    # power reading drew, is a counter that does not move (unsupported, frozen), not energy
+    # (a stuck counter zeroed a day the power readings said drew 7.2 kWh: adversarial review)
+    least = (COUNTER_LEAST_X * by_power).fill_null(0.0)
+    plausible = (
+        (increase > 0.0) & (increase >= least) & (increase <= watts * pl.col("_e_min") / 60.0)
+    )
     return pl.when(plausible).then(increase).otherwise(by_power).alias("energy_wh")
 
 
