@@ -217,3 +217,27 @@ def api_answer(t: float) -> dict:
             ],
         },
     }
+
+
+def two_made_days(tmp: Path) -> tuple[Path, dict]:
+    """2024-01-01..02 of 4 GPUs generated into `tmp`/raw and materialized into `tmp`/lake by the
+    CLI: (tmp, its environment)."""
+    env = cli_env(tmp)
+    cli("generate", "--start", "2024-01-01", "--days", "2", "--gpus", "4", "--clusters", "1",
+        "--out", str(tmp / "raw"), env=env)  # fmt: skip
+    cli("materialize", "--start", "2024-01-01", "--end", "2024-01-02", "--raw", str(tmp / "raw"),
+        "--lake", str(tmp / "lake"), env=env)  # fmt: skip
+    return tmp, env
+
+
+def assembled_day(raw: Path, cache: Path, day: date, max_rows: int | None = None, general=False):
+    """`day` of the landing zone `raw` as a run assembles it (parsed into `cache`); `general`:
+    each file's samples read as the general way reads them (not keyed)."""
+    from gpu_pipeline.lib.ingest.cache import load_or_parse
+    from gpu_pipeline.lib.ingest.landing import list_landing
+
+    files = [load_or_parse(f, cache) for f in list_landing(raw)]
+    if general:
+        for pf in files:
+            pf.samples = pf.samples.collect().lazy()
+    return assemble_day(files, day, max_rows)

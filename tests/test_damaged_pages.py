@@ -14,7 +14,7 @@ import dagster as dg
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
-from helpers import cli, cli_env
+from helpers import cli, two_made_days
 
 from gpu_pipeline.defs import marts, staging
 from gpu_pipeline.defs.resources import LakeResource, ReferenceResource
@@ -50,14 +50,8 @@ def _remedy(day: date) -> str:
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory):
-    """Two materialized days of 4 GPUs, with their landing files."""
-    tmp = tmp_path_factory.mktemp("damaged_pages")
-    env = cli_env(tmp)
-    cli("generate", "--start", "2024-01-01", "--days", "2", "--gpus", "4", "--clusters", "1",
-        "--out", str(tmp / "raw"), env=env)  # fmt: skip
-    cli("materialize", "--start", "2024-01-01", "--end", "2024-01-02", "--raw", str(tmp / "raw"),
-        "--lake", str(tmp / "lake"), env=env)  # fmt: skip
-    return tmp, env
+    """Two materialized days of 4 GPUs, with their landing files (`helpers.two_made_days`)."""
+    return two_made_days(tmp_path_factory.mktemp("damaged_pages"))
 
 
 def _copy(made, tmp_path, table: str, day: date):

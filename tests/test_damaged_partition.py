@@ -9,7 +9,7 @@ from datetime import date, timedelta
 import dagster as dg
 import polars as pl
 import pytest
-from helpers import cli, cli_env
+from helpers import cli, two_made_days
 
 from gpu_pipeline.defs import marts
 from gpu_pipeline.defs.resources import LakeResource, ReferenceResource
@@ -147,14 +147,8 @@ def test_a_damaged_file_in_an_object_store_lake_is_named_too(monkeypatch, tmp_pa
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory):
-    """Two materialized days of 4 GPUs (as test_cli's), with their landing files."""
-    tmp = tmp_path_factory.mktemp("damaged")
-    env = cli_env(tmp)
-    cli("generate", "--start", "2024-01-01", "--days", "2", "--gpus", "4", "--clusters", "1",
-        "--out", str(tmp / "raw"), env=env)  # fmt: skip
-    cli("materialize", "--start", "2024-01-01", "--end", "2024-01-02", "--raw", str(tmp / "raw"),
-        "--lake", str(tmp / "lake"), env=env)  # fmt: skip
-    return tmp, env
+    """Two materialized days of 4 GPUs, with their landing files (`helpers.two_made_days`)."""
+    return two_made_days(tmp_path_factory.mktemp("damaged"))
 
 
 def _damaged_copy(made, tmp_path, day: str):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from helpers import assemble_day, ms
+from helpers import assembled_day, ms
 
 from gpu_pipeline.lib.ingest.cache import load_or_parse
 from gpu_pipeline.lib.ingest.landing import list_landing
@@ -77,11 +77,7 @@ def _land(raw: Path, name: str, text: str) -> None:
 
 
 def _day(raw: Path, cache: Path, max_rows: int | None = None, general: bool = False):
-    files = [load_or_parse(f, cache) for f in list_landing(raw)]
-    if general:  # read as the general way reads them (not keyed)
-        for pf in files:
-            pf.samples = pf.samples.collect().lazy()
-    return assemble_day(files, D, max_rows)
+    return assembled_day(raw, cache, D, max_rows, general)
 
 
 def _conflicts(q: pl.DataFrame) -> pl.DataFrame:

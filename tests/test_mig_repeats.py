@@ -11,11 +11,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from helpers import assemble_day, expo_lines, ms, write_file
+from helpers import assembled_day, expo_lines, ms, write_file
 
 from gpu_pipeline.defs.checks import validation_pass_rate
-from gpu_pipeline.lib.ingest.cache import load_or_parse
-from gpu_pipeline.lib.ingest.landing import list_landing
 
 SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "samples"
 A800 = "dcgm-exporter_a800x8_mig-2g.20gb_error-values.prom"
@@ -24,11 +22,7 @@ MODEL = "NVIDIA A100-SXM4-40GB"
 
 
 def _day(raw: Path, cache: Path, max_rows: int | None = None, general: bool = False):
-    files = [load_or_parse(f, cache) for f in list_landing(raw)]
-    if general:  # read as the general way reads them (not keyed)
-        for pf in files:
-            pf.samples = pf.samples.collect().lazy()
-    return assemble_day(files, D, max_rows)
+    return assembled_day(raw, cache, D, max_rows, general)
 
 
 def _conserved(log: pl.DataFrame) -> bool:
