@@ -823,6 +823,9 @@ def test_a_csv_time_that_names_its_zone_is_that_instant_whatever_the_csv_zone(tm
         ("n_2024-01-01T10:00:00Z.prom", "2024-01-01T10:00"),
         ("n_2024-01-01_10-00-00.prom", "2024-01-01T10:00"),
         ("n_2024-01-01_10-00-00-0001.prom", "2024-01-01T10:00"),  # a counter, not an offset
+        # `date +%Y%m%d-%H%M%S`: filed on its modification day before (adversarial review 26)
+        ("dcgm_20260311-235930.prom", "2026-03-11T23:59:30"),
+        ("dcgm_2026-03-11-23-59-30.prom", "2026-03-11T23:59:30"),
     ],
 )
 def test_a_time_in_a_file_name_keeps_its_offset(name, utc):

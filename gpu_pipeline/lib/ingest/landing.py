@@ -22,7 +22,7 @@ from pathlib import Path
 import polars as pl
 
 from gpu_pipeline import native
-from gpu_pipeline.lib.ingest.formats import FORMATS, exposition
+from gpu_pipeline.lib.ingest.formats import FORMATS, exposition, prom_json
 from gpu_pipeline.lib.ingest.formats.common import Context
 from gpu_pipeline.lib.samples import (
     KEYED_SCHEMA,
@@ -432,7 +432,7 @@ def _hash_new(entries: list[tuple], known: dict[str, str]) -> dict[Path, str | O
 
 
 _ISO_TIME = re.compile(
-    r"(\d{4})-?(\d{2})-?(\d{2})[T_ ](\d{2})[-:]?(\d{2})[-:]?(\d{2})(?:[.,]\d+)?"
+    r"(\d{4})-?(\d{2})-?(\d{2})[-T_ ](\d{2})[-:]?(\d{2})[-:]?(\d{2})(?:[.,]\d+)?"
     r"(?:Z|([+-])(\d{2})[:-]?(\d{2})(?!\d))?"
 )
 
@@ -792,7 +792,8 @@ def _cap_raw(q: pl.DataFrame) -> pl.DataFrame:
 
 # a line-based file (exposition, CSV) larger than this is parsed this much text at a time, so a
 # parse's memory follows the piece, not the file (a 700 MiB scrape's parse peaks at ~0.85 GiB,
-# 1.9 GiB read whole); a JSON or XML document, parsed whole, may be at most this large
+# 1.9 GiB read whole); a Prometheus answer is cut between its series (`PieceParse._cut`, and
+# into runs of `prom_json.RUN_BYTES`); an XML document, parsed whole, may be at most this large
 PIECE_BYTES = 64 * 2**20
 
 
@@ -870,6 +871,9 @@ def _gunzip_chunks(f, limit: int) -> Iterator[bytes]:
         raise _Stop("corrupt or truncated gzip: the stream ends before its end marker")
 
 
+_JSON_START = re.compile(rb"(?:\xef\xbb\xbf)?[ \t\r\n]*[\[{]")
+
+
 class PieceParse:
     """A landing file parsed a piece at a time: iterate for (format, ParsedLines) of each piece,
     lines numbered in the file. The file is opened once (`open_landing`), gunzipped as it is
@@ -894,6 +898,8 @@ class PieceParse:
         self.rejected: tuple[str, ParsedLines] | None = None
         self._plain: bytes | None = None  # the file read whole, when it is plain text
         self._seen = _Seen()  # what a rejection of the whole file keeps of its text
+        self._json: bool | None = None  # the text starts as JSON does (`_cut`)
+        self.series_cuts = 0  # pieces cut between two series of a JSON answer (`_cut`)
 
     def _chunks(self, raw) -> Iterator[bytes]:
         """The file's text in chunks: gunzipped (at most 1 MiB a chunk), or as read (a file
@@ -924,8 +930,16 @@ class PieceParse:
             yield chunk
 
     def _cut(self, buf: bytearray) -> Iterator[bytes]:
-        """Whole pieces off the front of `buf`, each cut at its last line end."""
+        """Whole pieces off the front of `buf`, each cut at its last line end; in a JSON file,
+        between two series of an answer where it can be (`prom_json.series_cut`)."""
+        if self._json is None:  # told by the text's first byte
+            self._json = _JSON_START.match(buf) is not None
         while len(buf) >= self.piece_bytes:
+            if self._json and (cut := prom_json.series_cut(buf, self.piece_bytes)):
+                self.series_cuts += 1
+                yield bytes(buf[:cut])
+                del buf[:cut]
+                continue
             # the last line end within the piece; a longer line is one piece to its end
             cut = buf.rfind(b"\n", 0, self.piece_bytes) + 1 or buf.find(b"\n") + 1
             if not cut:
@@ -999,6 +1013,9 @@ class PieceParse:
             self._reject("unreadable", self._seen.whole(str(e)))
             return
         if second is None and len(first) <= self.piece_bytes:  # one piece: the whole file
+            if len(first) > prom_json.RUN_BYTES and (framed := self._answer(first)):
+                yield from self._answer_pieces(framed[0], None, iter(()), *framed[1:])
+                return
             plain = first is self._plain
             yield _parse_read(self.lf, _text_read(first, "", 0), self.opts, self.keyed, plain)
             return
@@ -1016,6 +1033,9 @@ class PieceParse:
         fmt, junk = detect_format(clean, self.lf.source_file), 0
         if fmt is None:  # lines above the content that no format reads (`_past_junk`)
             fmt, junk = _past_junk(clean, self.lf.source_file)
+        if fmt == "prometheus_json" and self.series_cuts and (frame := prom_json.frame(first)):
+            yield from self._answer_pieces(first, second, pieces, *frame)
+            return
         if fmt not in LINE_FORMATS:
             text = first.decode("utf-8", "replace")
             if fmt in ("prometheus_json", "nvidia_smi_xml"):
@@ -1061,6 +1081,56 @@ class PieceParse:
                 if out.last_header:  # the rows after a header written again, in later pieces
                     prefix, n_prefix = out.last_header.encode() + b"\n", 1
                 yield got, out
+        except _Stop as e:
+            self._reject("unreadable", self._seen.whole(str(e)))
+
+    def _answer(self, text: bytes) -> tuple[bytes, bytes, bytes] | None:
+        """A file read whole that is a Prometheus answer too large to parse in one go
+        (`prom_json.RUN_BYTES`): (its text without a BOM, `prom_json.frame`); else None."""
+        if _JSON_START.match(text) is None:
+            return None
+        text = text[len(UTF8_BOM) :] if text.startswith(UTF8_BOM) else text
+        if detect_format(text[:65536], self.lf.source_file) != "prometheus_json":
+            return None
+        framed = prom_json.frame(text)
+        return (text, *framed) if framed else None
+
+    def _answer_pieces(
+        self,
+        first: bytes,
+        second: bytes | None,
+        pieces: Iterator[bytes],
+        prefix: bytes,
+        close: bytes,
+    ) -> Iterator[tuple[str, ParsedLines]]:
+        """A Prometheus answer over a piece (cut between its series, `_cut`) or over RUN_BYTES:
+        each run of its series (`prom_json.runs`) parsed as an answer of its own, framed by the
+        text before the first series (`prefix`) and the brackets it leaves open (`close`);
+        records and series numbered on through the file."""
+        offset = series = 0
+        try:
+            rest = [second] if second is not None else []
+            runs = prom_json.runs(itertools.chain([first], rest, pieces))
+            run = next(runs)
+            for i in itertools.count():
+                after = next(runs, None)
+                body = run if i == 0 else prefix + run.lstrip(b" \t\r\n")[1:]  # its comma
+                text = body if after is None else body + close
+                got, out = _parse_text(self.lf, text, self.opts, "prometheus_json")
+                if out.rejected_whole or got != "prometheus_json":
+                    self._reject(got, out)
+                    return
+                if i:
+                    out.samples = out.samples.with_columns(pl.col("line") + offset)
+                    out.quarantine = prom_json.renumbered(
+                        out.quarantine.with_columns(pl.col("line") + offset), series
+                    )
+                offset += out.lines_total
+                series += prom_json.series_in(run)
+                yield got, out
+                if after is None:
+                    return
+                run = after
         except _Stop as e:
             self._reject("unreadable", self._seen.whole(str(e)))
 

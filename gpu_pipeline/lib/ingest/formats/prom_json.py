@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Iterator
 
 import polars as pl
 
@@ -226,7 +227,16 @@ def _records(results: list, rtype: str) -> tuple[dict[str, list], dict[str, list
                 f'data.result[{i}] is not a series object {{"metric": {{...}}, "{points}": ...}}'
             )
             continue
-        for j, p in enumerate(_points(r, rtype)):
+        pts = _points(r, rtype)
+        if all(type(p) is list and len(p) == 2 for p in pts):  # the usual series, in bulk
+            at, said = zip(*pts, strict=True) if pts else ((), ())
+            if all(type(t) is int or type(t) is float for t in at):  # not bool, not text
+                series += [i] * len(pts)
+                ts += at
+                vals += map(str, said)
+                pre += [None] * len(pts)
+                continue
+        for j, p in enumerate(pts):
             series.append(i)
             where = f"data.result[{i}].{points}" + (f"[{j}]" if rtype == "matrix" else "")
             if isinstance(p, list) and len(p) == 2:
@@ -301,3 +311,99 @@ def _candidates(
         )
         .with_columns(pl.col("metric").fill_null("?"))
     )
+
+
+# A large answer is read a run of whole series at a time (`landing.PieceParse`): each run is
+# framed as an answer of its own, with the text before the first series in front of it and the
+# brackets that text leaves open after it. `{"metric": {` starts a series: in valid JSON that
+# byte sequence cannot be inside a string (its quotes would end the string), and a label's
+# value is a string, never an object.
+_SERIES_START = re.compile(rb'\{\s*"metric"\s*:\s*\{')
+_WS = b" \t\r\n"
+
+
+# an answer larger than this is parsed a run of its series at a time: parsed whole, an answer
+# takes ~60 times its size in Python objects (a 64 MiB one peaked at 4.0 GiB, in runs of 4 MiB
+# it takes ~0.3 GiB; benchmarks/README.md)
+RUN_BYTES = 4 * 2**20
+
+
+def series_cut(buf: bytes | bytearray, end: int, start: int = 0) -> int:
+    """Where `buf` can be cut after `start` and before `end` between two series of an answer's
+    result list: just after the `}` that closes a series, followed by `, {"metric": {`; 0 when
+    there is no such place (a series longer than that, or not an answer)."""
+    at = end
+    while (j := buf.rfind(b'"metric"', start, at)) > start:
+        at = j
+        brace = _skip_back(buf, j - 1)
+        if brace < 0 or buf[brace] != 0x7B or not _SERIES_START.match(buf, brace):
+            continue
+        comma = _skip_back(buf, brace - 1)
+        if comma < 0 or buf[comma] != 0x2C:
+            continue
+        close = _skip_back(buf, comma - 1)
+        if close >= 0 and buf[close] == 0x7D:
+            return close + 1
+    return 0
+
+
+def frame(head: bytes) -> tuple[bytes, bytes] | None:
+    """The text of an answer before its first series and the brackets that text leaves open,
+    closed (`]}}` for a query_range answer): what a later run of its series is framed with.
+    None when `head` starts no series list (not an answer, or its first series not in it)."""
+    m = _SERIES_START.search(head, 0, 2**20)
+    if m is None:
+        return None
+    prefix = head[: m.start()]
+    stack: list[int] = []
+    in_str = esc = False
+    for c in prefix:
+        if in_str:
+            esc, in_str = (False, True) if esc else (c == 0x5C, c != 0x22)
+        elif c == 0x22:
+            in_str = True
+        elif c in (0x7B, 0x5B):
+            stack.append(c)
+        elif c in (0x7D, 0x5D) and (not stack or stack.pop() != c - 2):
+            return None  # `}` closes `{` (0x7B), `]` closes `[` (0x5B): each two apart
+    if in_str or not stack or stack[-1] != 0x5B:
+        return None
+    return prefix, bytes(c + 2 for c in reversed(stack))
+
+
+def runs(pieces: Iterable[bytes]) -> Iterator[bytes]:
+    """Pieces of an answer cut between its series, each cut again into runs of at most
+    RUN_BYTES where it can be (`series_cut`)."""
+    for piece in pieces:
+        start = 0
+        while len(piece) - start > RUN_BYTES and (
+            cut := series_cut(piece, start + RUN_BYTES, start)
+        ):
+            yield piece[start:cut]
+            start = cut
+        yield piece[start:] if start else piece
+
+
+def series_in(run: bytes) -> int:
+    """How many series start in a run of an answer's series (`series_cut`)."""
+    return len(_SERIES_START.findall(run))
+
+
+def renumbered(quarantine: pl.DataFrame, first: int) -> pl.DataFrame:
+    """The quarantine of a run of series whose first is the answer's series `first`: its
+    reasons' `data.result[i]` said of the whole answer, as a parse of it whole says them."""
+    at = r"^data\.result\[(\d+)\]"
+    i = pl.col("reason").str.extract(at, 1).cast(pl.Int64)
+    return quarantine.with_columns(
+        pl.when(i.is_not_null())
+        .then(pl.format("data.result[{}]{}", i + first, pl.col("reason").str.replace(at, "")))
+        .otherwise(pl.col("reason"))
+        .alias("reason")
+    )
+
+
+def _skip_back(buf: bytes | bytearray, i: int) -> int:
+    """The index of the last byte at or before `i` that is not white space (-1: none)."""
+    while i >= 0 and buf[i] in _WS:
+        i -= 1
+    return i
