@@ -232,8 +232,34 @@ def _say_hints(s: settings.Settings, end: date, views: Path, lake_flag: bool) ->
         f"  {me} sql{lake_opt} -f {queries}/fleet_trend.sql\n"
         f'  {me} sql{lake_opt} "SELECT * FROM fleet_daily ORDER BY date"\n'
         f"  report for {end}: {settings.reports_dir(s.lake) / settings.report_name(end)}\n"
-        f"  duckdb -readonly {views}        (any DuckDB client; views only)\n"
+        f"  {_python_command()} -c {_open_views(views)}\n"
+        "    (the views file, read-only, from Python; any DuckDB client opens it, the `duckdb` CLI"
+        " is a separate install)\n"
         "  make dev                      (Dagster UI: runs, partitions, backfills)"
+    )
+
+
+def _python_command() -> str:
+    """This interpreter, as the user can call it from here (`.venv/bin/python` after `make
+    demo` without an activated venv; `python` when that is it)."""
+    found = shutil.which("python")
+    if found and Path(found).absolute() == Path(sys.executable).absolute():
+        return "python"
+    try:
+        return str(Path(sys.executable).absolute().relative_to(Path.cwd()))
+    except ValueError:
+        return sys.executable
+
+
+def _open_views(views: Path) -> str:
+    """The `-c` program, quoted for the shell, that opens the views file read-only and lists
+    its views (DuckDB's Python package is a dependency; the `duckdb` CLI is not)."""
+    import json
+    import shlex
+
+    return shlex.quote(
+        f"import duckdb; duckdb.connect({json.dumps(str(views))}, read_only=True)"
+        '.sql("SHOW TABLES").show()'
     )
 
 
@@ -696,16 +722,19 @@ def cmd_report(a: argparse.Namespace) -> int:
         )
         return 1
 
-    # the lake, catalog and rules a run with these settings uses (its resources)
+    # the lake, catalog, price book, energy rates and rules a run with these settings uses (its
+    # resources), told to the report as the daily_report asset tells it (defs/report.py): the
+    # appendix then names the files in force, not the shipped ones, and writes the same page
     with resources(s) as res:
         lake, ref = res["lake"], res["reference"]
+        in_force = ref.in_force()
         try:
             rep = build_report(
                 lake.open(),
                 a.date,
                 require_data=True,
                 catalog=ref.load_catalog(),
-                t=ref.load_rules().thresholds,
+                in_force=in_force,
             )
         except FileNotFoundError as e:
             print(f"error: {e}", file=sys.stderr)
@@ -930,6 +959,11 @@ def _add_report(sub, reports: str) -> None:
     r = _command(sub, "report", help="write the day's self-contained HTML report")
     r.add_argument("--date", type=_day, required=True, help="the UTC day (YYYY-MM-DD)")
     r.add_argument("--lake", help="lake root (default GPU_PIPELINE_LAKE or data/lake)")
+    r.add_argument(
+        "--prices",
+        help="price book CSV the day was materialized with (default GPU_PIPELINE_PRICES or the "
+        "shipped one)",
+    )
     r.add_argument(
         "--out",
         help=f"file (default {reports}/gpu_report_DATE.html; with --lake, in that lake's reports)",

@@ -10,7 +10,7 @@ from gpu_pipeline.defs.daily import daily, day_metadata, partition_days
 from gpu_pipeline.defs.partitions import window
 from gpu_pipeline.defs.resources import LakeResource, ReferenceResource
 from gpu_pipeline.lib.io.lake import replace_file
-from gpu_pipeline.lib.io.report import InForce, build_report
+from gpu_pipeline.lib.io.report import build_report
 from gpu_pipeline.lib.io.report.data import TREND_DAYS
 
 REPORT_INPUTS = [
@@ -63,12 +63,7 @@ def daily_report(
     """Self-contained HTML report of the day: charts, bottlenecks, waste, recommendations, ROI, health."""
     days, catalog = partition_days(context), reference.load_catalog()
     # what the dollars and thresholds came from: the report's appendix prints them
-    in_force = InForce(
-        prices=reference.prices or None,
-        energy=reference.energy or None,
-        rules=reference.load_rules(),
-        rules_file=reference.rules or None,
-    )
+    in_force = reference.in_force()
     for day in days:
         rep = build_report(lake.open(), day, catalog=catalog, in_force=in_force)
         out = settings.reports_dir(lake.root) / settings.report_name(day)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from contextlib import contextmanager
 from datetime import date, timedelta
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import dagster as dg
 import polars as pl
@@ -22,6 +22,9 @@ from gpu_pipeline.lib.reference import load_catalog, load_energy, load_prices
 from gpu_pipeline.lib.rules import Rules, load_rules
 from gpu_pipeline.lib.staging.chunked import DEFAULT_CHUNK_MB, Chunking
 from gpu_pipeline.settings import Settings
+
+if TYPE_CHECKING:
+    from gpu_pipeline.lib.io.report import InForce
 
 R = TypeVar("R", bound=dg.ConfigurableResource)
 
@@ -145,6 +148,18 @@ class ReferenceResource(dg.ConfigurableResource):
 
     def load_prices(self) -> pl.DataFrame:
         return load_prices(self.prices or None)
+
+    def in_force(self) -> InForce:
+        """What a day's dollars and thresholds come from, as its report's appendix names them
+        (the daily_report asset and `gpu-pipeline report` alike)."""
+        from gpu_pipeline.lib.io.report import InForce
+
+        return InForce(
+            prices=self.prices or None,
+            energy=self.energy or None,
+            rules=self.load_rules(),
+            rules_file=self.rules or None,
+        )
 
 
 class PromResource(dg.ConfigurableResource):

@@ -221,10 +221,13 @@ def _tag(text: str) -> str:
 
 
 def fill_identity(df: pl.DataFrame, source_file: str) -> pl.DataFrame:
-    """Samples without a GPU UUID take one made of their PCI bus id, else their index, within
-    their host (the hostname they carry) or, without one, their file:
-    `GPU-pci-<scope>-<bus id>`, `GPU-idx-<scope>-<index>`. Without any of the three the UUID
-    stays null and the sample is rejected: a GPU is never made up from nothing."""
+    """Samples without a GPU UUID take the UUID that their PCI bus id, else their index, has on
+    the other samples of the frame within their host (the hostname they carry) or, without
+    one, their file, when it has exactly one there (`_known_uuids`: a scrape line that lost
+    its UUID label is the GPU it names, not a GPU of its own: adversarial review); else one
+    made of the bus id, else the index, within that scope: `GPU-pci-<scope>-<bus id>`,
+    `GPU-idx-<scope>-<index>`. Without any of the three the UUID stays null and the sample is
+    rejected: a GPU is never made up from nothing, nor two merged."""
     uuid = df.get_column("gpu_uuid")
     if uuid.null_count() == 0:
         return df
@@ -244,7 +247,57 @@ def fill_identity(df: pl.DataFrame, source_file: str) -> pl.DataFrame:
         .when(pl.col("gpu_index").is_not_null())
         .then(pl.format("GPU-idx-{}-{}", scope, pl.col("gpu_index")))
     )
-    return df.with_columns(pl.coalesce(pl.col("gpu_uuid"), made).alias("gpu_uuid"))
+    if uuid.null_count() < len(uuid):
+        return df.with_columns(
+            _known_uuids(df, source_file, made).fill_null(made).alias("gpu_uuid")
+        )
+    return df.with_columns(made.alias("gpu_uuid"))
+
+
+# a frame whose source_file starts with this is not one file's (`exposition.learn_series`
+# parses the series of many files in one table)
+NOT_ONE_FILE = "\0"
+
+
+def _identity_key() -> pl.Expr:
+    """A sample's identity key without its UUID: its host (or none), then its bus id, else
+    its index (null: neither)."""
+    return pl.concat_str(
+        pl.col("hostname").fill_null("\0"),
+        pl.when(pl.col("pci_bus_id").is_not_null())
+        .then(pl.lit("pci\0") + pl.col("pci_bus_id").str.to_lowercase())
+        .otherwise(pl.lit("idx\0") + pl.col("gpu_index").cast(pl.String)),
+        separator="\0",
+    )
+
+
+def _known_uuids(df: pl.DataFrame, source_file: str, made: pl.Expr) -> pl.Expr:
+    """Each sample's GPU by the UUID the frame's samples with a UUID give its identity key
+    when they give exactly one; null otherwise. In a frame of many files' series
+    (NOT_ONE_FILE) the samples of a key both with and without a UUID take their identity with
+    the file's name added instead, so that the table of many files leaves them all to their
+    own file's parse (whose frame is the file)."""
+    key = _identity_key()
+    pairs = (
+        df.lazy()
+        .filter(pl.col("gpu_uuid").is_not_null())
+        .select(key.alias("k"), pl.col("gpu_uuid"))
+        .drop_nulls()
+        .unique()
+        .group_by("k")
+        .agg(pl.col("gpu_uuid").first(), pl.len().alias("n"))
+        .collect()
+    )
+    ones = {
+        k: u for k, u, n in zip(pairs["k"], pairs["gpu_uuid"], pairs["n"], strict=True) if n == 1
+    }
+    if source_file.startswith(NOT_ONE_FILE):
+        lacking = df.lazy().filter(pl.col("gpu_uuid").is_null()).select(key.alias("k"))
+        both = set(pairs["k"]) & set(lacking.collect()["k"].drop_nulls())
+        mine = pl.lit(_tag(f"file\0{source_file}"))
+        own = pl.format("{}-{}", pl.coalesce(pl.col("gpu_uuid"), made), mine)
+        return pl.when(key.is_in(list(both))).then(own).otherwise(pl.col("gpu_uuid"))
+    return pl.coalesce(pl.col("gpu_uuid"), key.replace_strict(ones, default=None))
 
 
 def normalize_series(g: pl.DataFrame, source_file: str = "") -> pl.DataFrame:

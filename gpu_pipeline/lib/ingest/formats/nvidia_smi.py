@@ -26,7 +26,7 @@ from typing import NamedTuple
 import numpy as np
 import polars as pl
 
-from gpu_pipeline.lib.ingest.formats.common import Context, parsed
+from gpu_pipeline.lib.ingest.formats.common import NA_VALUES, Context, parsed
 from gpu_pipeline.lib.ingest.formats.wide_csv import (
     cell,
     names_zone,
@@ -182,16 +182,24 @@ def detect(data: bytes, name: str) -> bool:
 MAX_ITERATION_GAP_MS = 50.0
 # the typical gap between iterations is at least this many times the typical one inside
 MIN_SEPARATION = 3.0
+# nvidia-smi slow on many GPUs prints the rows of one iteration up to this far apart (typical
+# gap); such a log's iterations are told only when its gaps fall in two classes far apart:
+# the typical gap between iterations WIDE_SEPARATION times the typical one inside, and nearly
+# every gap inside (SLOW_ROW_QUANTILE of them) below the split
+MAX_SLOW_ROW_GAP_MS = 400.0
+WIDE_SEPARATION = 5.0
+SLOW_ROW_QUANTILE = 0.98
 MAX_GPUS_PER_LOG = 256
 
 
 def _iteration_split(gaps: np.ndarray) -> float | None:
     """The gap above which a new loop iteration starts, or None when every row is its own
     iteration (one GPU). Judged from the typical gaps, not the longest: the gaps are split in
-    two classes (Otsu's method on their logarithms); the lower class must be milliseconds
-    (median at most MAX_ITERATION_GAP_MS), at least a third of all gaps (N-1 of N rows of an
-    N-GPU loop) and its median MIN_SEPARATION times below the upper class's. Stalls only
-    lengthen gaps of the upper class; the split is half its median."""
+    two classes (Otsu's method on their logarithms); the lower class must be at least a third
+    of all gaps (N-1 of N rows of an N-GPU loop) and its median MIN_SEPARATION times below the
+    upper class's, and milliseconds (median at most MAX_ITERATION_GAP_MS), or, rows printed
+    slowly (a median up to MAX_SLOW_ROW_GAP_MS), far apart from the upper class (`_far_apart`).
+    Stalls only lengthen gaps of the upper class; the split is half its median."""
     g = np.log10(np.sort(np.clip(np.abs(gaps), 1.0, None)))  # 0 ms (whole-second times) as 1
     n = len(g)
     if n < 2 or g[0] == g[-1]:
@@ -203,9 +211,22 @@ def _iteration_split(gaps: np.ndarray) -> float | None:
     between[g[:-1] == g[1:]] = -1.0  # split only between distinct values
     cut = int(np.argmax(between)) + 1
     low, high = 10 ** np.median(g[:cut]), 10 ** np.median(g[cut:])
-    if cut * 3 < n or low > MAX_ITERATION_GAP_MS or high < MIN_SEPARATION * low:
+    if cut * 3 < n or high < MIN_SEPARATION * low:
+        return None
+    if low > MAX_ITERATION_GAP_MS and not _far_apart(10 ** g[:cut], low, high):
         return None
     return float(high / 2)
+
+
+def _far_apart(inside: np.ndarray, low: float, high: float) -> bool:
+    """Whether gaps of rows printed slowly (`inside`, typical `low`) are told from the gaps
+    between iterations (typical `high`) beyond doubt (adversarial review: an 8-GPU log with
+    rows 60-120 ms apart was one GPU)."""
+    return (
+        low <= MAX_SLOW_ROW_GAP_MS
+        and high >= WIDE_SEPARATION * low
+        and float(np.quantile(inside, SLOW_ROW_QUANTILE)) < high / 2
+    )
 
 
 class Loop(NamedTuple):
@@ -255,9 +276,12 @@ def _iterations(
 
 def loop_structure(t: np.ndarray, fresh: np.ndarray) -> Loop | None:
     """The iterations the times `t` (file order, all known) show, or None: too few rows, no
-    class of millisecond gaps, or no regular iterations of more than one row (one GPU)."""
+    class of millisecond gaps, or no regular iterations of more than one row (one GPU). A
+    header written above every iteration (`_header_iterations`) tells them first."""
     if len(t) < 3:
         return None
+    if (by_header := _header_iterations(t, fresh)) is not None:
+        return by_header
     split = _iteration_split(np.diff(t))
     if split is None:
         return None
@@ -266,6 +290,40 @@ def loop_structure(t: np.ndarray, fresh: np.ndarray) -> Loop | None:
     if size <= 1 or size > MAX_GPUS_PER_LOG or (sizes == size).sum() * size * 2 < len(t):
         return None
     return Loop(size, split)
+
+
+# a header above every iteration: at least this share of the rows under headers of one size
+HEADER_PART_SHARE = 0.8
+
+
+def _header_iterations(t: np.ndarray, fresh: np.ndarray) -> Loop | None:
+    """The loop of a log whose header is written above every iteration (`while true; do
+    nvidia-smi --query-gpu=... --format=csv; sleep 5; done`): the rows under one header are
+    one iteration, however slowly they were printed (adversarial review: 8 GPUs 60-120 ms
+    apart were one GPU). Told when at least HEADER_PART_SHARE of the rows are in parts of one
+    size (over one, three parts at least), printed together (a typical gap inside at most
+    MAX_SLOW_ROW_GAP_MS, below the typical gap between parts); the split is above every gap
+    inside those parts. None otherwise (a restarted logger, a one-GPU loop)."""
+    part = np.cumsum(fresh) - (1 if fresh[0] else 0)
+    if part[-1] < 2:
+        return None
+    sizes = np.bincount(part)
+    values, counts = np.unique(sizes, return_counts=True)
+    size = int(values[np.argmax(counts * values)])
+    regular = sizes[part] == size
+    if (
+        size <= 1
+        or size > MAX_GPUS_PER_LOG
+        or (sizes == size).sum() < 3
+        or regular.sum() < HEADER_PART_SHARE * len(t)
+    ):
+        return None
+    gaps = np.abs(np.diff(t))
+    same = part[1:] == part[:-1]
+    inside, between = gaps[same & regular[1:]], gaps[~same]
+    if np.median(inside) > MAX_SLOW_ROW_GAP_MS or np.median(inside) >= np.median(between):
+        return None
+    return Loop(size, float(max(2 * inside.max(), MAX_ITERATION_GAP_MS)))
 
 
 def _place(t: np.ndarray, loop: Loop, fresh: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -278,7 +336,12 @@ def _place(t: np.ndarray, loop: Loop, fresh: np.ndarray) -> tuple[np.ndarray, np
     short = row_size < size
     # rows before the first header written again may start inside an iteration: its end
     within = np.where((it == 0) & short & ~fresh[0], within + size - row_size, within)
-    bad = (row_size != size) & ~(((it == 0) | (it == it.max())) & short)
+    # a first or last iteration cut short by the file's (a piece's) start or end, not one of a
+    # run of short ones (a GPU that dropped out: adversarial review)
+    edge = np.zeros(len(sizes), dtype=bool)
+    edge[0] = len(sizes) == 1 or sizes[1] == size
+    edge[-1] |= len(sizes) == 1 or sizes[-2] == size
+    bad = (row_size != size) & ~(edge[it] & short)
     return within, bad
 
 
@@ -449,7 +512,7 @@ def _loop_times(header: list[str], body: pl.DataFrame, ctx: Context) -> np.ndarr
     """The times (epoch ms, NaN where unreadable) of a part's rows that only their loop
     positions tell apart: None for a part with an identity column, or without times."""
     _, _, ids = _id_columns(header)
-    if "timestamp" not in ids or {"gpu_uuid", "pci_bus_id", "gpu_index"} & ids.keys():
+    if "timestamp" not in ids or IDENTITY & _valued(ids, body).keys():
         return None
     ts_ms, _ = _part_times(ids, body, ctx)
     return body.select(ts_ms.cast(pl.Float64)).to_series().fill_null(float("nan")).to_numpy()
@@ -463,6 +526,22 @@ def _id_columns(header: list[str]) -> tuple[list[tuple[str, str]], dict[str, int
         idx[k] = i
     ids = {a: _columns_named(idx, names) for a, names in ID_ALIASES.items()}
     return keys, idx, {a: i[0] for a, i in ids.items() if i}
+
+
+IDENTITY = {"gpu_uuid", "pci_bus_id", "gpu_index"}
+
+
+def _valued(ids: dict[str, int], body: pl.DataFrame) -> dict[str, int]:
+    """The identity columns `ids` without those that hold no value in any of the `body`'s rows
+    (a uuid column that reads `[N/A]` throughout: WSL, passthrough): such a column is absent,
+    the GPUs told as without it (adversarial review: every row was quarantined)."""
+    empty = [a for a in IDENTITY & ids.keys() if not _has_value(body, ids[a])]
+    return {a: i for a, i in ids.items() if a not in empty}
+
+
+def _has_value(body: pl.DataFrame, i: int) -> bool:
+    v = cell(i)
+    return bool(body.select((v.is_not_null() & ~v.is_in(list(NA_VALUES))).any()).item())
 
 
 def _part_times(
@@ -493,8 +572,8 @@ def _parse_part(
     keys, idx, ids = _id_columns(header)
     used: set[int] = set(ids.values())
     ts_ms, row_reason = _part_times(ids, body, ctx)
-    attrs = {a: cell(i) for a, i in ids.items() if a != "timestamp"}
-    if not {"gpu_uuid", "pci_bus_id", "gpu_index"} & attrs.keys():
+    attrs = {a: cell(i) for a, i in _valued(ids, body).items() if a != "timestamp"}
+    if not IDENTITY & attrs.keys():
         body, row_reason = _gpus_by_loop_position(body, placed, row_reason)
         attrs["gpu_index"] = pl.col("_pos").cast(pl.String)
     fields, metric_names = _field_columns(header, keys, idx)
