@@ -231,3 +231,34 @@ def test_a_gpu_that_drops_out_is_not_replaced_in_the_last_iteration(header_each)
     assert len(by_gpu) == 4 and all(len(v) == 1 for v in by_gpu.values())
     last = text.rstrip("\n").rsplit("\n", 1)[1]
     assert last in set(parsed.quarantine["raw"])
+
+
+# F4 ---------------------------------------------------------------------------------------
+
+
+def _uuid_log(end: str) -> str:
+    """An 8-GPU `-l 1` log with uuid as its last column, over 1 MiB, and `end` after it."""
+    rows = ["timestamp, name, utilization.gpu [%], power.draw [W], uuid"]
+    for s in range(2000):
+        for g in range(8):
+            t = DAY + timedelta(seconds=s, milliseconds=g)
+            rows.append(f"{_ts(t)}, NVIDIA H100 80GB HBM3, {10 * g}, {100 + g}.5, {_uuid('h', g)}")
+    return "\n".join(rows) + "\n" + end
+
+
+def test_a_last_line_cut_inside_its_uuid_is_quarantined_not_a_gpu():
+    """A log read while it is being written: its last line ends inside the uuid (no line end).
+    That uuid made a ninth GPU of one sample; it is one quarantined record."""
+    whole = _uuid_log("")
+    assert len(whole) > 2**20
+    last = whole.split("\n")[4]  # GPU 3's first row
+    cut = last[: last.index(_uuid("h", 3)) + 12]
+    out = _parse_csv(_uuid_log(cut))
+    assert out.samples["gpu_uuid"].n_unique() == 8
+    (q,) = out.quarantine.to_dicts()
+    assert q["line"] == 2000 * 8 + 2 and "cut short while the log was being written" in q["reason"]
+    assert out.lines_total == 2000 * 8 + 2
+    # a last line that is whole, or ends in a uuid of its own, is read as before
+    for end in (last, last.replace(_uuid("h", 3), "GPU-9f000000-0000-0000-0000-000000000000")):
+        out = _parse_csv(_uuid_log(end))
+        assert out.quarantine.height == 0 and out.samples.height == (2000 * 8 + 1) * 2

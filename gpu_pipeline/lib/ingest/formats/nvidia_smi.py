@@ -392,7 +392,30 @@ def parse(text: str, ctx: Context) -> ParsedLines:
     header, body, total, skipped = _header_and_rows(text, ctx)
     if {"pid", "process_name"} & {header_key(h)[0] for h in header}:
         raise ValueError(PER_PROCESS)  # its used_memory was taken for the GPU's memory used
+    if not text.endswith("\n"):
+        body = _cut_last_row(header, body)
     return _in_streams(header, body, total, skipped, ctx, _later_headers(body))
+
+
+CUT_UUID = (
+    "the file's last line has no line end and its uuid '{}' is the start of another GPU's: "
+    "cut short while the log was being written (the next run reads the file again)"
+)
+
+
+def _cut_last_row(header: list[str], body: pl.DataFrame) -> pl.DataFrame:
+    """The rows, the last one marked `_cut` when the text ends inside it (no line end) with its
+    uuid the start of another row's: a log read while being written, cut in its uuid, made a
+    GPU of one sample (adversarial review)."""
+    at = _id_columns(header)[2].get("gpu_uuid")
+    if at is None or body.height < 2:
+        return body
+    uuids = body.select(cell(at)).to_series()
+    last = uuids[-1]
+    others = uuids.head(-1)
+    cut = bool(last) and not bool((others == last).any())
+    cut = cut and bool(others.str.starts_with(last).any())
+    return body.with_columns(pl.int_range(pl.len()).eq(body.height - 1).and_(cut).alias("_cut"))
 
 
 def _later_headers(body: pl.DataFrame) -> list[int]:
@@ -572,6 +595,9 @@ def _parse_part(
     keys, idx, ids = _id_columns(header)
     used: set[int] = set(ids.values())
     ts_ms, row_reason = _part_times(ids, body, ctx)
+    if "_cut" in body.columns:
+        cut = pl.when(pl.col("_cut")).then(pl.format(CUT_UUID, cell(ids["gpu_uuid"])))
+        row_reason = cut if row_reason is None else pl.coalesce(row_reason, cut)
     attrs = {a: cell(i) for a, i in _valued(ids, body).items() if a != "timestamp"}
     if not IDENTITY & attrs.keys():
         body, row_reason = _gpus_by_loop_position(body, placed, row_reason)
@@ -580,7 +606,7 @@ def _parse_part(
     for present, _ in fields.values():
         used.update(present)
     g = to_long(body, len(header), fields, ts_ms, attrs, row_reason, metric_names)
-    g = g.drop([c for c in ("_pos", "_unknown") if c in g.columns])
+    g = g.drop([c for c in ("_pos", "_unknown", "_cut") if c in g.columns])
     basis = "sample" if "timestamp" in ids else ctx.file_time_basis
     out = parsed(
         g,
