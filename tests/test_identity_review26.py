@@ -262,3 +262,24 @@ def test_a_last_line_cut_inside_its_uuid_is_quarantined_not_a_gpu():
     for end in (last, last.replace(_uuid("h", 3), "GPU-9f000000-0000-0000-0000-000000000000")):
         out = _parse_csv(_uuid_log(end))
         assert out.quarantine.height == 0 and out.samples.height == (2000 * 8 + 1) * 2
+
+
+# F7 ---------------------------------------------------------------------------------------
+
+
+def test_two_machines_that_log_localhost_are_not_merged():
+    """Two machines' logs with a hostname column reading `localhost` and an index: their GPUs
+    are scoped by file, not merged into one machine's."""
+    rows = ["timestamp, hostname, index, utilization.gpu [%], power.draw [W]"]
+    for s in range(600):
+        for g in range(2):
+            t = DAY + timedelta(seconds=s, milliseconds=g)
+            rows.append(f"{_ts(t)}, localhost, {g}, {10 * g}, {100 + g}.5")
+    text = "\n".join(rows) + "\n"
+    a, b = _parse_csv(text, "c1/m1/gpu.csv"), _parse_csv(text, "c1/m2/gpu.csv")
+    ua, ub = set(a.samples["gpu_uuid"]), set(b.samples["gpu_uuid"])
+    assert len(ua) == len(ub) == 2 and not ua & ub
+    named = _parse_csv(text.replace("localhost", "node-7"), "c1/m1/gpu.csv")
+    assert set(named.samples["gpu_uuid"]) == set(
+        _parse_csv(text.replace("localhost", "node-7"), "c1/m2/gpu.csv").samples["gpu_uuid"]
+    )

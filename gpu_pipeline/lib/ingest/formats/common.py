@@ -220,6 +220,9 @@ def _tag(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "backslashreplace")).hexdigest()[:8]
 
 
+NO_HOST_NAMES = {"localhost", "localhost.localdomain", "127.0.0.1", "::1", ""}
+
+
 def fill_identity(df: pl.DataFrame, source_file: str) -> pl.DataFrame:
     """Samples without a GPU UUID take the UUID that their PCI bus id, else their index, has on
     the other samples of the frame within their host (the hostname they carry) or, without
@@ -232,6 +235,9 @@ def fill_identity(df: pl.DataFrame, source_file: str) -> pl.DataFrame:
     if uuid.null_count() == 0:
         return df
     hosts = df.get_column("hostname").drop_nulls().unique().to_list()
+    # a name every machine answers to names none: its GPUs are scoped by their file (two
+    # machines logging `localhost` were merged: adversarial review)
+    hosts = [h for h in hosts if h.strip().lower() not in NO_HOST_NAMES]
     file_tag = _tag(f"file\0{source_file}")
     scope = (
         pl.col("hostname")
