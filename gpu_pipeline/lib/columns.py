@@ -188,7 +188,7 @@ BY_TABLE: dict[tuple[str, str], str] = {
         "gpu_daily",
         "coverage_pct",
     ): "minutes / 1,440 x 100: how much of the day the GPU's data covers",
-    ("efficiency_roi", "gpus"): "physical GPUs in the scope",
+    ("efficiency_roi", "gpus"): "physical GPUs valued in the scope: those with an RFU and a price",
     ("gpu_health", "minutes"): "minutes with samples",
     ("stragglers", "hour"): "UTC hour the GPU lagged its pod",
     ("efficiency_roi", "avg_rfu_pct"): "mean RFU of the scope, %",

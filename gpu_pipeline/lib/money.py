@@ -87,21 +87,60 @@ def minute_costs(minutes: pl.LazyFrame) -> pl.LazyFrame:
     ).drop("_cost", "_idle", "_measured", "_busy", "_productive", "_stall", "_stalled")
 
 
+# a MIG GPU's device-level power figures, allocated to its instances by `allocated_minutes`
+DEVICE_POWER = ("pif", "rfu_pct", "realized_tflops")
+
+
+def with_gpu_power(minutes: pl.LazyFrame) -> pl.LazyFrame:
+    """Minutes whose MIG instances carry their physical GPU's PIF, RFU and realized TFLOPS in
+    that minute (`DEVICE_POWER`; null when the GPU's row has none; an instance with a value of
+    its own, which no exporter gives today, keeps it).
+
+    Power is read once per device and cannot be split among instances (an instance's row has
+    none of its own), so the GPU's RFU is allocated like its price and energy: every slice of
+    the GPU, held by an instance or free, carries the GPU's RFU, and weighted by `gpu_share`
+    the GPU's RFU counts once (weight 1) across the namespaces that hold its slices.
+    """
+    device = minutes.filter(mig_unallocated()).select(
+        "gpu_uuid", "minute", *[pl.col(c).alias(f"_device_{c}") for c in DEVICE_POWER]
+    )
+    return (
+        minutes.join(device, on=["gpu_uuid", "minute"], how="left", maintain_order="left")
+        .with_columns(
+            *[
+                pl.when(PHYSICAL)
+                .then(pl.col(c))
+                .otherwise(pl.coalesce(pl.col(c), pl.col(f"_device_{c}")))
+                .alias(c)
+                for c in DEVICE_POWER
+            ],
+        )
+        .drop(*[f"_device_{c}" for c in DEVICE_POWER])
+    )
+
+
 def allocated_minutes(minutes: pl.LazyFrame) -> pl.LazyFrame:
     """Minutes as namespaces own them, with their costs and a weight `_w` (the GPU share).
 
     A whole GPU's minute weighs 1, a MIG instance's its slices; the physical row of a MIG GPU
-    stands for its free slices, idle by definition (no utilization, RFU or diagnosis of its own).
-    Means over namespaces are weighted by `_w`, so a MIG GPU counts once however it is split.
+    stands for its free slices, idle by definition (utilization 0, no diagnosis of its own).
+    Costs are split on the minutes as stored (an instance without power: unmeasured); then
+    every row of a MIG GPU carries the GPU's PIF and RFU (`with_gpu_power`), its gap being the
+    row's utilization minus the GPU's RFU. Means over namespaces are weighted by `_w`, so a MIG
+    GPU counts once however it is split: its RFU with weight 1, its utilization and gap those
+    of its physical row (the slice-weighted utilization of its instances, free slices idle).
     """
     free = mig_unallocated()
-    return minute_costs(minutes).with_columns(
+    on_mig = free | ~PHYSICAL
+    costed = minute_costs(minutes).with_columns(
         pl.col("gpu_share").fill_null(1.0).alias("_w"),
         pl.when(free).then(0.0).otherwise(pl.col("gpu_util_pct")).alias("gpu_util_pct"),
-        *[
-            pl.when(free).then(None).otherwise(pl.col(c)).alias(c)
-            for c in ("pif", "rfu_pct", "efficiency_gap_pct", "realized_tflops")
-        ],
+    )
+    return with_gpu_power(costed).with_columns(
+        pl.when(on_mig)
+        .then(pl.col("gpu_util_pct") - pl.col("rfu_pct"))
+        .otherwise(pl.col("efficiency_gap_pct"))
+        .alias("efficiency_gap_pct"),
         pl.when(free).then(pl.lit("idle", PHASE_ENUM)).otherwise(pl.col("phase")).alias("phase"),
         pl.when(free)
         .then(pl.lit("idle", CLASS_ENUM))

@@ -18,7 +18,8 @@ def efficiency_roi(
     """Per fleet and per model: raising average RFU from r to the target is worth gpus x (t - r) / r GPUs.
 
     The seed's example: 50 GPUs at 45 % RFU raised to 60 % deliver the work of 50 x 15 / 45 ≈ 17 more.
-    Valued at the group's average price for a month.
+    Valued at the group's average price for a month, over the GPUs that have an RFU and a
+    price (`means`).
     """
     # per GPU (a chunk of GPUs at a time): its minutes' RFU and price sums and counts
     per_gpu = by_gpu_chunks(
@@ -37,12 +38,17 @@ def efficiency_roi(
     ).lazy()
 
     def means(groups: pl.LazyFrame) -> pl.LazyFrame:
-        """A group's GPUs and its minutes' mean RFU and price (null: no minute has one)."""
+        """A group's GPUs the valuation counts and their minutes' mean RFU and price (null: none
+        has one). Counted: the GPUs with an RFU (power and a max power) and a price; in a group
+        none of whose GPUs with an RFU has a price, those GPUs (its value is then unknown). A
+        GPU without an RFU (a vGPU profile without power) would add GPUs the mean is not over."""
+        rfu, priced = pl.col("_rfu_n") > 0, pl.col("_price_n") > 0
+        counted = rfu & (priced | ~(rfu & priced).any())
         return groups.agg(
-            pl.col("gpu_uuid").n_unique().alias("gpus"),
+            pl.col("gpu_uuid").filter(counted).n_unique().alias("gpus"),
             *[
-                pl.when(pl.col(f"{c}_n").sum() > 0)
-                .then(pl.col(c).sum() / pl.col(f"{c}_n").sum())
+                pl.when(pl.col(f"{c}_n").filter(counted).sum() > 0)
+                .then(pl.col(c).filter(counted).sum() / pl.col(f"{c}_n").filter(counted).sum())
                 .alias(name)
                 for c, name in (("_rfu", "avg_rfu_pct"), ("_price", "_price"))
             ],

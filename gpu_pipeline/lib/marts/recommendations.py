@@ -97,6 +97,19 @@ def _precision(s: dict, r: RecommendationThresholds) -> float:
     return share * s["headroom_frac"]
 
 
+def _on(s: dict, p: str) -> dict:
+    """The signals of the namespace's `p`-capable GPUs (`bf16`, `fp8`): their active minutes'
+    shares and their headroom (`_signals`), read by the rule advising that precision."""
+    return {**s, **s[p]}
+
+
+def _precision_fires(s: dict, r: RecommendationThresholds, p: str) -> bool:
+    """Advise precision `p` when some GPU supports it and its capable GPUs' active minutes are
+    compute-bound or leave the tensor pipe idle (not the namespace's other GPUs')."""
+    on = _on(s, p)
+    return s[f"{p}_capable"] and (_tensor_idle(on, r) or _compute_heavy(on, r))
+
+
 # the thresholds and fractions are rules (`rules.RecommendationThresholds`, `[recommendations]`)
 RULES: tuple[Rule, ...] = (
     # idle-heavy: share or split the GPU, or give it back
@@ -208,21 +221,26 @@ RULES: tuple[Rule, ...] = (
             f"{_pct(s['compute_bound'])} of active minutes: automatic mixed precision"
         ),
     ),
+    # BF16 and FP8: over the GPUs that support them (their minutes' shares, their headroom)
     Rule(
         "BF16",
         "precision",
-        lambda s, r: (_tensor_idle(s, r) or _compute_heavy(s, r)) and s["bf16_capable"],
-        _precision,
-        lambda s: "the GPUs support BF16: train in bfloat16 without loss scaling",
+        lambda s, r: _precision_fires(s, r, "bf16"),
+        lambda s, r: _precision(_on(s, "bf16"), r),
+        lambda s: (
+            f"tensor pipe idle in {_pct(s['bf16']['tensor_cores_unused'])}, compute-bound in "
+            f"{_pct(s['bf16']['compute_bound'])} of the active minutes of BF16-capable GPUs: "
+            "train in bfloat16 without loss scaling"
+        ),
     ),
     Rule(
         "FP8",
         "precision",
-        lambda s, r: _compute_heavy(s, r) and s["fp8_capable"],
-        lambda s, r: r.fp8 * s["headroom_frac"],
+        lambda s, r: s["fp8_capable"] and _compute_heavy(_on(s, "fp8"), r),
+        lambda s, r: r.fp8 * s["fp8"]["headroom_frac"],
         lambda s: (
-            f"compute-bound {_pct(s['compute_bound'])} of active minutes on FP8-capable GPUs: "
-            "FP8 (Transformer Engine) doubles tensor throughput"
+            f"compute-bound {_pct(s['fp8']['compute_bound'])} of active minutes on FP8-capable "
+            "GPUs: FP8 (Transformer Engine) doubles tensor throughput"
         ),
     ),
 )
@@ -308,7 +326,49 @@ def rule_stats(
         ],
         pl.col("_spot_cost").sum(),
         pl.col("gpu_model").drop_nulls().unique().sort().alias("models"),
+        *_capable_stats(),
     ]
+
+
+# the precisions advised over the GPUs that support them, and the figures of those GPUs
+PRECISIONS = ("bf16", "fp8")
+PRECISION_SHARES = ("compute_bound", "tensor_cores_unused")
+
+
+def _capable_stats() -> list[pl.Expr]:
+    """Per precision, the figures of the group's GPUs that support it (`with_precisions`:
+    `_bf16`, `_fp8` on each GPU's `rule_sums`): whether there is one, their active minutes'
+    compute-bound and tensor-idle shares, their headroom dollars. None without the flags."""
+    out = []
+    for p in PRECISIONS:
+        on = pl.col(f"_{p}")
+        out += [
+            on.any().alias(f"_{p}_capable"),
+            pl.col("headroom_waste_usd").filter(on).sum().alias(f"_{p}_headroom_usd"),
+            *[
+                ratio(pl.col(f"_in_{n}").filter(on).sum(), pl.col(f"_of_{n}").filter(on).sum())
+                .fill_null(0.0)
+                .alias(f"_{p}_{n}")
+                for n in PRECISION_SHARES
+            ],
+        ]
+    return out
+
+
+def with_precisions(per_gpu: pl.DataFrame, caps: dict | None = None) -> pl.DataFrame:
+    """Each GPU's `rule_sums` with `_bf16` and `_fp8`: does its model support the precision
+    (the catalog's `bf16` / `fp8`, else its name; `_capable`), decided once per model."""
+    models = per_gpu["gpu_model"].drop_nulls().unique().to_list()
+    flags = []
+    for i, (p, rx) in enumerate(zip(PRECISIONS, (BF16_CAPABLE, FP8_CAPABLE), strict=True)):
+        known = {m: _capable({"models": [m]}, caps or {}, i, rx) for m in models}
+        flags.append(
+            pl.col("gpu_model")
+            .replace_strict(known, default=False, return_dtype=pl.Boolean)
+            .fill_null(False)
+            .alias(f"_{p}")
+        )
+    return per_gpu.with_columns(flags)
 
 
 def namespace_stats(
@@ -317,9 +377,11 @@ def namespace_stats(
     pcie_busy_from: float = DIAGNOSIS.pcie_busy_from,
     t: Thresholds = DEFAULT,
     chunking: Chunking = DEFAULT_CHUNKING,
+    caps: dict | None = None,
 ) -> pl.DataFrame:
     """The measured numbers rules read, one row per day and namespace: each GPU's `rule_sums`
-    a chunk of GPUs at a time (`by_gpu_chunks`), added up per namespace."""
+    a chunk of GPUs at a time (`by_gpu_chunks`), added up per namespace (`caps`: which
+    precisions each model supports, `precision_caps`)."""
     per_gpu = by_gpu_chunks(
         minutes,
         lambda m: (
@@ -330,7 +392,8 @@ def namespace_stats(
         chunking,
     )
     return collect_stable(
-        per_gpu.lazy()
+        with_precisions(per_gpu, caps)
+        .lazy()
         .group_by("date", "namespace")
         .agg(*rule_stats(pcie_busy_from, t))
         .sort("date", "namespace", nulls_last=True)
@@ -470,9 +533,26 @@ def _signals(row: dict, caps: dict, r: RecommendationThresholds, cost: float) ->
         # "split GPUs into MIG instances" is no advice for it (adversarial review)
         "mig_capable": bool(pl.select(pl.lit(models).str.contains(MIG_CAPABLE)).item())
         and row.get("on_mig", 0.0) < 0.999,
-        "bf16_capable": _capable(row, caps, 0, BF16_CAPABLE),
-        "fp8_capable": _capable(row, caps, 1, FP8_CAPABLE),
+        **_precision_signals(row, caps, cost),
     }
+
+
+def _precision_signals(row: dict, caps: dict, cost: float) -> dict:
+    """Per precision: whether a GPU of the group supports it (`bf16_capable`, `fp8_capable`)
+    and the shares and headroom fraction of those GPUs (`bf16`, `fp8`: `rule_stats`'
+    `_capable_stats`). A row without them (one made by hand) reads the group's own."""
+    out = {}
+    for i, (p, rx) in enumerate(zip(PRECISIONS, (BF16_CAPABLE, FP8_CAPABLE), strict=True)):
+        if f"_{p}_capable" not in row:
+            out[f"{p}_capable"] = _capable(row, caps, i, rx)
+            headroom = row["headroom_waste_usd"] or 0.0
+            out[p] = {n: row[n] for n in PRECISION_SHARES}
+        else:
+            out[f"{p}_capable"] = bool(row[f"_{p}_capable"])
+            headroom = row[f"_{p}_headroom_usd"] or 0.0
+            out[p] = {n: row[f"_{p}_{n}"] for n in PRECISION_SHARES}
+        out[p]["headroom_frac"] = headroom / cost if cost else 0.0
+    return out
 
 
 def _utilization_savings(details: list[dict], waste_frac: float) -> float:
@@ -532,8 +612,8 @@ def recommendations(
     """One row per day and namespace (a small table: rules run per row of it, not per minute).
     `catalog`: the GPU catalog, whose `bf16` / `fp8` columns say which precisions to advise;
     `r`: when each action fires and what it recovers; `t`: what counts as an active minute."""
-    stats = namespace_stats(minutes, prices, d.pcie_busy_from, t, chunking)
     caps = precision_caps(catalog)
+    stats = namespace_stats(minutes, prices, d.pcie_busy_from, t, chunking, caps)
     rows = [_recommend(row, caps, r) for row in stats.iter_rows(named=True)]
     return (
         pl.DataFrame(rows, schema=RECOMMENDATIONS_SCHEMA)

@@ -20,6 +20,7 @@ from gpu_pipeline.lib.marts.recommendations import (
     rule_stats,
     rule_sums,
     top_waste_action,
+    with_precisions,
 )
 from gpu_pipeline.lib.money import priced_rates, weighted_sums
 from gpu_pipeline.lib.rules import (
@@ -188,8 +189,10 @@ def workload_efficiency(
         ),
         chunking,
     )
-    stats = collect_stable(per_gpu.lazy().group_by(*WORKLOAD_KEYS).agg(*_aggregations(d, t)))
     caps = precision_caps(catalog)
+    stats = collect_stable(
+        with_precisions(per_gpu, caps).lazy().group_by(*WORKLOAD_KEYS).agg(*_aggregations(d, t))
+    )
     top = [top_waste_action(actions(row, caps, r)) for row in stats.iter_rows(named=True)]
     out = stats.lazy().with_columns(pl.Series("top_action", top, pl.String)).pipe(priced_rates)
     return (

@@ -18,6 +18,7 @@ from gpu_pipeline.lib.io.report.data import (
     TREND_DAYS,
     Period,
     ReportData,
+    fleet_minutes,
     label,
     model_figures,
     pct_down,
@@ -173,21 +174,58 @@ NO_PIF_WHY = (
     "limit the export carries; this day's GPUs lack one or the other (see gpu_minutes.max_power_basis "
     "and the model in gpu_samples)."
 )
+NO_UTIL = (
+    "No GPU-minute of this day has a utilization reading:\nits GPUs report power and PIF, "
+    "but no utilization"
+)
+NO_UTIL_WHY = (
+    "the day's GPU-minutes have a PIF but no utilization reading (nvidia-smi reports [N/A] "
+    "under MIG, a vGPU may lack the field): there is nothing to place on the utilization axis."
+)
+NO_BOTH = "No GPU-minute of this day has a utilization reading or a PIF"
+NO_BOTH_WHY = "the day's GPU-minutes have neither a utilization reading nor a PIF. " + NO_PIF_WHY
+NO_PAIR = "No GPU-minute of this day has both\na utilization reading and a PIF"
+NO_PAIR_WHY = (
+    "some GPU-minutes of the day have a utilization reading and some a PIF, but none has both."
+)
+# what the day's GPU-minutes lack for a point -> (the chart's text, the title's, the caption's)
+SCATTER_EMPTY = {
+    "pif": (NO_PIF, "none of this day's has a PIF", NO_PIF_WHY),
+    "util": (NO_UTIL, "none of this day's has a utilization", NO_UTIL_WHY),
+    "both": (NO_BOTH, "none of this day's has a utilization or a PIF", NO_BOTH_WHY),
+    "pair": (NO_PAIR, "none of this day's has both", NO_PAIR_WHY),
+}
 
 
-def scatter_shown(total: int, drawn: int) -> str:
-    """What the scatter draws, for its title and caption."""
+def scatter_lacking(figures: dict | None) -> str:
+    """What the day's physical GPU-minutes lack for the scatter (a key of SCATTER_EMPTY), from
+    `data.fleet_minutes` (None, or without its counts: a PIF, as the report always said).
+    PIF and RFU are known on the same minutes (RFU = 100 x PIF)."""
+    if not figures:
+        return "pif"
+    has_util, has_pif = figures.get("util", 0) > 0, figures.get("rfu", 0) > 0
+    if not (has_util or has_pif):
+        return "both"
+    if not has_pif:
+        return "pif"
+    return "pair" if has_util else "util"
+
+
+def scatter_shown(total: int, drawn: int, lacking: str = "pif") -> str:
+    """What the scatter draws, for its title and caption (`lacking`: what the day's minutes
+    lack when there is no point, `scatter_lacking`)."""
     if total == 0:
-        return "none of this day's has a PIF"  # not "all 0 GPU-minutes"
+        return SCATTER_EMPTY[lacking][1]  # not "all 0 GPU-minutes"
     if drawn == total:
         return f"all {total:,} GPU-minutes"
     return f"a random sample of {drawn:,} of {total:,} GPU-minutes"
 
 
-def scatter(pts: pl.DataFrame, total: int, t: Thresholds = DEFAULT) -> Chart:
+def scatter(pts: pl.DataFrame, total: int, t: Thresholds = DEFAULT, lacking: str = "pif") -> Chart:
     """Utilization vs PIF of the day's GPU-minutes: `pts` (`data.scatter_points`: all `total`
-    minutes that have both, or a random sample of them)."""
-    shown = scatter_shown(total, pts.height)
+    minutes that have both, or a random sample of them); without any, the chart says what the
+    day's minutes lack (`lacking`: `scatter_lacking`)."""
+    shown = scatter_shown(total, pts.height, lacking)
     fig, ax = pyplot().subplots(figsize=(7, 5))
     for cls, color in CLASS_COLORS.items():
         p = pts.filter(pl.col("efficiency_class") == cls)
@@ -199,6 +237,7 @@ def scatter(pts: pl.DataFrame, total: int, t: Thresholds = DEFAULT) -> Chart:
                 alpha=0.35,
                 color=color,
                 label=f"{cls} ({p.height:,})",
+                clip_on=False,  # a point at 0 % or 100 % is drawn whole, not half
             )
     # the class boundaries in force (rules): bottlenecked below, efficient above, busy from
     ax.axhline(t.bottleneck_pif_below, ls="--", lw=0.8, color="#e53935")
@@ -206,12 +245,15 @@ def scatter(pts: pl.DataFrame, total: int, t: Thresholds = DEFAULT) -> Chart:
     ax.axvline(t.productive_from, ls="--", lw=0.8, color="#555")
     ax.set_xlabel("GPU utilization (%)")
     ax.set_ylabel("Power intensity factor (power / max power)")
-    ax.set_xlim(0, 101)
+    # a margin left of 0 % and right of 100 %: points at 0 % utilization (idle GPUs, often
+    # most of a day) were cut in half by the axis
+    ax.set_xlim(-2, 102)
     ax.set_ylim(0, 1.02)
     if total:
         ax.legend(loc="upper left", fontsize=8, markerscale=3)
     else:
-        ax.text(50, 0.5, NO_PIF, ha="center", va="center", fontsize=9, wrap=True, color="#555")
+        text = SCATTER_EMPTY[lacking][0]
+        ax.text(50, 0.5, text, ha="center", va="center", fontsize=9, wrap=True, color="#555")
     ax.set_title(f"Utilization vs PIF per GPU-minute ({shown})", fontsize=10)
     return Chart(
         "Utilization vs power intensity",
@@ -221,7 +263,7 @@ def scatter(pts: pl.DataFrame, total: int, t: Thresholds = DEFAULT) -> Chart:
             "low power) is paid time that does little math."
         )
         if total
-        else f"No points: {NO_PIF_WHY}",
+        else f"No points: {SCATTER_EMPTY[lacking][2]}",
     )
 
 
@@ -527,7 +569,7 @@ def draw(d: ReportData) -> list[Chart]:
     marts have rows. A chart with nothing to draw carries why (`empty`)."""
     m = d.marts
     out = [
-        scatter(m.points, int(m.gpus["points"].sum()), d.t),
+        scatter(m.points, int(m.gpus["points"].sum()), d.t, scatter_lacking(fleet_minutes(m.gpus))),
         timeseries(d.hourly),
         trend(d.trend),
         models(model_figures(m.gpus)),
