@@ -192,6 +192,11 @@ def test_two_writers_of_one_day_on_s3_take_turns(s3, tmp_path, monkeypatch):
         with lake.day_locks([START], waiting=lambda d: waited.append(name)):
             if name == "a":
                 a_holds.set()
+                # held until "b" waits (a loaded machine started "b" after a fixed hold ended)
+                for _ in range(300):
+                    if waited:
+                        break
+                    time.sleep(0.1)
             t0 = time.monotonic()
             time.sleep(1.5)
             spans[name] = (t0, time.monotonic())

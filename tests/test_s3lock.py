@@ -90,14 +90,24 @@ def test_a_day_held_is_renewed_while_a_later_day_is_waited_for(s3, monkeypatch):
     lake = Lake(s3)
     spans: dict[str, tuple[float, float]] = {}
 
-    def run(name, days, hold, delay):
-        time.sleep(delay)
-        with lake.day_locks(days):
+    # each run starts once the one before it is where the test needs it (a fixed delay let a
+    # loaded machine start "c" before "a": it held D1 first and never waited)
+    h_holds, a_waits = threading.Event(), threading.Event()
+
+    def run(name, days, hold, after, holds, waits):
+        assert after is None or after.wait(30), name
+        with lake.day_locks(days, waiting=lambda d: waits and waits.set()):
+            if holds:
+                holds.set()
             t0 = time.monotonic()
             time.sleep(hold)
             spans[name] = (t0, time.monotonic())
 
-    runs = [("h", [D2], 8, 0), ("a", [D1, D2], 2, 0.5), ("c", [D1], 6, 1.0)]
+    runs = [
+        ("h", [D2], 8, None, h_holds, None),
+        ("a", [D1, D2], 2, h_holds, None, a_waits),  # holds D1, waits for D2
+        ("c", [D1], 6, a_waits, None, None),
+    ]
     errors = _run_threads(runs, run)
     assert errors == []
     (a0, a1), (c0, c1), (h0, h1) = spans["a"], spans["c"], spans["h"]

@@ -289,7 +289,22 @@ def loop_structure(t: np.ndarray, fresh: np.ndarray) -> Loop | None:
     sizes = np.bincount(it)
     if size <= 1 or size > MAX_GPUS_PER_LOG or (sizes == size).sum() * size * 2 < len(t):
         return None
+    gaps = np.abs(np.diff(t))
+    if np.median(gaps[gaps <= split]) > MAX_ITERATION_GAP_MS and not _regular(sizes, size, len(t)):
+        return None  # rows printed slowly: told from a one-GPU log's stalls only when regular
     return Loop(size, split)
+
+
+# rows printed slowly (`_far_apart`) make iterations only when at least this many iterations of
+# one size hold at least REGULAR_SHARE of the rows: a one-GPU log at `-lms 100` whose logger
+# stalls now and then has gaps in the same two classes, but runs of any length between stalls
+MIN_REGULAR_ITERATIONS = 5
+REGULAR_SHARE = 0.9
+
+
+def _regular(sizes: np.ndarray, size: int, rows: int) -> bool:
+    full = int((sizes == size).sum())
+    return full >= MIN_REGULAR_ITERATIONS and full * size >= REGULAR_SHARE * rows
 
 
 # a header above every iteration: at least this share of the rows under headers of one size
