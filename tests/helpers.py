@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -72,6 +73,15 @@ def write_file(path: Path, lines: list[str], header: bool = True) -> Path:
     ]
     path.write_text("\n".join((head if header else []) + lines) + "\n")
     return path
+
+
+def landed(tmp_path: Path, name: str, data: bytes, mtime: float) -> Path:
+    """`data` landed as `<tmp_path>/raw/<name>`, modified at `mtime` (when it was copied in)."""
+    p = tmp_path / "raw" / name
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_bytes(data)
+    os.utime(p, (mtime, mtime))
+    return p
 
 
 def minutes_frame(rows: list[dict]) -> pl.DataFrame:

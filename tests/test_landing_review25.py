@@ -13,13 +13,12 @@
 from __future__ import annotations
 
 import gzip
-import os
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import polars as pl
 import pytest
-from helpers import assemble_day
+from helpers import assemble_day, landed
 
 from gpu_pipeline.lib.ingest import landing
 from gpu_pipeline.lib.ingest.cache import load_or_parse
@@ -47,11 +46,7 @@ def log_rows(gpus: int, seconds: int, start: datetime) -> list[str]:
 
 
 def _write(tmp_path: Path, name: str, data: bytes) -> Path:
-    p = tmp_path / "raw" / name
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_bytes(data)
-    os.utime(p, (MTIME, MTIME))
-    return p
+    return landed(tmp_path, name, data, MTIME)
 
 
 def _ingest(tmp_path: Path, day: date):
