@@ -192,8 +192,9 @@ SLOW_ROW_QUANTILE = 0.98
 MAX_GPUS_PER_LOG = 256
 
 
-def _iteration_split(gaps: np.ndarray) -> float | None:
-    """The gap above which a new loop iteration starts, or None when every row is its own
+def _iteration_split(gaps: np.ndarray) -> tuple[float, bool] | None:
+    """The gap above which a new loop iteration starts and whether the rows inside one are
+    printed slowly (over MAX_ITERATION_GAP_MS apart), or None when every row is its own
     iteration (one GPU). Judged from the typical gaps, not the longest: the gaps are split in
     two classes (Otsu's method on their logarithms); the lower class must be at least a third
     of all gaps (N-1 of N rows of an N-GPU loop) and its median MIN_SEPARATION times below the
@@ -211,11 +212,12 @@ def _iteration_split(gaps: np.ndarray) -> float | None:
     between[g[:-1] == g[1:]] = -1.0  # split only between distinct values
     cut = int(np.argmax(between)) + 1
     low, high = 10 ** np.median(g[:cut]), 10 ** np.median(g[cut:])
+    slow = bool(low > MAX_ITERATION_GAP_MS)
     if cut * 3 < n or high < MIN_SEPARATION * low:
         return None
-    if low > MAX_ITERATION_GAP_MS and not _far_apart(10 ** g[:cut], low, high):
+    if slow and not _far_apart(10 ** g[:cut], low, high):
         return None
-    return float(high / 2)
+    return float(high / 2), slow
 
 
 def _far_apart(inside: np.ndarray, low: float, high: float) -> bool:
@@ -282,15 +284,15 @@ def loop_structure(t: np.ndarray, fresh: np.ndarray) -> Loop | None:
         return None
     if (by_header := _header_iterations(t, fresh)) is not None:
         return by_header
-    split = _iteration_split(np.diff(t))
-    if split is None:
+    found = _iteration_split(np.diff(t))
+    if found is None:
         return None
+    split, slow = found
     it, size = _iterations(t, split, fresh)
     sizes = np.bincount(it)
     if size <= 1 or size > MAX_GPUS_PER_LOG or (sizes == size).sum() * size * 2 < len(t):
         return None
-    gaps = np.abs(np.diff(t))
-    if np.median(gaps[gaps <= split]) > MAX_ITERATION_GAP_MS and not _regular(sizes, size, len(t)):
+    if slow and not _regular(sizes, size, len(t)):
         return None  # rows printed slowly: told from a one-GPU log's stalls only when regular
     return Loop(size, split)
 
