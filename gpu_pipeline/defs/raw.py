@@ -10,7 +10,7 @@ from gpu_pipeline.defs.daily import BACKFILL_POLICY, DayWriter, day_metadata, pa
 from gpu_pipeline.defs.metadata import spec_metadata
 from gpu_pipeline.defs.partitions import daily_partitions
 from gpu_pipeline.defs.resources import LakeResource, LandingResource
-from gpu_pipeline.lib.ingest.cache import parse_all
+from gpu_pipeline.lib.ingest.cache import PRUNE_AFTER_S, parse_all, prune
 from gpu_pipeline.lib.ingest.gpu_samples import DayAssembly
 from gpu_pipeline.lib.ingest.ingest_log import gone_from_landing, rejected_elsewhere
 from gpu_pipeline.lib.ingest.landing import (
@@ -134,6 +134,14 @@ def ingest_days(
     opts, max_rows = landing.parse_options(), lake.chunking().rows
     days = partition_days(context)
     parsed = parse_all(files, store.cache_dir, opts, days=days, shared=store.shared_cache)
+    # parses of files no longer landed as they were, unused for a day: removed
+    gone = prune(store.cache_dir, parsed, opts)
+    if gone.parses or gone.temporary:
+        context.log.info(
+            f"parse cache: removed {gone.parses} parse(s) of files no longer in the landing "
+            f"zone as they were and {gone.temporary} left-over temporary folder(s), "
+            f"{gone.bytes / 2**20:,.1f} MiB (unused for {PRUNE_AFTER_S // 3600} h)"
+        )
     for name, where in rejected_elsewhere(parsed, days):
         context.log.warning(f"{name}: rejected whole, filed in the quarantine of {where}")
     writers = {t: DayWriter(store, t) for t in RAW_TABLES}

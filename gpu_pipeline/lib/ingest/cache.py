@@ -4,9 +4,11 @@ itself (a cached parse whose files changed is parsed again)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Callable, Collection
@@ -14,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, time
 from pathlib import Path
+from time import time as time_now
 
 import numpy as np
 import polars as pl
@@ -653,12 +656,80 @@ def load_or_parse(
                 _CHECKED[cdir] = stamp
             break
         if _usable(cdir, meta, days, shared):
+            _used(cdir)
             break
         # altered, damaged or missing since it was written: parse the file again, never trust it
         shutil.rmtree(cdir, ignore_errors=True)
         if attempt:
             raise RuntimeError(f"ingest cache {cdir} cannot be written intact")
     return _from_meta(lf, cdir, meta)
+
+
+# A cached parse is removed (`prune`) once no run has used it for this long and it is not the
+# parse of a landing file as the run that prunes listed it: the parse of a file since removed,
+# replaced or appended to (a live log gets a new parse each time it grew), or made by an older
+# parser or with other options. The parse of a log appended to all day was kept for every
+# version it had, for ever: the cache grew with the landing zone's history, not its size
+# (adversarial review). A day's wait leaves a parse alone while any run that listed its file
+# may still read it, and a run with other options (another CSV time zone) keeps its own.
+PRUNE_AFTER_S = 24 * 3600
+_KEY = re.compile(r"[0-9a-f]{32}")
+
+
+def _used(cdir: Path) -> None:
+    """Mark a cached parse used now (its folder's modification time; `prune` goes by it). The
+    files in it keep their stamps (`_stamp`), so nothing is hashed again for it."""
+    # a cache this user may read but not write: nothing is pruned by it either
+    with contextlib.suppress(OSError):
+        os.utime(cdir)
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """What `prune` removed: cached parses, left-over temporary folders, and their bytes."""
+
+    parses: int = 0
+    temporary: int = 0
+    bytes: int = 0
+
+
+def prune(
+    cache_root: str | os.PathLike,
+    parsed: Collection[ParsedFile],
+    opts: ParseOptions = DEFAULT_PARSE,
+    after_s: float = PRUNE_AFTER_S,
+    now: float | None = None,
+) -> Pruned:
+    """Remove the cached parses that are not of `parsed` (every landing file as this run listed
+    and parsed it, with `opts`) and that no run has used for `after_s` seconds, and the
+    temporary folders a stopped parse left that long ago. Only the cache's own folders are
+    touched (a parse's 32-hex-digit key, `.tmp-…`): the hash memo, a remote landing zone's
+    mirror and anything else put there stay. The object store's copy of the cache
+    (`shared_cache`) is not pruned here."""
+    root = Path(cache_root)
+    now = time_now() if now is None else now
+    keep = {_cache_key(pf.file, opts) for pf in parsed if pf.file.hashed}
+    parses = temporary = size = 0
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return Pruned()
+    for e in entries:
+        ours = _KEY.fullmatch(e.name) and e.name not in keep
+        tmp = e.name.startswith(TMP_PREFIX)
+        if not (ours or tmp) or not e.is_dir(follow_symlinks=False):
+            continue
+        try:
+            if now - e.stat(follow_symlinks=False).st_mtime < after_s:
+                continue
+            folder = sum(f.stat().st_size for f in Path(e.path).iterdir() if f.is_file())
+        except OSError:
+            continue
+        shutil.rmtree(e.path, ignore_errors=True)
+        if not os.path.lexists(e.path):
+            parses, temporary = parses + bool(ours), temporary + bool(tmp)
+            size += folder
+    return Pruned(parses, temporary, size)
 
 
 def _from_meta(lf: LandingFile, cdir: Path, meta: dict) -> ParsedFile:
