@@ -69,23 +69,36 @@ def test_parses_of_files_gone_or_grown_go_after_a_day_unused(tmp_path):
     other.mkdir()
     (other / "meta.json").write_text("{}")
     _age(other, time.time() - 3600)
-    stale_tmp, live_tmp = cache / f"{TMP_PREFIX}1-x", cache / f"{TMP_PREFIX}2-y"
+    stale_tmp, live_tmp = cache / f"{TMP_PREFIX}1-{'a' * 32}", cache / f"{TMP_PREFIX}2-{'b' * 32}"
     stale_tmp.mkdir(), live_tmp.mkdir()
     (stale_tmp / "samples-00000.parquet").write_bytes(b"x" * 100)
     _age(stale_tmp)
     (cache / "_landing").mkdir()
     _age(cache / "_landing")
+    # other tools' folders in a cache folder shared with them, however old and named
+    foreign = {
+        "0123456789abcdef0123456789abcdef": ["metrics.json"],  # an MLflow-style run id
+        "fedcba9876543210fedcba9876543210": ["meta.json", "extra"],  # one more folder inside
+        f"{TMP_PREFIX}build": ["keep.o"],
+        f"{TMP_PREFIX}3-{'c' * 32}": ["notes.txt"],
+    }
+    for name, files in foreign.items():
+        (cache / name).mkdir()
+        for f in files:
+            (cache / name / f).mkdir() if f == "extra" else (cache / name / f).write_text("x")
+        _age(cache / name)
 
     gone = prune(cache, parsed, ParseOptions())
 
-    assert _entries(cache) == current | {other.name}
+    assert _entries(cache) == current | {other.name} | {n for n in foreign if len(n) == 32}
     assert (gone.parses, gone.temporary) == (2, 1)
     assert gone.bytes > 100
     assert not stale_tmp.exists() and live_tmp.exists()
     assert (cache / "_landing").is_dir() and hash_memo(cache).is_file()
+    assert all((cache / name).is_dir() for name in foreign)
     # what is left reads as before: the appended log, whole
     again = _parse(raw, cache)
-    assert _entries(cache) == current | {other.name}  # nothing parsed again
+    assert len(_entries(cache)) == 4  # nothing parsed again
     assert again[0].samples.collect().height == 80
 
 

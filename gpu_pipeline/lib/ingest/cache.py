@@ -702,9 +702,10 @@ def prune(
 ) -> Pruned:
     """Remove the cached parses that are not of `parsed` (every landing file as this run listed
     and parsed it, with `opts`) and that no run has used for `after_s` seconds, and the
-    temporary folders a stopped parse left that long ago. Only the cache's own folders are
-    touched (a parse's 32-hex-digit key, `.tmp-…`): the hash memo, a remote landing zone's
-    mirror and anything else put there stay. The object store's copy of the cache
+    temporary folders a stopped parse left that long ago. Only folders that are the cache's own
+    are touched (`_ours`): the hash memo, a remote landing zone's mirror and anything else put
+    there stay, whatever their names (adversarial review: a cache folder shared with other
+    tools lost their 32-hex-digit folders). The object store's copy of the cache
     (`shared_cache`) is not pruned here."""
     root = Path(cache_root)
     now = time_now() if now is None else now
@@ -715,21 +716,45 @@ def prune(
     except OSError:
         return Pruned()
     for e in entries:
-        ours = _KEY.fullmatch(e.name) and e.name not in keep
-        tmp = e.name.startswith(TMP_PREFIX)
-        if not (ours or tmp) or not e.is_dir(follow_symlinks=False):
+        kind = _ours(e)
+        if kind is None or e.name in keep:
             continue
         try:
             if now - e.stat(follow_symlinks=False).st_mtime < after_s:
                 continue
-            folder = sum(f.stat().st_size for f in Path(e.path).iterdir() if f.is_file())
+            folder = sum(f.stat().st_size for f in Path(e.path).iterdir())
         except OSError:
             continue
         shutil.rmtree(e.path, ignore_errors=True)
         if not os.path.lexists(e.path):
-            parses, temporary = parses + bool(ours), temporary + bool(tmp)
+            parses, temporary = parses + (kind == "parse"), temporary + (kind == "tmp")
             size += folder
     return Pruned(parses, temporary, size)
+
+
+# what a cached parse's folder holds (`_write_pieces`, `_write_cache`), and a temporary one's name
+_FILE = re.compile(r"meta\.json|(samples|series|quarantine)-\d{5}\.parquet")
+_TMP = re.compile(re.escape(TMP_PREFIX) + r"\d+-[0-9a-f]{32}")
+
+
+def _ours(e: os.DirEntry) -> str | None:
+    """ "parse" for a folder that is a cached parse (named by its key, its meta.json in it),
+    "tmp" for one a parse was writing (`_write_cache`), None for anything else: only plain
+    files of the names a parse writes, no folder or link among them."""
+    if not e.is_dir(follow_symlinks=False):
+        return None
+    kind = "parse" if _KEY.fullmatch(e.name) else "tmp" if _TMP.fullmatch(e.name) else None
+    if kind is None:
+        return None
+    try:
+        inside = list(os.scandir(e.path))
+        if not all(_FILE.fullmatch(f.name) and f.is_file(follow_symlinks=False) for f in inside):
+            return None
+        if kind == "parse" and "meta.json" not in {f.name for f in inside}:
+            return None
+    except OSError:
+        return None
+    return kind
 
 
 def _from_meta(lf: LandingFile, cdir: Path, meta: dict) -> ParsedFile:

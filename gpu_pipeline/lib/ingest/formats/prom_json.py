@@ -58,6 +58,8 @@ def parse(text: str, ctx: Context) -> ParsedLines:
         lines_skipped=skipped,
         window=ctx.time_window(),
         source_file=ctx.source_file,
+        # the cut tail quotes its own text
+        raw=pl.coalesce("raw", RAW) if "raw" in g.columns else RAW,
     )
     out.fields = sorted(set(g.get_column("column").unique().drop_nulls().to_list()))
     prov = doc.get("gpu_pipeline")  # written by `gpu-pipeline pull`: the server and the query
@@ -289,15 +291,6 @@ def _candidates(
             pl.col("value_s").cast(pl.Float64, strict=False).alias("value"),
             metric_column(pl.col("metric")).alias("column"),
             metric_scale(pl.col("metric")).alias("scale"),
-            pl.concat_str(
-                pl.lit('{"metric":'),
-                pl.col("labels_json"),
-                pl.lit(',"value":['),
-                pl.col("ts").cast(pl.String).fill_null("null"),
-                pl.lit(',"'),
-                pl.col("value_s"),
-                pl.lit('"]}'),
-            ).alias("raw"),
             pl.when(pl.col("pre_reason").is_not_null())
             .then(pl.col("pre_reason"))
             .when(pl.col("metric").is_null())
@@ -311,6 +304,19 @@ def _candidates(
         )
         .with_columns(pl.col("metric").fill_null("?"))
     )
+
+
+# a rejected record's quote: its series' labels and its point (`finalize` makes it for the
+# rejected records only)
+RAW = pl.concat_str(
+    pl.lit('{"metric":'),
+    pl.col("labels_json"),
+    pl.lit(',"value":['),
+    pl.col("ts").cast(pl.String).fill_null("null"),
+    pl.lit(',"'),
+    pl.col("value_s"),
+    pl.lit('"]}'),
+)
 
 
 # A large answer is read a run of whole series at a time (`landing.PieceParse`): each run is
