@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import polars as pl
 
 from gpu_pipeline.lib.ingest.formats.common import Context, parsed
@@ -19,6 +20,8 @@ from gpu_pipeline.lib.ingest.formats.wide_csv import cell, parse_local_time, to_
 from gpu_pipeline.lib.samples import ParsedLines
 
 HEADER = re.compile(r"^[ \t]*#[ \t]*Date[ \t]+Time[ \t]+gpu\b.*$", re.M)
+# a header line, among the lines (`parse`)
+HEADER_LINE = r"^[ \t]*#[ \t]*Date[ \t]+Time[ \t]+gpu\b"
 # dmon's column -> (field, scale)
 COLUMNS = {
     "sm": "gpu_util_pct",
@@ -47,10 +50,12 @@ PER_PROCESS = (
 
 
 def parse(text: str, ctx: Context) -> ParsedLines:
-    names = HEADER.search(text).group(0).strip().lstrip("#").split()
-    if {"pid", "command", "type"} & set(names):  # pmon: its rows are processes, not GPUs
-        raise ValueError(PER_PROCESS)
-    idx = {n: i for i, n in enumerate(names)}
+    """The log's rows, each read with the header above it (`_blocks`): a header written again
+    with the same columns (every screenful) is skipped, one with other columns (the logger
+    restarted with other `-s` groups) names the columns of the rows below it. Before, every row
+    was read with the first header's columns: at a restart with `-s u` an `sm` of 97 % was a
+    power of 97 W, or each row was quarantined as "expected 14 comma-separated fields"
+    (adversarial review). Units lines are comments: no column is scaled by its unit."""
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
@@ -60,18 +65,25 @@ def parse(text: str, ctx: Context) -> ParsedLines:
         .with_row_index("line", offset=1)
         .with_columns(pl.col("line").cast(pl.Int64), raw.str.strip_suffix("\r"))
     )
+    heads = df.filter(raw.str.contains(HEADER_LINE))
+    if heads.height == 0:
+        raise ValueError("no '#Date Time gpu' header above the rows")
     # comments (the header, written again every screenful) and blank lines are read, not records
     body = df.filter(~raw.str.strip_chars().str.starts_with("#") & (raw.str.strip_chars() != ""))
+    # `-o DT` puts the date, time and GPU index first, whatever the `-s` groups (`HEADER`)
+    stamp = pl.concat_str(cell(0), pl.lit(" "), cell(1))
+    ts = parse_local_time(stamp, TIME_FORMATS, ctx.csv_timezone)
+    why = pl.when(ts.is_null()).then(pl.format("timestamp not understood: '{}'", stamp))
     body = body.with_columns(
         raw.str.strip_chars().str.replace_all(r"\s+", " ").str.split(" ").alias("cells")
+    ).with_columns(ts.alias("_ts"), why.alias("_why"))
+    blocks = _blocks(heads, body)
+    g = pl.concat([_read_block(names, rows) for names, rows in blocks], how="diagonal_relaxed")
+    g = g.sort("line", maintain_order=True).drop("_ts", "_why")
+    # a row of another length than its header: dmon's cells are separated by blanks
+    g = g.with_columns(
+        pl.col("pre_reason").str.replace("comma-separated", "whitespace-separated", literal=True)
     )
-    stamp = pl.concat_str(cell(idx["Date"]), pl.lit(" "), cell(idx["Time"]))
-    ts = parse_local_time(stamp, TIME_FORMATS, ctx.csv_timezone)
-    reason = pl.when(ts.is_null()).then(pl.format("timestamp not understood: '{}'", stamp))
-    fields = {f: ([idx[c]], 1.0) for c, f in COLUMNS.items() if c in idx}
-    attrs = {"gpu_index": cell(idx["gpu"])}
-    metric = {f: c for c, f in COLUMNS.items() if c in idx}
-    g = to_long(body, len(names), fields, ts, attrs, reason, metric)
     out = parsed(
         g,
         lines_total=df.height,
@@ -80,7 +92,35 @@ def parse(text: str, ctx: Context) -> ParsedLines:
         source_file=ctx.source_file,
         multi=True,
     )
-    used = {"Date", "Time", "gpu", *metric.values()}
-    out.columns_ignored = [n for n in names if n not in used]
-    out.fields = list(fields)
+    used = {"Date", "Time", "gpu", *COLUMNS}
+    names = [n for names, _ in blocks for n in names]
+    out.columns_ignored = list(dict.fromkeys(n for n in names if n not in used))
+    out.fields = list(dict.fromkeys(COLUMNS[n] for n in names if n in COLUMNS))
+    out.last_header = heads["raw"][-1]  # the next piece's rows below it (`PieceParse`)
     return out
+
+
+def _blocks(heads: pl.DataFrame, body: pl.DataFrame) -> list[tuple[list[str], pl.DataFrame]]:
+    """The rows by the header above them (rows above the first header: the first's), one block
+    for all the rows under headers of the same columns: a day's log repeats its header every
+    screenful, thousands of times, and has few distinct ones. A pmon header refuses the file."""
+    cols = [h.strip().lstrip("#").split() for h in heads["raw"]]
+    key_of: dict[tuple[str, ...], int] = {}
+    of_head = np.array([key_of.setdefault(tuple(c), len(key_of)) for c in cols], dtype=np.int64)
+    at = np.searchsorted(heads["line"].to_numpy(), body["line"].to_numpy(), "right") - 1
+    block = of_head[np.clip(at, 0, None)]
+    out = []
+    for names, i in key_of.items():
+        if {"pid", "command", "type"} & set(names):  # pmon: its rows are processes, not GPUs
+            raise ValueError(PER_PROCESS)
+        out.append((list(names), body.filter(pl.Series(block == i))))
+    return out
+
+
+def _read_block(names: list[str], rows: pl.DataFrame) -> pl.DataFrame:
+    """The candidate samples of rows under a header of `names` (`wide_csv.to_long`)."""
+    idx = {n: i for i, n in enumerate(names)}
+    fields = {f: ([idx[c]], 1.0) for c, f in COLUMNS.items() if c in idx}
+    metric = {f: c for c, f in COLUMNS.items() if c in idx}
+    attrs = {"gpu_index": cell(idx["gpu"])}
+    return to_long(rows, len(names), fields, pl.col("_ts"), attrs, pl.col("_why"), metric)
