@@ -372,7 +372,7 @@ def test_a_negative_price_stops_materialize_with_its_line(tmp_path):
     assert (p.returncode, p.stderr) == (2, "")
     assert p.stdout == (
         f"error: price book {prices} line 3, on_demand_usd_per_hour='-1e6': negative "
-        "(allowed: a finite number >= 0, USD per GPU-hour)\n"
+        "(allowed: a finite number from 0 to 1,000, USD per GPU-hour)\n"
     )
 
 
@@ -425,9 +425,9 @@ def test_a_run_with_a_negative_price_fails_its_step_with_the_line(tmp_path):
     message = err.message.strip().removeprefix("gpu_pipeline.lib.reference.ReferenceError: ")
     assert message.splitlines() == [
         f"price book {prices} line 2, on_demand_usd_per_hour='-1e6': negative "
-        "(allowed: a finite number >= 0, USD per GPU-hour)",
+        "(allowed: a finite number from 0 to 1,000, USD per GPU-hour)",
         f"price book {prices} line 3, spot_usd_per_hour='nan': not finite "
-        "(allowed: a finite number >= 0, USD per GPU-hour, or empty (no spot price))",
+        "(allowed: a finite number from 0 to 1,000, USD per GPU-hour, or empty (no spot price))",
     ]
     assert Lake(tmp_path / "lake").days("gpu_minutes") == []
 

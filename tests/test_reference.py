@@ -356,8 +356,8 @@ def test_reference_checks_catch_each_problem(table, model, column, value, proble
 
 PRICE_HEAD = "gpu_model,on_demand_usd_per_hour,spot_usd_per_hour\n"
 CAT_HEAD = "gpu_model,max_power_w,idle_power_w,theoretical_fp16_tflops,achievable_fp16_tflops\n"
-_PRICE = "(allowed: a finite number >= 0, USD per GPU-hour)"
-_SPOT = "(allowed: a finite number >= 0, USD per GPU-hour, or empty (no spot price))"
+_PRICE = "(allowed: a finite number from 0 to 1,000, USD per GPU-hour)"
+_SPOT = "(allowed: a finite number from 0 to 1,000, USD per GPU-hour, or empty (no spot price))"
 
 
 @pytest.mark.parametrize(
@@ -377,6 +377,18 @@ _SPOT = "(allowed: a finite number >= 0, USD per GPU-hour, or empty (no spot pri
             "prices",
             PRICE_HEAD + "A10G,,0.4\n",
             [f"line 2, on_demand_usd_per_hour='': not a number {_PRICE}"],
+        ),
+        (  # a price past any GPU's (1.7e308 made every cost infinite): a unit mistake
+            "prices",
+            PRICE_HEAD + "A10G,1.7e308,0.4\nL4,1800,2000.5\n",
+            [
+                "line 2, on_demand_usd_per_hour='1.7e308': above 1,000: a price per month or "
+                f"per year, or in cents? USD per GPU-hour {_PRICE}",
+                "line 3, on_demand_usd_per_hour='1800': above 1,000: a price per month or per "
+                f"year, or in cents? USD per GPU-hour {_PRICE}",
+                "line 3, spot_usd_per_hour='2000.5': above 1,000: a price per month or per "
+                f"year, or in cents? USD per GPU-hour {_SPOT}",
+            ],
         ),
         ("prices", PRICE_HEAD + "A10G,1\n", ["line 2: 2 fields, the header has 3"]),
         (  # a misspelt column is not taken for a column of the user's own
@@ -428,7 +440,7 @@ _SPOT = "(allowed: a finite number >= 0, USD per GPU-hour, or empty (no spot pri
             "energy",
             "cluster,usd_per_kwh,co2_g_per_kwh\n*,0.12,400\neast,-0.1,400\n*,1,1\n",
             [
-                "line 3, usd_per_kwh='-0.1': negative (allowed: a finite number >= 0, USD per kWh)",
+                "line 3, usd_per_kwh='-0.1': negative (allowed: a finite number from 0 to 100, USD per kWh)",
             ],
         ),
         (

@@ -7,7 +7,8 @@ ignores vendor prefixes, case and `-`/`_`/space differences ("NVIDIA A100-SXM4-4
 profiles ("GRID A100-40C", "NVIDIA A100-20C") never fall onto their board's row (docs/metrics.md).
 
 Every cell is checked when a file is read (`read_checked`): known columns only, numbers finite
-and not negative (money never is), one row per model or cluster. What does not hold is a
+and not negative (money never is), prices below a bound no real one reaches (a unit mistake),
+one row per model or cluster. What does not hold is a
 ReferenceError of one line per problem naming the file, the line and the column; what is odd but
 possible (a spot price above on-demand) is a warning line (`reference_warnings`).
 """
@@ -109,8 +110,11 @@ class Column(NamedTuple):
     empty: bool = False  # an empty cell is allowed (null)
 
 
-def _number(low: float = 0.0, above: bool = False) -> Callable[[str], float]:
-    """A finite number >= low (> low with `above`)."""
+def _number(
+    low: float = 0.0, above: bool = False, high: tuple[float, str] | None = None
+) -> Callable[[str], float]:
+    """A finite number >= low (> low with `above`), at most `high` (its bound, and what a
+    number above it likely is) when given."""
 
     def parse(v: str) -> float:
         try:
@@ -121,9 +125,18 @@ def _number(low: float = 0.0, above: bool = False) -> Callable[[str], float]:
             raise ValueError("not finite")
         if x < low or (above and x == low):
             raise ValueError("negative" if x < 0 else "zero" if x == 0 else "too small")
+        if high is not None and x > high[0]:
+            raise ValueError(f"above {high[0]:,g}: {high[1]}")
         return x
 
     return parse
+
+
+# the most a GPU-hour is priced at: no GPU rents for more than a few tens of dollars an hour, and a
+# price of 1.7e308 passed, made every cost infinite and failed the run on a cost check that did
+# not name the price (adversarial review); above it is a unit mistake
+MAX_USD_PER_GPU_HOUR = (1000.0, "a price per month or per year, or in cents? USD per GPU-hour")
+MAX_USD_PER_KWH = (100.0, "in cents? USD per kWh")
 
 
 def _whole(low: int, high: int) -> Callable[[str], int]:
@@ -150,7 +163,7 @@ def _name(v: str) -> str:
 
 
 _TFLOPS = "a finite number >= 0, or empty (unknown)"
-_PRICE = "a finite number >= 0, USD per GPU-hour"
+_PRICE = f"a finite number from 0 to {MAX_USD_PER_GPU_HOUR[0]:,g}, USD per GPU-hour"
 CATALOG_COLUMNS = {
     "gpu_model": Column("the model's name", _name),
     "max_power_w": Column(
@@ -168,13 +181,18 @@ CATALOG_COLUMNS = {
 }
 PRICES_COLUMNS = {
     "gpu_model": Column("the model's name", _name),
-    "on_demand_usd_per_hour": Column(_PRICE, _number()),
-    "spot_usd_per_hour": Column(f"{_PRICE}, or empty (no spot price)", _number(), empty=True),
+    "on_demand_usd_per_hour": Column(_PRICE, _number(high=MAX_USD_PER_GPU_HOUR)),
+    "spot_usd_per_hour": Column(
+        f"{_PRICE}, or empty (no spot price)", _number(high=MAX_USD_PER_GPU_HOUR), empty=True
+    ),
     "source": Column("any text", str, empty=True),
 }
 ENERGY_COLUMNS = {
     "cluster": Column("a cluster name, or * for every other cluster", _name),
-    "usd_per_kwh": Column("a finite number >= 0, USD per kWh", _number()),
+    "usd_per_kwh": Column(
+        f"a finite number from 0 to {MAX_USD_PER_KWH[0]:,g}, USD per kWh",
+        _number(high=MAX_USD_PER_KWH),
+    ),
     "co2_g_per_kwh": Column("a finite number >= 0, grams of CO2 per kWh", _number()),
 }
 
