@@ -111,7 +111,7 @@ def cmd_materialize(a: argparse.Namespace) -> int:
     _print_ledger(run)
     _say_rejected_elsewhere(run.rejected_elsewhere)
     _say_window_after(a, s, run)
-    _say_lake_behind(a, s, run.behind)
+    _say_lake_behind(a, s, run.behind, run.behind_empty)
     # a lake in an object store has no views file (lib/io/warehouse.py): the line says so
     views = "none (gpu-pipeline sql --lake says how to read it)" if "://" in s.lake else run.views
     _say(f"done in {time.perf_counter() - t0:.1f}s; lake {s.lake}, views {views}")
@@ -157,11 +157,15 @@ def _say_window_after(a: argparse.Namespace, s: settings.Settings, run) -> None:
         )
 
 
-def _say_lake_behind(a: argparse.Namespace, s: settings.Settings, behind: list[date]) -> None:
+def _say_lake_behind(
+    a: argparse.Namespace, s: settings.Settings, behind: list[date], empty: list[date]
+) -> None:
     """The days already in the lake that landing files this run read hold records of, and that
     did not ingest them (`runs.lake_days_behind`: a late file of the run's first day with the
     last hour of the day before): one line, with the command that runs them again (a command
-    per span of consecutive days; this run's --raw, --lake and --prices repeated)."""
+    per span of consecutive days; this run's --raw, --lake and --prices repeated), with
+    --allow-empty for a span with a day no landing file holds a record of any more (`empty`:
+    the command said without it was refused, adversarial review)."""
     from datetime import timedelta
 
     if not behind:
@@ -177,6 +181,7 @@ def _say_lake_behind(a: argparse.Namespace, s: settings.Settings, behind: list[d
         f"{_cli_command()} materialize --start {sp[0]}"
         + (f" --end {sp[-1]}" if len(sp) > 1 else "")
         + flags
+        + (" --allow-empty" if set(sp) & set(empty) else "")
         for sp in spans
     ]
     one = len(behind) == 1

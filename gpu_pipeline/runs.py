@@ -109,6 +109,9 @@ class RangeRun:
     # days already in the lake, outside the run, that landing files it read hold records of
     # and the lake has not ingested them on (`lake_days_behind`): not run again by this run
     behind: list[date] = field(default_factory=list)
+    # those of them no landing file holds a record of any more (a file replaced by one that no
+    # longer reaches them): running them again needs --allow-empty
+    behind_empty: list[date] = field(default_factory=list)
 
     @property
     def only_digest_failed(self) -> bool:
@@ -309,6 +312,8 @@ def _materialize(s: settings.Settings, req: Request, say: Say, days: list[date],
     run.ledger = run_ledger(result)
     _rejected_files(parsed, days, run)
     run.behind = lake_days_behind(s, lake, parsed, days)
+    held = {d for pf in parsed for d in pf.record_days()}
+    run.behind_empty = [d for d in run.behind if d not in held]
     return run
 
 

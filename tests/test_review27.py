@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 from helpers import landed
 
@@ -31,3 +31,40 @@ def test_an_implausible_time_is_worded_without_the_minute_it_was_read(tmp_path):
         f"implausible sample time {future} ms since 1970: more than a day after the file was "
         "read (a clock reset, or timestamps in another unit than the format's)",
     ]
+
+
+def test_the_command_for_a_day_a_replaced_file_no_longer_reaches_runs(tmp_path):
+    """A file replaced by one that no longer reaches a day the lake has: the note's command ran
+    into "no records for 2024-03-12 … Pass --allow-empty", and the day kept the earlier
+    content, billed. The command now carries --allow-empty, and running it empties the day."""
+    import shlex
+
+    from helpers import MODELS, cli, cli_env, expo_lines, write_file
+
+    from gpu_pipeline.lib.io.lake import Lake
+
+    env = {**cli_env(tmp_path), "GPU_PIPELINE_START_DATE": "2024-03-01"}
+    env["GPU_PIPELINE_EXECUTOR"] = "in_process"
+    raw, lake = tmp_path / "raw", tmp_path / "lake"
+    d11, d12 = date(2024, 3, 11), date(2024, 3, 12)
+    path = raw / "c1" / "h3_2024-03-11.prom"
+
+    def lines(days):
+        out = []
+        for d in days:
+            out += expo_lines("GPU-h3", MODELS["A100"], "h3", "ns", d, range(0, 120), 60, 200.0)
+        return out
+
+    write_file(path, lines([d11, d12]))
+    flags = ["--raw", str(raw), "--lake", str(lake)]
+    cli("materialize", "--start", str(d11), "--end", str(d12), *flags, env=env)
+    assert Lake(lake).read("gpu_samples", d12).height == 120  # a row a GPU and time
+    write_file(path, lines([d11]))  # replaced: no longer reaches 03-12
+    out = cli("materialize", "--start", str(d11), *flags, env=env).stdout
+    (note,) = [ln for ln in out.splitlines() if ln.startswith("  note: 2024-03-12 ")]
+    command = note.split("earlier content): ", 1)[1]
+    assert command.endswith(f"--start 2024-03-12 {shlex.join(flags)} --allow-empty"), command
+    words = shlex.split(command)
+    again = cli(*words[words.index("materialize") :], env=env)  # as the user would run it
+    assert "2024-03-12..2024-03-12  ok" in again.stdout, again.stdout
+    assert Lake(lake).read("gpu_samples", d12).height == 0
