@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta
 
+import pytest
 from helpers import landed
 
 from gpu_pipeline.lib.ingest.landing import list_landing, parse_landing_file
@@ -68,3 +69,41 @@ def test_the_command_for_a_day_a_replaced_file_no_longer_reaches_runs(tmp_path):
     again = cli(*words[words.index("materialize") :], env=env)  # as the user would run it
     assert "2024-03-12..2024-03-12  ok" in again.stdout, again.stdout
     assert Lake(lake).read("gpu_samples", d12).height == 0
+
+
+def test_a_mig_instance_without_activity_leaves_its_gpu_utilization_unknown(tmp_path):
+    """A MIG A100-80GB with two 3g.40gb instances, one busy 0.9, the other reporting memory and
+    power but no activity field: the physical GPU's utilization was 3/7 x 90 = 38.6 %, the
+    unknown instance counted idle, and the fleet's utilization and phase shares with it
+    (adversarial review). It is unknown; the free slice stays idle, the instances as they were."""
+    from helpers import assembled_day, ms, write_file
+
+    from gpu_pipeline.lib.reference import load_catalog, load_prices
+    from gpu_pipeline.lib.samples import collect_stable
+    from gpu_pipeline.lib.staging.gpu_minutes import gpu_minutes
+
+    day = date(2024, 6, 10)
+    model = "NVIDIA A100-SXM4-80GB"
+    lines = []
+    for m in range(3):
+        t = ms(day, m)
+        for gi, ns in ((1, "a"), (2, "b")):
+            lab = (
+                f'gpu="0",UUID="GPU-mig80",modelName="{model}",Hostname="h",'
+                f'GPU_I_PROFILE="3g.40gb",GPU_I_ID="{gi}",namespace="{ns}",pod="{ns}-0"'
+            )
+            lines.append(f"DCGM_FI_DEV_POWER_USAGE{{{lab}}} 250 {t}")
+            lines.append(f"DCGM_FI_DEV_FB_USED{{{lab}}} 1000 {t}")
+            if gi == 1:
+                lines.append(f"DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{lab}}} 0.9 {t}")
+    write_file(tmp_path / "raw" / "h.prom", lines)
+    samples = assembled_day(tmp_path / "raw", tmp_path / "cache", day).gpu_samples
+    m = collect_stable(gpu_minutes(samples.lazy(), load_catalog(), load_prices()))
+    m = m.sort("gpu_instance_id", nulls_last=False)
+    physical, one, two = (m.filter(m["gpu_instance_id"].eq_missing(i)) for i in (None, 1, 2))
+    assert physical.height == one.height == two.height == 3
+    assert physical["gpu_util_pct"].null_count() == 3
+    assert physical["phase"].cast(str).to_list() == ["unknown"] * 3
+    assert physical["gpu_share"].to_list() == pytest.approx([1 / 7] * 3)
+    assert one["gpu_util_pct"].to_list() == pytest.approx([90.0] * 3)
+    assert two["gpu_util_pct"].null_count() == 3
