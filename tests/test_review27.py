@@ -107,3 +107,39 @@ def test_a_mig_instance_without_activity_leaves_its_gpu_utilization_unknown(tmp_
     assert physical["gpu_share"].to_list() == pytest.approx([1 / 7] * 3)
     assert one["gpu_util_pct"].to_list() == pytest.approx([90.0] * 3)
     assert two["gpu_util_pct"].null_count() == 3
+
+
+def test_the_report_says_which_gpu_hours_have_no_price(tmp_path):
+    """A price book without the H100: namespace beta (0.5 h on an A100, 3 h on the H100) read
+    cost $1.25, waste $0.00 in the report's namespaces, and the top figures never said that 3
+    of 3.5 GPU-hours had no price (adversarial review; `summary` and the showback did)."""
+    import dagster as dg
+    from helpers import MODELS, expo_lines, write_file
+    from test_report_command26 import text
+
+    from gpu_pipeline.defs import marts, raw, report, staging
+    from gpu_pipeline.defs.resources import LakeResource, LandingResource, ReferenceResource
+    from gpu_pipeline.lib.reference import DEFAULT_PRICES
+
+    day = date(2024, 1, 31)
+    book = tmp_path / "no_h100.csv"
+    shipped = DEFAULT_PRICES.read_text().splitlines(keepends=True)
+    book.write_text("".join(ln for ln in shipped if not ln.startswith("H100")))
+    lines = expo_lines("GPU-a1", MODELS["A100"], "h1", "beta", day, range(30), 95, 380.0)
+    lines += expo_lines("GPU-h1", MODELS["H100"], "h2", "beta", day, range(180), 50, 300.0, gpu=1)
+    write_file(tmp_path / "raw" / "c1" / "h.prom", lines)
+    res = dg.materialize(
+        [raw.build_ingest(), *dg.load_assets_from_modules([staging, marts, report])],
+        partition_key=str(day),
+        resources={
+            "lake": LakeResource(root=str(tmp_path / "lake")),
+            "landing": LandingResource(root=str(tmp_path / "raw")),
+            "reference": ReferenceResource(prices=str(book)),
+        },
+        instance=dg.DagsterInstance.ephemeral(),
+        raise_on_error=False,
+    )
+    assert res.success
+    page = text(tmp_path / "lake" / "_reports" / f"gpu_report_{day}.html")
+    assert "GPU-hours without a price 3.0 of 3.5" in page
+    assert "(not over 3.0 GPU-h without a price)" in page

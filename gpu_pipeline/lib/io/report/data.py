@@ -602,6 +602,18 @@ def money(waste: pl.DataFrame) -> tuple[float | None, float | None]:
     return waste.select(priced_total("cost_usd"), priced_total("total_waste_usd")).row(0)
 
 
+def unpriced_hours(waste: pl.DataFrame) -> tuple[float, float] | None:
+    """(GPU-hours without a price, all GPU-hours) of the day's priced_waste: the part of a model
+    the price book lacks, whose cost and waste are unknown; None when every hour has a price."""
+    if not waste.height:
+        return None
+    u, h = waste.select(
+        pl.col("gpu_hours").filter(pl.col("cost_usd").is_null()).sum().alias("unpriced"),
+        pl.col("gpu_hours").sum(),
+    ).row(0)
+    return (u, h) if u else None
+
+
 def energy(namespaces: pl.DataFrame | None) -> dict | None:
     """The day's energy (kWh, $, idle kWh, CO2 kg) summed over namespaces; None when the lake
     has no namespace_efficiency, `powered` False when no namespace has a power reading (its

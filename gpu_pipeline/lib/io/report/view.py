@@ -300,6 +300,9 @@ def kpis(
     ]
     if not same_minutes(minutes):
         out.insert(6, ("utilization where RFU known", num(minutes["util_pct"], ".1f", unit=" %")))
+    unpriced = data.unpriced_hours(waste)
+    if cost is not None and unpriced:  # cost and waste are over the priced GPU-hours only
+        out.append(("GPU-hours without a price", f"{unpriced[0]:,.1f} of {unpriced[1]:,.1f}"))
     e = data.energy(namespaces)
     if e is not None:
         # a namespace without any power reading has no energy (null): a day of only such
@@ -520,8 +523,11 @@ def namespaces_table(nse: pl.DataFrame, waste: pl.DataFrame | None = None) -> Ta
     unmeasured = (
         None if waste is None else waste.group_by("namespace").agg(priced_total("unmeasured_usd"))
     )
+    rows = with_waste_text(nse, unmeasured, ["namespace"], "waste_usd")
+    if waste is not None:  # a namespace partly on models without a price says how much
+        rows = _with_unpriced(rows, waste)
     return table(
-        with_waste_text(nse, unmeasured, ["namespace"], "waste_usd"),
+        rows,
         ["namespace", *money, "gpus", *NAMESPACE_NUMBERS[:5], "dominant_diagnosis"]
         + list(NAMESPACE_NUMBERS[5:]),
         dict.fromkeys(NAMESPACE_NUMBERS, one)
@@ -540,6 +546,25 @@ def namespaces_table(nse: pl.DataFrame, waste: pl.DataFrame | None = None) -> Ta
         heads={"_waste": LABELS["waste_usd"]},
         cls="namespaces",
     )
+
+
+def _with_unpriced(rows: pl.DataFrame, waste: pl.DataFrame) -> pl.DataFrame:
+    """`rows` (namespaces with their `_waste` text) with the GPU-hours of each that no price
+    covers beside a waste that has a figure: a namespace whose H100 hours had no price read
+    "$0.00" of waste as if all were counted (adversarial review)."""
+    hours = pl.col("gpu_hours").filter(pl.col("cost_usd").is_null()).sum().alias("_unpriced")
+    per = waste.group_by("namespace").agg(hours)
+    rows = rows.join(per, on="namespace", how="left", nulls_equal=True)
+    text = (
+        pl.when((pl.col("_unpriced") > 0) & pl.col("cost_usd").is_not_null())
+        .then(
+            pl.format(
+                "{} (not over {} GPU-h without a price)", "_waste", pl.col("_unpriced").round(1)
+            )
+        )
+        .otherwise(pl.col("_waste"))
+    )
+    return rows.with_columns(text.alias("_waste")).drop("_unpriced")
 
 
 # the workloads the report lists
