@@ -143,3 +143,35 @@ def test_the_report_says_which_gpu_hours_have_no_price(tmp_path):
     page = text(tmp_path / "lake" / "_reports" / f"gpu_report_{day}.html")
     assert "GPU-hours without a price 3.0 of 3.5" in page
     assert "(not over 3.0 GPU-h without a price)" in page
+
+
+def test_the_showback_says_when_its_days_were_priced_with_two_books(tmp_path):
+    """02-01 priced with the shipped book ($2.50 an A100-hour), 02-02 with one at $5.00: the
+    month billed the sum with no word of two rates (adversarial review)."""
+    from helpers import MODELS, cli, cli_env, expo_lines, write_file
+
+    from gpu_pipeline.lib.reference import DEFAULT_PRICES
+
+    env = {**cli_env(tmp_path), "GPU_PIPELINE_START_DATE": "2024-02-01"}
+    env["GPU_PIPELINE_EXECUTOR"] = "in_process"
+    raw, lake = tmp_path / "raw", tmp_path / "lake"
+    d1, d2 = date(2024, 2, 1), date(2024, 2, 2)
+    for d in (d1, d2):
+        lines = expo_lines("GPU-a", MODELS["A100"], "h", "alpha", d, range(60), 80, 300.0)
+        write_file(raw / "c1" / f"h_{d}.prom", lines)
+    book = tmp_path / "double.csv"
+    book.write_text(
+        DEFAULT_PRICES.read_text().replace("A100-SXM4-40GB,2.50,", "A100-SXM4-40GB,5.00,")
+    )
+    assert "A100-SXM4-40GB,5.00," in book.read_text()
+    flags = ["--raw", str(raw), "--lake", str(lake)]
+    cli("materialize", "--start", str(d1), *flags, env=env)
+    out = cli("showback", "--month", "2024-02", "--lake", str(lake), env=env).stdout
+    assert "priced at different rates" not in out
+    cli("materialize", "--start", str(d2), *flags, "--prices", str(book), env=env)
+    out = cli("showback", "--month", "2024-02", "--lake", str(lake), env=env).stdout
+    assert (
+        "  note: the days were priced at different rates (the price book changed between their "
+        "runs): NVIDIA A100-SXM4-40GB at $2.50 (2024-02-01) and $5.00 (2024-02-02); run the days again "
+        "with one book to bill at one rate"
+    ) in out.splitlines(), out

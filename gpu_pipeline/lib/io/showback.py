@@ -236,6 +236,8 @@ def showback_lines(out: Path, df: pl.DataFrame, about: dict) -> list[str]:
         lines.append(
             f"  note: {about['computed']}, not stored; to store the month: {about['store']}"
         )
+    if about.get("rates"):
+        lines.append(f"  note: {about['rates']}")
     return lines
 
 
@@ -287,6 +289,7 @@ def write_xlsx(df: pl.DataFrame, about: dict, out: Path) -> None:
             ("last day", about["last_day"]),
             ("made from", about.get("computed") or f"the lake's {TABLE}, current with its days"),
             *([("to store the month", about["store"])] if about.get("computed") else []),
+            *([("prices", about["rates"])] if about.get("rates") else []),
             (
                 "money",
                 "rounded to the cent; each row's parts add up to its cost (largest remainder)",
@@ -297,6 +300,39 @@ def write_xlsx(df: pl.DataFrame, about: dict, out: Path) -> None:
         pl.DataFrame(notes, schema=["item", "value"], orient="row").write_excel(
             wb, worksheet="about", autofit=True, header_format={"bold": True}
         )
+
+
+def price_changes(lake: Lake, days: list[date]) -> str | None:
+    """The models the month's days were priced at different rates (a price book edited or
+    another one given between the days' runs), each with its rates and days, in words; None
+    when every model had one rate. A rate is a day's cost over its GPU-hours of the model in
+    priced_waste (each minute costs its price x its GPU share / 60). The month added the days'
+    dollars as they were, with no word of two books (adversarial review)."""
+    rate = (pl.col("cost_usd").sum() / pl.col("gpu_hours").sum()).round(4).alias("rate")
+    per = (
+        lake.scan_days("priced_waste", days)
+        .filter(pl.col("cost_usd").is_not_null() & (pl.col("gpu_hours") > 0))
+        .group_by("gpu_model", "date")
+        .agg(rate)
+        .collect()
+    )
+    parts = []
+    for (model,), g in per.sort("gpu_model", "date").group_by("gpu_model", maintain_order=True):
+        if g.get_column("rate").n_unique() < 2:
+            continue
+        spans = g.group_by("rate", maintain_order=True).agg(pl.col("date"))
+        said = [
+            f"${r:,.2f} ({', '.join(str(d) for d in ds)})"
+            for r, ds in spans.select("rate", "date").iter_rows()
+        ]
+        parts.append(f"{model} at {' and '.join(said)}")
+    if not parts:
+        return None
+    return (
+        "the days were priced at different rates (the price book changed between their runs): "
+        + "; ".join(parts)
+        + "; run the days again with one book to bill at one rate"
+    )
 
 
 def write_showback(lake: Lake, month: date, fmt: str, out: Path) -> tuple[pl.DataFrame, dict]:
@@ -310,6 +346,7 @@ def write_showback(lake: Lake, month: date, fmt: str, out: Path) -> tuple[pl.Dat
     about = coverage(month, days, empty) | {
         "computed": computed,
         "store": store_command(lake, month) if computed else None,
+        "rates": price_changes(lake, days),
     }
     if fmt == "csv":
         replace_file(out, lambda tmp: write_csv(df, tmp))
