@@ -226,7 +226,7 @@ def test_rejected_lines_of_a_clean_file_are_quoted_as_written():
 
 
 def test_untimed_file_takes_the_file_time_on_the_fast_path():
-    text = f"DCGM_FI_DEV_GPU_UTIL{L} 10\nDCGM_FI_DEV_GPU_UTIL{L} 11\n"
+    text = f"DCGM_FI_DEV_GPU_UTIL{L} 10\nDCGM_FI_DEV_POWER_USAGE{L} 11\n"
     p = parse_exposition(text, file_time=FILE_TIME)
     assert p.samples["timestamp"].to_list() == [FILE_TIME, FILE_TIME]
     assert p.time_basis == "file_name" and p.quarantine.height == 0
@@ -286,7 +286,7 @@ CLEAN_FILES = {
         "frame",
     ),
     "untimed, the file's time": (
-        f"DCGM_FI_DEV_GPU_UTIL{L} 10\nDCGM_FI_DEV_GPU_UTIL{L} 11\n",
+        f"DCGM_FI_DEV_GPU_UTIL{L} 10\nDCGM_FI_DEV_POWER_USAGE{L} 11\n",
         FILE_TIME,
         "frame",
     ),

@@ -230,17 +230,64 @@ UNTIMED_IN_TIMED = (
     "no timestamp on this line while the file's other samples carry theirs: "
     "not filed on a guessed day"
 )
+REPEATED_UNTIMED = (
+    "series written again in a file without sample timestamps (scrapes appended to one file?): "
+    "its time is unknown; export with timestamps (dcgm-exporter text with per-sample times, or "
+    "one scrape a file)"
+)
+
+
+def _earlier(ctx: Context) -> frozenset[str]:
+    """The series (`name{labels`, as `_scan` splits them) that the earlier pieces of a file
+    without sample timestamps wrote: `ctx.times`' third item, when the first piece gave one."""
+    times = ctx.times
+    return times[2] if times is not None and len(times) > 2 else frozenset()
+
+
+def _times_out(
+    units: TimeUnits, timed: bool, ctx: Context, keys: Iterable[pl.Series | None]
+) -> tuple:
+    """The file's times as the parse hands them on (`ParsedLines.times`, `Context.times` of its
+    later pieces): units and `timed`; in a file whose samples take the file's time, also the
+    series written so far (`keys`: this piece's, with `_earlier`'s), so that a later piece
+    quarantines their lines as written again (`REPEATED_UNTIMED`)."""
+    if timed or ctx.file_time is None:
+        return (units, timed)
+    seen = set(_earlier(ctx))
+    for k in keys:
+        if k is not None:
+            seen.update(k.drop_nulls().unique().to_list())
+    return (units, False, frozenset(seen))
+
+
+def _again_expr(checked: pl.Expr, key: pl.Expr, ctx: Context, again: pl.Series | None) -> pl.Expr:
+    """The lines among `checked` (no time of their own, filed at the file's time) whose series
+    (`key`) an earlier line or piece wrote, or that the caller found so (`again`: line numbers)."""
+    k = pl.when(checked).then(key)
+    out = ~k.is_first_distinct()
+    if earlier := _earlier(ctx):
+        out = out | k.is_in(list(earlier))
+    if again is not None and again.len():
+        out = out | pl.col("line").is_in(again.implode())
+    return checked & out
 
 
 def _regex_candidates(
-    lines: pl.DataFrame, ctx: Context, units: TimeUnits | None = None, timed: bool | None = None
+    lines: pl.DataFrame,
+    ctx: Context,
+    units: TimeUnits | None = None,
+    timed: bool | None = None,
+    again: pl.Series | None = None,
 ) -> tuple[pl.DataFrame, int, tuple[TimeUnits, bool]]:
     """The slow path: one regex per line (for the lines the fast path could not vouch for);
     also the number of lines of other series than GPU telemetry (skipped, not candidates), and
     the `units`/`timed` used.
 
     `units`/`timed`: the file's timestamp units and whether its samples carry their own time
-    (decided on the whole file by the caller; found here when the whole file goes this way)."""
+    (decided on the whole file by the caller; found here when the whole file goes this way).
+    In a file whose samples take the file's time, a series written again is quarantined
+    (`REPEATED_UNTIMED`; `again`: lines the caller found so); `_key` is the series of each
+    line filed at the file's time (`_times_out`)."""
     g = lines.with_columns(pl.col("raw").str.extract_groups(LINE_RX).alias("g")).unnest("g")
     g = g.rename({"1": "metric", "2": "labels", "3": "rest"})
     vt = pl.col("rest").str.extract_groups(VALUE_TS_RX)
@@ -259,11 +306,18 @@ def _regex_candidates(
         units = TimeUnits.of(ok.get_column("ts_s"))
         timed = TimeUnits.timed(ok.get_column("value_s"), ok.get_column("ts_s"))
     file_ms = None if ctx.file_time is None else int(ctx.file_time.timestamp() * 1000)
+    # a reading filed at the file's time (scrapes appended to one file write its series again)
+    numeric = pl.col("value_s").cast(pl.Float64, strict=False).is_not_null()
+    checked = ~malformed & pl.col("labels").is_not_null() & numeric & pl.col("ts_s").is_null()
+    checked = checked & pl.lit(not timed and file_ms is not None)
+    key = pl.col("metric") + pl.col("labels").str.strip_suffix("}")
     g = g.with_columns(
         pl.col("value_s").cast(pl.Float64, strict=False).alias("value"),
         metric_column(pl.col("metric")).alias("column"),
         metric_scale(pl.col("metric")).alias("scale"),
         _ts_ms(pl.col("ts_s"), units, file_ms, ~malformed & pl.lit(not timed)).alias("ts_ms"),
+        pl.when(checked).then(key).alias("_key"),
+        _again_expr(checked, key, ctx, again).alias("_again"),
     )
     g = g.with_columns(
         pl.when(malformed)
@@ -274,6 +328,8 @@ def _regex_candidates(
         .then(pl.format("timestamp is not a number: '{}'", pl.col("ts_s").str.slice(0, 40)))
         .when(pl.col("ts_s").is_null() & pl.lit(timed))
         .then(pl.lit(UNTIMED_IN_TIMED))
+        .when(pl.col("_again"))
+        .then(pl.lit(REPEATED_UNTIMED))
         .alias("pre_reason")
     )
     attrs = normalize_series(
@@ -716,7 +772,7 @@ def parse(text: str | bytes | Path, ctx: Context, keyed: bool = False) -> Parsed
         return parsed
     lines = _read_lines(data())
     body = lines.filter(~pl.col("raw").str.contains(r"^[ \t]*(#|$)"))
-    g, other, times = _regex_candidates(body, ctx, *(ctx.times or (None, None)))
+    g, other, times = _regex_candidates(body, ctx, *(ctx.times or (None, None))[:2])
     untimed = g.filter(pl.col("pre_reason").is_null() & pl.col("ts_s").is_null()).height
     basis = ctx.file_time_basis if ctx.file_time is not None and untimed else "sample"
     samples, quarantine, records, mig = finalize(g, normalized=True, window=ctx.time_window())
@@ -727,7 +783,7 @@ def parse(text: str | bytes | Path, ctx: Context, keyed: bool = False) -> Parsed
         lines.height - body.height + other,
         basis,
         records,
-        times=times,
+        times=_times_out(*times, ctx, [g.get_column("_key").unique()]),
         mig_gpus=mig,
     )
     out.fields = sorted(set(g.get_column("column").drop_nulls().unique().to_list()))
@@ -753,7 +809,7 @@ def _file_times(d: pl.DataFrame, ctx: Context) -> tuple[TimeUnits, bool, bool]:
     (`TimeUnits.of_scan`), by its first piece for a file parsed in pieces (`ctx.times`)."""
     units, timed, odd_ts = TimeUnits.of_scan(d, pl.col("_skip"))
     if ctx.times is not None:
-        units, timed = ctx.times
+        units, timed = ctx.times[:2]
     return units, timed, odd_ts
 
 
@@ -780,6 +836,7 @@ def _parse_fast(
     if odd_ts and not text:
         return None
     d = _resolve_times(d, ctx, units, timed, odd_ts)
+    d, again, keys = _written_again(d, distinct, series, ctx, timed)
     path = _route(d)
     d = d.with_columns(path.alias("_path"))
     # each line takes its series' parsed columns by code (a gather, no hashing per line); what
@@ -787,14 +844,10 @@ def _parse_fast(
     # fills them in), metric names unless some metric is unknown (its reason names it)
     fast = d if bool((path == 1).all()) else d.filter(pl.col("_path") == 1)
     attr_cols = [c for c in attr_cols if series.get_column(c).null_count() < series.height]
-    extra = []
-    if series.select((pl.col("metric").is_not_null() & pl.col("column").is_null()).any()).item():
-        extra.append("metric")
-    if _scaled(series):
-        extra.append("scale")
+    extra = _extra_cols(series)
     window = ctx.time_window()
     skipped = int((path == 0).sum())
-    if not bool((path == 2).any()):
+    if not bool((path == 2).any()) and again is None:
         clean = _clean_samples(fast, series, attr_cols, "scale" in extra, timed, window, keyed)
         if clean is not None:
             untimed = not timed and ctx.file_time is not None and not bool(fast["_has_ts"].all())
@@ -807,21 +860,24 @@ def _parse_fast(
                 records_by_day(fast, *window),
                 fields=fields,
                 series=clean[1],
-                times=(units, timed),
+                times=_times_out(units, timed, ctx, [keys]),
                 mig_gpus=mig_gpus(series),
             )
     frames = [_fast_candidates(fast, series, [*extra, "column", "_lo", "_hi", *attr_cols], timed)]
     if bool((path == 2).any()):
-        slow_lines = d.filter(pl.col("_path") == 2).get_column("line")
-        g_slow, n_skipped = _slow_lines(_lines_numbered(data(), slow_lines), ctx, units, timed)
+        slow = _lines_numbered(data(), d.filter(pl.col("_path") == 2).get_column("line"))
+        g_slow, n_skipped = _slow_lines(slow, ctx, units, timed, again)
         skipped += n_skipped
         frames.append(g_slow)
+        keys = pl.concat([keys, g_slow.get_column("_key")]) if keys is not None else None
     g = frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
     samples, quarantine, records, mig = finalize(g, normalized=True, window=window)
     rejected_fast = quarantine.filter(pl.col("raw").is_null())
     if rejected_fast.height:  # read those lines again, the slow way: their text and reasons
         raw = _lines_numbered(data(), rejected_fast.get_column("line"))
-        quarantine = _quote_rejected(quarantine, rejected_fast, raw, ctx, units, timed, window)
+        quarantine = _quote_rejected(
+            quarantine, rejected_fast, raw, ctx, (units, timed, again), window
+        )
     basis = ctx.file_time_basis if _untimed(frames, timed, ctx) else "sample"
     return ParsedLines(
         samples,
@@ -831,9 +887,54 @@ def _parse_fast(
         basis,
         records,
         fields=fields,
-        times=(units, timed),
+        times=_times_out(units, timed, ctx, [keys]),
         mig_gpus=mig,
     )
+
+
+def _extra_cols(series: pl.DataFrame) -> list[str]:
+    """The series' columns the fast candidates take besides the usual ones (`_parse_fast`):
+    metric names when some metric is unknown (its reason names it), unit factors when some
+    series has one other than 1."""
+    extra = []
+    if series.select((pl.col("metric").is_not_null() & pl.col("column").is_null()).any()).item():
+        extra.append("metric")
+    if _scaled(series):
+        extra.append("scale")
+    return extra
+
+
+def _written_again(
+    d: pl.DataFrame, distinct: pl.Series, series: pl.DataFrame, ctx: Context, timed: bool
+) -> tuple[pl.DataFrame, pl.Series | None, pl.Series | None]:
+    """In a file whose samples take the file's time (not `timed`), the lines whose series an
+    earlier line (or piece, `_earlier`) wrote: scrapes appended to one file (`curl
+    node:9400/metrics >> scrapes.prom` from cron) whose later lines would all be filed at that
+    one time, counted as duplicates of the first or as conflicting with it (adversarial
+    review). The first line of each series keeps the file's time; the later ones (`_again`,
+    and their line numbers) are quarantined (`REPEATED_UNTIMED`). Also this file's series so
+    written (`_times_out`). One `is_first_distinct` over the codes of the readings without a
+    time of their own; a `timed` file is returned as it is. A series the fast path can't vouch
+    for (`odd`: a `}` inside a label value cuts its code short) is checked by its text, the slow
+    way (`_regex_candidates`); so is a reading the fast path has no number of (odd whitespace),
+    among the slow lines only."""
+    if timed or ctx.file_time is None or not len(distinct) or not d.height:
+        return d, None, None
+    code = d.get_column("_code")
+    c = code.fill_null(0).to_numpy()
+    whole = series.get_column("metric").is_not_null().to_numpy()[c]  # its code is its series
+    # a reading: a number after the series' `}` (a line cut before its `}` has a code too)
+    own = ~d.get_column("_has_ts") & ~d.get_column("_skip") & d.get_column("value").is_not_null()
+    checked = own.fill_null(False).to_numpy() & code.is_not_null().to_numpy() & whole
+    key = pl.Series("_k", np.where(checked, c, -1))
+    again = checked & ~key.is_first_distinct().to_numpy()
+    if earlier := _earlier(ctx):
+        again |= checked & distinct.is_in(list(earlier)).to_numpy()[c]
+    keys = distinct.gather(pl.Series(c[checked]).unique())
+    if not again.any():
+        return d, None, keys
+    at = pl.Series("_again", again)
+    return d.with_columns(at), d.get_column("line").filter(at), keys
 
 
 def _untimed(frames: list[pl.DataFrame], timed: bool, ctx: Context) -> bool:
@@ -939,6 +1040,7 @@ def _fast_candidates(
                 "value",
                 "ts_ms",
                 "_has_ts",
+                *(["_again"] if "_again" in fast.columns else []),
             ),
             per_line,
         ],
@@ -948,14 +1050,19 @@ def _fast_candidates(
         fast = fast.with_columns(
             pl.when(~pl.col("_has_ts")).then(pl.lit(UNTIMED_IN_TIMED)).alias("pre_reason")
         )
+    elif "_again" in fast.columns:  # a series written again in a file without sample times
+        fast = fast.with_columns(
+            pl.when(pl.col("_again")).then(pl.lit(REPEATED_UNTIMED)).alias("pre_reason")
+        )
     return candidates(fast)
 
 
 def _slow_candidates(
-    lines: pl.DataFrame, ctx: Context, units: TimeUnits, timed: bool
+    lines: pl.DataFrame, ctx: Context, units: TimeUnits, timed: bool, again: pl.Series | None
 ) -> tuple[pl.DataFrame, int]:
-    """`_regex_candidates` with the file's `units` and `timed`, and their fields' valid ranges."""
-    g, n_other, _ = _regex_candidates(lines, ctx, units, timed)
+    """`_regex_candidates` with the file's `units` and `timed` (and the lines the fast path
+    found `again`), and their fields' valid ranges."""
+    g, n_other, _ = _regex_candidates(lines, ctx, units, timed, again)
     return g.with_columns(value_bounds()), n_other
 
 
@@ -965,13 +1072,14 @@ def _lines_numbered(data: bytes, lines: pl.Series) -> pl.DataFrame:
 
 
 def _slow_lines(
-    raw: pl.DataFrame, ctx: Context, units: TimeUnits, timed: bool
+    raw: pl.DataFrame, ctx: Context, units: TimeUnits, timed: bool, again: pl.Series | None
 ) -> tuple[pl.DataFrame, int]:
-    """The lines the fast path routed the slow way (`raw`: line, raw) as candidates; also how
-    many of them are skipped (blank, comments, other series than GPU telemetry)."""
+    """The lines the fast path routed the slow way (`raw`: line, raw) as candidates (`again`:
+    the lines it found written again, `_written_again`); also how many of them are skipped
+    (blank, comments, other series than GPU telemetry)."""
     blank_or_comment = pl.col("raw").str.contains(r"^[ \t]*(#|$)")
     skipped = int(raw.select(blank_or_comment.sum()).item())
-    g_slow, n_other = _slow_candidates(raw.filter(~blank_or_comment), ctx, units, timed)
+    g_slow, n_other = _slow_candidates(raw.filter(~blank_or_comment), ctx, units, timed, again)
     return g_slow, skipped + n_other
 
 
@@ -980,16 +1088,17 @@ def _quote_rejected(
     rejected_fast: pl.DataFrame,
     raw: pl.DataFrame,
     ctx: Context,
-    units: TimeUnits,
-    timed: bool,
+    times: tuple[TimeUnits, bool, pl.Series | None],
     window: tuple[int, int],
 ) -> pl.DataFrame:
     """The quarantine with the fast path's rejected lines (no `raw`) read again the slow way
-    (`raw`: their line and text), so each carries its text and a reason that quotes it."""
-    again = finalize(_slow_candidates(raw, ctx, units, timed)[0], normalized=True, window=window)[1]
-    if again.get_column("line").sort().equals(rejected_fast.get_column("line").sort()):
+    (`raw`: their line and text), so each carries its text and a reason that quotes it
+    (`times`: the file's units, `timed`, and the lines found written again)."""
+    g = _slow_candidates(raw, ctx, *times)[0]
+    read = finalize(g, normalized=True, window=window)[1]
+    if read.get_column("line").sort().equals(rejected_fast.get_column("line").sort()):
         kept = quarantine.filter(pl.col("raw").is_not_null())
-        return pl.concat([kept, again]).sort("line")
+        return pl.concat([kept, read]).sort("line")
     # both readings must reject the same lines; if not, keep the fast reasons
     return (
         quarantine.join(raw.rename({"raw": "_raw"}), on="line", how="left")
