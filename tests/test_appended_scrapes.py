@@ -151,3 +151,24 @@ def test_appended_untimed_scrapes_across_pieces(tmp_path):
     _, p = merge_pieces(parts)
     assert p.samples.height == 2 and p.quarantine.height == 46
     assert set(p.quarantine["reason"]) == {REPEATED_UNTIMED}
+
+
+@pytest.mark.parametrize(
+    "later",
+    [
+        LABELS.replace('Hostname="n1"}', 'Hostname="n1",namespace="b",pod="b-0"}'),  # a new pod
+        '{Hostname="n1",modelName="NVIDIA H100 80GB HBM3",device="nvidia0",'
+        f'UUID="{UUID}",gpu="0"}}',  # the labels in another order
+        LABELS.replace(f'UUID="{UUID}"', f'UUID="{UUID.lower()}"'),  # written otherwise
+    ],
+    ids=["pod changed", "label order", "uuid case"],
+)
+def test_a_later_scrape_of_the_same_gpu_with_other_labels_is_written_again(tmp_path, later):
+    """Written again is a reading of the same GPU and field, not the same label text: a pod
+    that came between two appended scrapes, or labels in another order, made the later
+    scrape's lines a first reading of their own, filed at the file's time as a duplicate or a
+    conflict of the first (review of the first version)."""
+    raw = land(tmp_path, scrape(0, 70) + "".join(scrape(100, 650, later) for _ in range(5)))
+    (lf,) = list_landing(raw)
+    _, p = parse_landing_file(lf)
+    _check_repro(p)

@@ -716,11 +716,13 @@ def prune(
     except OSError:
         return Pruned()
     for e in entries:
-        kind = _ours(e)
-        if kind is None or e.name in keep:
+        if e.name in keep:  # the cheap tests first: a cache of many parses is not read through
             continue
         try:
             if now - e.stat(follow_symlinks=False).st_mtime < after_s:
+                continue
+            kind = _ours(e)
+            if kind is None:
                 continue
             folder = sum(f.stat().st_size for f in Path(e.path).iterdir())
         except OSError:

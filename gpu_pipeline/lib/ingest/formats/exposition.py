@@ -237,9 +237,26 @@ REPEATED_UNTIMED = (
 )
 
 
+def _reading_key(series_text: pl.Expr) -> pl.Expr:
+    """What a reading filed at the file's time is a reading of: its GPU (UUID and MIG
+    instance) and field, as the labels were normalized, whatever else its labels say (a pod
+    that changed between two appended scrapes, labels in another order); its series text
+    (`series_text`) where the GPU or the field is not known. Over the columns of a series
+    table, or of candidates joined to one."""
+    ident = pl.concat_str(
+        [
+            pl.col("gpu_uuid"),
+            pl.col("gpu_instance_id").cast(pl.String).fill_null("-"),
+            pl.col("column"),
+        ],
+        separator="\x00",
+    )
+    return pl.coalesce(ident, pl.lit("\x01") + series_text)
+
+
 def _earlier(ctx: Context) -> frozenset[str]:
-    """The series (`name{labels`, as `_scan` splits them) that the earlier pieces of a file
-    without sample timestamps wrote: `ctx.times`' third item, when the first piece gave one."""
+    """The readings (`_reading_key`) that the earlier pieces of a file without sample
+    timestamps wrote: `ctx.times`' third item, when the first piece gave one."""
     times = ctx.times
     return times[2] if times is not None and len(times) > 2 else frozenset()
 
@@ -260,12 +277,20 @@ def _times_out(
     return (units, False, frozenset(seen))
 
 
-def _again_expr(checked: pl.Expr, key: pl.Expr, ctx: Context, again: pl.Series | None) -> pl.Expr:
-    """The lines among `checked` (no time of their own, filed at the file's time) whose series
-    (`key`) an earlier line or piece wrote, or that the caller found so (`again`: line numbers)."""
+def _again_expr(
+    checked: pl.Expr,
+    key: pl.Expr,
+    ctx: Context,
+    again: pl.Series | None,
+    seen: pl.Series | None = None,
+) -> pl.Expr:
+    """The lines among `checked` (no time of their own, filed at the file's time) whose reading
+    (`key`, `_reading_key`) an earlier line or piece wrote, or the piece's fast lines (`seen`),
+    or that the caller found so (`again`: line numbers)."""
     k = pl.when(checked).then(key)
     out = ~k.is_first_distinct()
-    if earlier := _earlier(ctx):
+    earlier = set(_earlier(ctx)) | (set(seen.drop_nulls().to_list()) if seen is not None else set())
+    if earlier:
         out = out | k.is_in(list(earlier))
     if again is not None and again.len():
         out = out | pl.col("line").is_in(again.implode())
@@ -278,6 +303,7 @@ def _regex_candidates(
     units: TimeUnits | None = None,
     timed: bool | None = None,
     again: pl.Series | None = None,
+    seen: pl.Series | None = None,
 ) -> tuple[pl.DataFrame, int, tuple[TimeUnits, bool]]:
     """The slow path: one regex per line (for the lines the fast path could not vouch for);
     also the number of lines of other series than GPU telemetry (skipped, not candidates), and
@@ -310,14 +336,21 @@ def _regex_candidates(
     numeric = pl.col("value_s").cast(pl.Float64, strict=False).is_not_null()
     checked = ~malformed & pl.col("labels").is_not_null() & numeric & pl.col("ts_s").is_null()
     checked = checked & pl.lit(not timed and file_ms is not None)
-    key = pl.col("metric") + pl.col("labels").str.strip_suffix("}")
     g = g.with_columns(
         pl.col("value_s").cast(pl.Float64, strict=False).alias("value"),
         metric_column(pl.col("metric")).alias("column"),
         metric_scale(pl.col("metric")).alias("scale"),
         _ts_ms(pl.col("ts_s"), units, file_ms, ~malformed & pl.lit(not timed)).alias("ts_ms"),
+    )
+    attrs = normalize_series(
+        _label_attrs(g.get_column("labels").drop_nulls().unique()), ctx.source_file
+    )
+    # in line order: the first reading of each GPU and field is the one kept
+    g = g.join(attrs, on="labels", how="left", maintain_order="left")
+    key = _reading_key(pl.col("metric") + pl.col("labels").str.strip_suffix("}"))
+    g = g.with_columns(
         pl.when(checked).then(key).alias("_key"),
-        _again_expr(checked, key, ctx, again).alias("_again"),
+        _again_expr(checked, key, ctx, again, seen).alias("_again"),
     )
     g = g.with_columns(
         pl.when(malformed)
@@ -332,10 +365,7 @@ def _regex_candidates(
         .then(pl.lit(REPEATED_UNTIMED))
         .alias("pre_reason")
     )
-    attrs = normalize_series(
-        _label_attrs(g.get_column("labels").drop_nulls().unique()), ctx.source_file
-    )
-    return candidates(g.join(attrs, on="labels", how="left")), n_other, (units, timed)
+    return candidates(g), n_other, (units, timed)
 
 
 # more values or timestamps than this (plus a tenth of the lines) that the native tokenizer
@@ -866,7 +896,7 @@ def _parse_fast(
     frames = [_fast_candidates(fast, series, [*extra, "column", "_lo", "_hi", *attr_cols], timed)]
     if bool((path == 2).any()):
         slow = _lines_numbered(data(), d.filter(pl.col("_path") == 2).get_column("line"))
-        g_slow, n_skipped = _slow_lines(slow, ctx, units, timed, again)
+        g_slow, n_skipped = _slow_lines(slow, ctx, units, timed, again, keys)
         skipped += n_skipped
         frames.append(g_slow)
         keys = pl.concat([keys, g_slow.get_column("_key")]) if keys is not None else None
@@ -926,11 +956,14 @@ def _written_again(
     # a reading: a number after the series' `}` (a line cut before its `}` has a code too)
     own = ~d.get_column("_has_ts") & ~d.get_column("_skip") & d.get_column("value").is_not_null()
     checked = own.fill_null(False).to_numpy() & code.is_not_null().to_numpy() & whole
-    key = pl.Series("_k", np.where(checked, c, -1))
+    # each code's reading (GPU and field, `_reading_key`), as a number to compare lines by
+    code_key = series.select(_reading_key(pl.lit(distinct))).to_series()
+    reading = code_key.rank("dense").cast(pl.Int64).to_numpy()
+    key = pl.Series("_k", np.where(checked, reading[c], -1))
     again = checked & ~key.is_first_distinct().to_numpy()
     if earlier := _earlier(ctx):
-        again |= checked & distinct.is_in(list(earlier)).to_numpy()[c]
-    keys = distinct.gather(pl.Series(c[checked]).unique())
+        again |= checked & code_key.is_in(list(earlier)).to_numpy()[c]
+    keys = code_key.gather(pl.Series(c[checked]).unique())
     if not again.any():
         return d, None, keys
     at = pl.Series("_again", again)
@@ -1058,11 +1091,16 @@ def _fast_candidates(
 
 
 def _slow_candidates(
-    lines: pl.DataFrame, ctx: Context, units: TimeUnits, timed: bool, again: pl.Series | None
+    lines: pl.DataFrame,
+    ctx: Context,
+    units: TimeUnits,
+    timed: bool,
+    again: pl.Series | None,
+    seen: pl.Series | None = None,
 ) -> tuple[pl.DataFrame, int]:
     """`_regex_candidates` with the file's `units` and `timed` (and the lines the fast path
-    found `again`), and their fields' valid ranges."""
-    g, n_other, _ = _regex_candidates(lines, ctx, units, timed, again)
+    found `again`, the readings its lines wrote, `seen`), and their fields' valid ranges."""
+    g, n_other, _ = _regex_candidates(lines, ctx, units, timed, again, seen)
     return g.with_columns(value_bounds()), n_other
 
 
@@ -1072,14 +1110,22 @@ def _lines_numbered(data: bytes, lines: pl.Series) -> pl.DataFrame:
 
 
 def _slow_lines(
-    raw: pl.DataFrame, ctx: Context, units: TimeUnits, timed: bool, again: pl.Series | None
+    raw: pl.DataFrame,
+    ctx: Context,
+    units: TimeUnits,
+    timed: bool,
+    again: pl.Series | None,
+    seen: pl.Series | None = None,
 ) -> tuple[pl.DataFrame, int]:
     """The lines the fast path routed the slow way (`raw`: line, raw) as candidates (`again`:
-    the lines it found written again, `_written_again`); also how many of them are skipped
-    (blank, comments, other series than GPU telemetry)."""
+    the lines it found written again, `_written_again`; `seen`: the readings its own lines
+    wrote, which a slow line writes again); also how many of them are skipped (blank,
+    comments, other series than GPU telemetry)."""
     blank_or_comment = pl.col("raw").str.contains(r"^[ \t]*(#|$)")
     skipped = int(raw.select(blank_or_comment.sum()).item())
-    g_slow, n_other = _slow_candidates(raw.filter(~blank_or_comment), ctx, units, timed, again)
+    g_slow, n_other = _slow_candidates(
+        raw.filter(~blank_or_comment), ctx, units, timed, again, seen
+    )
     return g_slow, skipped + n_other
 
 
