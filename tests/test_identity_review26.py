@@ -168,7 +168,11 @@ def test_a_scrape_line_without_its_uuid_is_the_gpu_its_bus_id_names():
     text = _scrape("k1", {3}) + _scrape("k1", set())
     parsed = exposition.parse(text, _ctx("c1/k1/metrics_2026-03-11T00:00:00Z.prom"))
     assert set(parsed.samples["gpu_uuid"]) == {_uuid("k1", i) for i in range(8)}
-    assert parsed.quarantine.height == 0
+    # the second scrape, without timestamps, is written again at an unknown time (p20): its
+    # lines are quarantined, the first scrape's (GPU 3's without UUID=) are all read
+    q = parsed.quarantine
+    assert q.height == 16 and q["line"].min() == 17
+    assert set(q["reason"]) == {exposition.REPEATED_UNTIMED}
 
 
 def test_a_bus_id_with_two_uuids_merges_nothing():

@@ -1066,9 +1066,7 @@ class PieceParse:
                     self.lf, data, self.opts, fmt, self.keyed, times=times, loop=loop, junk=junk
                 )
                 junk = 0  # the first piece's lines above the content, read with it
-                # the first piece decides the times; an untimed exposition file's later pieces
-                # also hand on the series written so far (`exposition._times_out`)
-                times, loop = out.times or times, out.loop
+                times, loop = out.times or times, out.loop  # `exposition._times_out`
                 if out.rejected_whole:  # this piece's parser gave up: the file as a whole
                     self._reject(got, out)
                     return
