@@ -172,3 +172,27 @@ def test_a_later_scrape_of_the_same_gpu_with_other_labels_is_written_again(tmp_p
     (lf,) = list_landing(raw)
     _, p = parse_landing_file(lf)
     _check_repro(p)
+
+
+def test_a_gpu_shared_by_two_pods_in_one_scrape_is_not_written_again(tmp_path):
+    """dcgm-exporter writes a GPU shared by time-slicing once per pod: in one scrape without
+    timestamps those lines are not a later scrape (they stay duplicates of each other); a
+    second scrape appended, with its comments again, is."""
+    pods = [LABELS.replace('Hostname="n1"}', f'Hostname="n1",pod="{p}"}}') for p in "ab"]
+    one = (
+        "# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).\n"
+        "# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n"
+        + "".join(f"DCGM_FI_DEV_GPU_UTIL{lab} 40\n" for lab in pods)
+        + "# HELP DCGM_FI_DEV_POWER_USAGE Power draw (in W).\n"
+        "# TYPE DCGM_FI_DEV_POWER_USAGE gauge\n"
+        + "".join(f"DCGM_FI_DEV_POWER_USAGE{lab} 200.000\n" for lab in pods)
+    )
+    raw = land(tmp_path, one)
+    (lf,) = list_landing(raw)
+    _, p = parse_landing_file(lf)
+    assert p.samples.height == 4 and p.quarantine.height == 0
+    raw = land(tmp_path / "two", one + one)
+    (lf,) = list_landing(raw)
+    _, p = parse_landing_file(lf)
+    assert p.samples.height == 4 and p.quarantine.height == 4
+    assert set(p.quarantine["reason"]) == {REPEATED_UNTIMED}

@@ -254,6 +254,30 @@ def _reading_key(series_text: pl.Expr) -> pl.Expr:
     return pl.coalesce(ident, pl.lit("\x01") + series_text)
 
 
+def _later_scrape(exact: np.ndarray, reading: np.ndarray) -> np.ndarray:
+    """Per reading filed at the file's time (in line order; `exact`: the id of its series text,
+    `reading`: of its GPU and field, `_reading_key`; a scrape's comment lines may be among them,
+    each with a reading of its own): whether an earlier scrape of the file wrote that GPU's
+    field. A scrape ends where a series text (or comment) comes again (the next one appended
+    starts); within one scrape a GPU's field written under several label sets (pods
+    sharing a GPU by time-slicing) is not written again: those stay duplicates of each other.
+    A loop over the lines whose text came before only: none in a file of one scrape."""
+    n = len(exact)
+    if n < 2:
+        return np.zeros(n, dtype=bool)
+    order = np.argsort(exact, kind="stable")
+    same = exact[order][1:] == exact[order][:-1]
+    prev = np.full(n, -1, dtype=np.int64)
+    prev[order[1:][same]] = order[:-1][same]
+    starts, start = np.zeros(n, dtype=np.int64), 0
+    for i in np.flatnonzero(prev >= 0).tolist():
+        if prev[i] >= start:  # its text came before in this scrape: the next scrape starts
+            starts[i], start = 1, i
+    scrape = np.cumsum(starts)
+    first = pl.DataFrame({"r": reading, "s": scrape}).select(pl.col("s").min().over("r"))
+    return scrape > first.to_series().to_numpy()
+
+
 def _earlier(ctx: Context) -> frozenset[str]:
     """The readings (`_reading_key`) that the earlier pieces of a file without sample
     timestamps wrote: `ctx.times`' third item, when the first piece gave one."""
@@ -277,24 +301,32 @@ def _times_out(
     return (units, False, frozenset(seen))
 
 
-def _again_expr(
-    checked: pl.Expr,
-    key: pl.Expr,
-    ctx: Context,
-    again: pl.Series | None,
-    seen: pl.Series | None = None,
-) -> pl.Expr:
+def _again_expr(checked: pl.Expr, key: pl.Expr, ctx: Context, again: pl.Series | None) -> pl.Expr:
     """The lines among `checked` (no time of their own, filed at the file's time) whose reading
-    (`key`, `_reading_key`) an earlier line or piece wrote, or the piece's fast lines (`seen`),
-    or that the caller found so (`again`: line numbers)."""
-    k = pl.when(checked).then(key)
-    out = ~k.is_first_distinct()
-    earlier = set(_earlier(ctx)) | (set(seen.drop_nulls().to_list()) if seen is not None else set())
-    if earlier:
-        out = out | k.is_in(list(earlier))
+    (`key`, `_reading_key`) an earlier scrape of the piece (`_later`, `_later_scrape`) or an
+    earlier piece wrote, or that the caller found so (`again`: line numbers)."""
+    out = pl.col("_later")
+    if earlier := _earlier(ctx):
+        out = out | key.is_in(list(earlier))
     if again is not None and again.len():
         out = out | pl.col("line").is_in(again.implode())
     return checked & out
+
+
+def _with_later(g: pl.DataFrame, checked: pl.Expr, text: pl.Expr, key: pl.Expr) -> pl.DataFrame:
+    """`g` with `_later`: `_later_scrape` of its `checked` lines (series `text`, reading `key`)."""
+    ids = g.select(
+        checked.fill_null(False).alias("c"),
+        text.rank("dense").fill_null(0).cast(pl.Int64).alias("t"),
+        key.rank("dense").fill_null(0).cast(pl.Int64).alias("k"),
+    )
+    on = ids.get_column("c").to_numpy()
+    later = np.zeros(g.height, dtype=bool)
+    idx = np.flatnonzero(on)
+    later[idx] = _later_scrape(
+        ids.get_column("t").to_numpy()[idx], ids.get_column("k").to_numpy()[idx]
+    )
+    return g.with_columns(pl.Series("_later", later))
 
 
 def _regex_candidates(
@@ -303,7 +335,6 @@ def _regex_candidates(
     units: TimeUnits | None = None,
     timed: bool | None = None,
     again: pl.Series | None = None,
-    seen: pl.Series | None = None,
 ) -> tuple[pl.DataFrame, int, tuple[TimeUnits, bool]]:
     """The slow path: one regex per line (for the lines the fast path could not vouch for);
     also the number of lines of other series than GPU telemetry (skipped, not candidates), and
@@ -347,10 +378,11 @@ def _regex_candidates(
     )
     # in line order: the first reading of each GPU and field is the one kept
     g = g.join(attrs, on="labels", how="left", maintain_order="left")
-    key = _reading_key(pl.col("metric") + pl.col("labels").str.strip_suffix("}"))
-    g = g.with_columns(
+    text = pl.col("metric") + pl.col("labels").str.strip_suffix("}")
+    key = _reading_key(text)
+    g = _with_later(g, checked, text, key).with_columns(
         pl.when(checked).then(key).alias("_key"),
-        _again_expr(checked, key, ctx, again, seen).alias("_again"),
+        _again_expr(checked, key, ctx, again).alias("_again"),
     )
     g = g.with_columns(
         pl.when(malformed)
@@ -896,7 +928,7 @@ def _parse_fast(
     frames = [_fast_candidates(fast, series, [*extra, "column", "_lo", "_hi", *attr_cols], timed)]
     if bool((path == 2).any()):
         slow = _lines_numbered(data(), d.filter(pl.col("_path") == 2).get_column("line"))
-        g_slow, n_skipped = _slow_lines(slow, ctx, units, timed, again, keys)
+        g_slow, n_skipped = _slow_lines(slow, ctx, units, timed, again)
         skipped += n_skipped
         frames.append(g_slow)
         keys = pl.concat([keys, g_slow.get_column("_key")]) if keys is not None else None
@@ -959,8 +991,13 @@ def _written_again(
     # each code's reading (GPU and field, `_reading_key`), as a number to compare lines by
     code_key = series.select(_reading_key(pl.lit(distinct))).to_series()
     reading = code_key.rank("dense").cast(pl.Int64).to_numpy()
-    key = pl.Series("_k", np.where(checked, reading[c], -1))
-    again = checked & ~key.is_first_distinct().to_numpy()
+    # a scrape's `# HELP` / `# TYPE` lines written again end it too (a pod changed between two
+    # appended scrapes writes other series texts, but the same comments)
+    comment = d.get_column("_skip").fill_null(False).to_numpy() & code.is_not_null().to_numpy()
+    idx = np.flatnonzero(checked | comment)
+    ids = np.where(checked[idx], reading[c[idx]], -1 - np.arange(len(idx)))  # comments: no reading
+    again = np.zeros(len(c), dtype=bool)
+    again[idx] = _later_scrape(c[idx], ids) & checked[idx]
     if earlier := _earlier(ctx):
         again |= checked & code_key.is_in(list(earlier)).to_numpy()[c]
     keys = code_key.gather(pl.Series(c[checked]).unique())
@@ -1096,11 +1133,10 @@ def _slow_candidates(
     units: TimeUnits,
     timed: bool,
     again: pl.Series | None,
-    seen: pl.Series | None = None,
 ) -> tuple[pl.DataFrame, int]:
     """`_regex_candidates` with the file's `units` and `timed` (and the lines the fast path
-    found `again`, the readings its lines wrote, `seen`), and their fields' valid ranges."""
-    g, n_other, _ = _regex_candidates(lines, ctx, units, timed, again, seen)
+    found `again`), and their fields' valid ranges."""
+    g, n_other, _ = _regex_candidates(lines, ctx, units, timed, again)
     return g.with_columns(value_bounds()), n_other
 
 
@@ -1115,17 +1151,13 @@ def _slow_lines(
     units: TimeUnits,
     timed: bool,
     again: pl.Series | None,
-    seen: pl.Series | None = None,
 ) -> tuple[pl.DataFrame, int]:
     """The lines the fast path routed the slow way (`raw`: line, raw) as candidates (`again`:
-    the lines it found written again, `_written_again`; `seen`: the readings its own lines
-    wrote, which a slow line writes again); also how many of them are skipped (blank,
-    comments, other series than GPU telemetry)."""
+    the lines it found written again, `_written_again`); also how many of them are skipped
+    (blank, comments, other series than GPU telemetry)."""
     blank_or_comment = pl.col("raw").str.contains(r"^[ \t]*(#|$)")
     skipped = int(raw.select(blank_or_comment.sum()).item())
-    g_slow, n_other = _slow_candidates(
-        raw.filter(~blank_or_comment), ctx, units, timed, again, seen
-    )
+    g_slow, n_other = _slow_candidates(raw.filter(~blank_or_comment), ctx, units, timed, again)
     return g_slow, skipped + n_other
 
 
