@@ -171,3 +171,25 @@ def test_a_file_read_in_pieces_reads_each_block_with_its_header(tmp_path):
         assert o.lines_total == len(lines) and o.lines_skipped == 6
         assert sum(o.records_by_day.values()) == 90
     assert out.samples.sort("line", "column").equals(whole.samples.sort("line", "column"))
+
+
+def test_a_pmon_block_in_a_dmon_log_leaves_the_dmon_rows_read(tmp_path):
+    """`nvidia-smi pmon -o DT` written into the same log after dmon: its rows are processes,
+    each quarantined as one record; the dmon rows above it are read (the first version of the
+    block reader refused the whole log for it, review of the dmon fix)."""
+    pmon = [
+        "# Date       Time        gpu         pid   type     sm    mem    command",
+        "# YYYYMMDD   HH:MM:SS    Idx           #    C/G      %      %    name",
+        " 20240610   08:10:00      0      12345     C     45     10    python",
+        " 20240610   08:10:00      0      12346     C     30      5    python",
+    ]
+    _, out = _parse(tmp_path, REPRO[:4] + pmon)
+    assert not out.rejected_whole
+    assert _values(out, "power_w") == {_at(0, 0): 309.0, _at(0, 1): 308.0}
+    assert _values(out, "gpu_util_pct") == {_at(0, 0): 95.0, _at(0, 1): 96.0}
+    q = out.quarantine.sort("line")
+    assert q["line"].to_list() == [7, 8]
+    assert set(q["reason"]) == {
+        "a row of nvidia-smi pmon (a process's share, not the GPU's) in a dmon log: not read"
+    }
+    assert "pid" not in out.columns_ignored

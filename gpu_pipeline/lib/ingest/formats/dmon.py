@@ -78,6 +78,8 @@ def parse(text: str, ctx: Context) -> ParsedLines:
         raw.str.strip_chars().str.replace_all(r"\s+", " ").str.split(" ").alias("cells")
     ).with_columns(ts.alias("_ts"), why.alias("_why"))
     blocks = _blocks(heads, body)
+    if all(_pmon(names) for names, _ in blocks):  # pmon: its rows are processes, not GPUs
+        raise ValueError(PER_PROCESS)
     g = pl.concat([_read_block(names, rows) for names, rows in blocks], how="diagonal_relaxed")
     g = g.sort("line", maintain_order=True).drop("_ts", "_why")
     # a row of another length than its header: dmon's cells are separated by blanks
@@ -93,7 +95,7 @@ def parse(text: str, ctx: Context) -> ParsedLines:
         multi=True,
     )
     used = {"Date", "Time", "gpu", *COLUMNS}
-    names = [n for names, _ in blocks for n in names]
+    names = [n for names, _ in blocks if not _pmon(names) for n in names]
     out.columns_ignored = list(dict.fromkeys(n for n in names if n not in used))
     out.fields = list(dict.fromkeys(COLUMNS[n] for n in names if n in COLUMNS))
     out.last_header = heads["raw"][-1]  # the next piece's rows below it (`PieceParse`)
@@ -103,7 +105,7 @@ def parse(text: str, ctx: Context) -> ParsedLines:
 def _blocks(heads: pl.DataFrame, body: pl.DataFrame) -> list[tuple[list[str], pl.DataFrame]]:
     """The rows by the header above them (rows above the first header: the first's), one block
     for all the rows under headers of the same columns: a day's log repeats its header every
-    screenful, thousands of times, and has few distinct ones. A pmon header refuses the file."""
+    screenful, thousands of times, and has few distinct ones."""
     cols = [h.strip().lstrip("#").split() for h in heads["raw"]]
     key_of: dict[tuple[str, ...], int] = {}
     of_head = np.array([key_of.setdefault(tuple(c), len(key_of)) for c in cols], dtype=np.int64)
@@ -111,15 +113,28 @@ def _blocks(heads: pl.DataFrame, body: pl.DataFrame) -> list[tuple[list[str], pl
     block = of_head[np.clip(at, 0, None)]
     out = []
     for names, i in key_of.items():
-        if {"pid", "command", "type"} & set(names):  # pmon: its rows are processes, not GPUs
-            raise ValueError(PER_PROCESS)
         out.append((list(names), body.filter(pl.Series(block == i))))
     return out
 
 
+def _pmon(names: list[str]) -> bool:
+    """A header of `nvidia-smi pmon` (its rows are processes), which shares dmon's first
+    columns."""
+    return bool({"pid", "command", "type"} & set(names))
+
+
+# a pmon block among dmon blocks: each of its rows one quarantined record (review of the dmon
+# fix: a pmon header anywhere refused the whole log, its dmon rows too)
+PMON_ROW = "a row of nvidia-smi pmon (a process's share, not the GPU's) in a dmon log: not read"
+
+
 def _read_block(names: list[str], rows: pl.DataFrame) -> pl.DataFrame:
-    """The candidate samples of rows under a header of `names` (`wide_csv.to_long`)."""
+    """The candidate samples of rows under a header of `names` (`wide_csv.to_long`); under a
+    pmon header, each row one record rejected whole (`PMON_ROW`)."""
     idx = {n: i for i, n in enumerate(names)}
+    if _pmon(names):
+        gpu = {"gpu_index": cell(idx["gpu"])}
+        return to_long(rows, len(names), {}, pl.col("_ts"), gpu, pl.lit(PMON_ROW))
     fields = {f: ([idx[c]], 1.0) for c, f in COLUMNS.items() if c in idx}
     metric = {f: c for c, f in COLUMNS.items() if c in idx}
     attrs = {"gpu_index": cell(idx["gpu"])}
