@@ -95,6 +95,12 @@ def test_exposition_never_crashes_or_loses_a_line(text):
     "0timestamp, uuid, utilization.gpu [%], power.draw [W]\r\r\n2024/01/01 10:00:00.000, GPU-1, "
     '50 %, 100 W\r"\n2024/01/01 10:01:00.000, GPU-1, [N/A], 90.5 W\r\r\n'
 )
+# found by this test: a last line cut short in a log without identity rows (`.when` on a
+# coalesced reason raised)
+@example(
+    "timestamp, uuid, utilization.gpu [%], power.draw [W]\r\r\n"
+    "timestamp, uuid, utilization.gpu [%], power.draw [W]\r\r\n0"
+)
 def test_nvidia_smi_never_crashes_or_loses_a_line(text):
     if not nvidia_smi.detect(text.encode(), "x.csv"):
         return

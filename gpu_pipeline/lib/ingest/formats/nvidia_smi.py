@@ -682,11 +682,9 @@ def _gpus_by_loop_position(
             pl.lit(size),
         )
     )
-    row_reason = (
-        lost
-        if row_reason is None
-        else row_reason.when(pl.col("_unknown")).then(lost.otherwise(None))
-    )
+    # the reason given first stands (a chain of `when`s or, with a cut last line, a coalesce:
+    # `.when` on that failed, found by the suite's Hypothesis test)
+    row_reason = lost if row_reason is None else pl.coalesce(row_reason, lost.otherwise(None))
     return body, row_reason
 
 
